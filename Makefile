@@ -1,0 +1,44 @@
+SHELL := /bin/bash
+GO ?= go
+# Packages that start goroutines or share state run under the race detector.
+RACE ?= -race
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: services
+services: ## Start PostgreSQL, MariaDB and Redis (standalone + Cluster) on loopback and print their URLs
+	@scripts/services.sh
+
+.PHONY: test
+test: ## Run every test CI runs (starts the services it needs)
+	@set -euo pipefail; eval "$$(scripts/services.sh)"; \
+	$(GO) vet ./...; \
+	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+
+.PHONY: test-short
+test-short: ## Run the tests that need no server
+	$(GO) test -count=1 ./...
+
+.PHONY: bench
+bench: ## Run the Go benchmarks (servers started as for make test)
+	@set -euo pipefail; eval "$$(scripts/services.sh)"; \
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
+
+.PHONY: fuzz
+fuzz: ## Fuzz key parsing and JSON canonicalisation for 30s each
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime 30s .
+	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime 30s .
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+
+.PHONY: build
+build: ## Build bin/idem
+	$(GO) build -o bin/idem ./cmd/idem

@@ -1,0 +1,138 @@
+package idemstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+)
+
+// responseCodecV1 is the first byte of an encoded response. A future format
+// gets a new byte; DecodeResponse keeps reading the old ones.
+const responseCodecV1 = 1
+
+// maxDecodedHeaders bounds what DecodeResponse accepts, so a corrupted or
+// hostile blob cannot make it allocate without limit.
+const maxDecodedHeaders = 10000
+
+// EncodeResponse serialises r into the compact, versioned binary form that
+// SQL and Redis drivers keep in a single column or field. Bodies are stored
+// byte-exact; header names are written in sorted order so that equal
+// responses encode equally. A nil r encodes as nil.
+func EncodeResponse(r *Response) []byte {
+	if r == nil {
+		return nil
+	}
+	names := make([]string, 0, len(r.Header))
+	size := 1 + 3*binary.MaxVarintLen64 + len(r.NotReplayable) + len(r.Body)
+	for name, values := range r.Header {
+		names = append(names, name)
+		size += 2*binary.MaxVarintLen64 + len(name)
+		for _, v := range values {
+			size += binary.MaxVarintLen64 + len(v)
+		}
+	}
+	slices.Sort(names)
+	b := make([]byte, 0, size)
+	b = append(b, responseCodecV1)
+	b = binary.AppendUvarint(b, uint64(r.Status))
+	b = appendString(b, r.NotReplayable)
+	b = binary.AppendUvarint(b, uint64(len(names)))
+	for _, name := range names {
+		values := r.Header[name]
+		b = appendString(b, name)
+		b = binary.AppendUvarint(b, uint64(len(values)))
+		for _, v := range values {
+			b = appendString(b, v)
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.Body)))
+	b = append(b, r.Body...)
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// ErrCorruptResponse is returned by DecodeResponse for bytes that are not an
+// encoded response.
+var ErrCorruptResponse = errors.New("idem: corrupt stored response")
+
+// DecodeResponse reverses EncodeResponse. Empty input decodes as nil.
+func DecodeResponse(b []byte) (*Response, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if b[0] != responseCodecV1 {
+		return nil, fmt.Errorf("%w: unknown format %d", ErrCorruptResponse, b[0])
+	}
+	d := decoder{b: b[1:]}
+	r := &Response{}
+	r.Status = int(d.uvarint())
+	r.NotReplayable = d.string()
+	n := d.uvarint()
+	if n > maxDecodedHeaders {
+		return nil, fmt.Errorf("%w: %d headers", ErrCorruptResponse, n)
+	}
+	if n > 0 {
+		r.Header = make(http.Header, n)
+	}
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		name := d.string()
+		nv := d.uvarint()
+		if nv > maxDecodedHeaders {
+			return nil, fmt.Errorf("%w: %d header values", ErrCorruptResponse, nv)
+		}
+		values := make([]string, 0, nv)
+		for j := uint64(0); j < nv && d.err == nil; j++ {
+			values = append(values, d.string())
+		}
+		r.Header[name] = values
+	}
+	r.Body = d.bytes()
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptResponse, len(d.b))
+	}
+	return r, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: bad length", ErrCorruptResponse)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: truncated", ErrCorruptResponse)
+		return nil
+	}
+	out := make([]byte, n)
+	copy(out, d.b[:n])
+	d.b = d.b[n:]
+	return out
+}
+
+func (d *decoder) string() string { return string(d.bytes()) }

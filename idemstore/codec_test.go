@@ -1,0 +1,85 @@
+package idemstore_test
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"reflect"
+	"testing"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func TestResponseCodecRoundTrip(t *testing.T) {
+	t.Parallel()
+	binary := make([]byte, 256)
+	for i := range binary {
+		binary[i] = byte(i)
+	}
+	cases := []struct {
+		name string
+		r    *idemstore.Response
+	}{
+		{"empty", &idemstore.Response{Status: 204}},
+		{"json", &idemstore.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}},
+		{"binary body", &idemstore.Response{Status: 200, Body: binary}},
+		{"many headers", &idemstore.Response{Status: 500, Header: http.Header{"A": {"1", "2"}, "B": {""}, "X-Long": {string(bytes.Repeat([]byte("v"), 70000))}}}},
+		{"not replayable", &idemstore.Response{Status: 200, NotReplayable: "body_too_large"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := idemstore.DecodeResponse(idemstore.EncodeResponse(tc.r))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := *tc.r
+			if want.Body == nil {
+				want.Body = []byte{}
+			}
+			if !reflect.DeepEqual(got, &want) {
+				t.Fatalf("round trip:\n got %#v\nwant %#v", got, &want)
+			}
+		})
+	}
+}
+
+func TestResponseCodecNil(t *testing.T) {
+	t.Parallel()
+	if b := idemstore.EncodeResponse(nil); b != nil {
+		t.Fatalf("EncodeResponse(nil) = %v", b)
+	}
+	r, err := idemstore.DecodeResponse(nil)
+	if r != nil || err != nil {
+		t.Fatalf("DecodeResponse(nil) = %v, %v", r, err)
+	}
+}
+
+func TestResponseCodecRejectsCorruptInput(t *testing.T) {
+	t.Parallel()
+	good := idemstore.EncodeResponse(&idemstore.Response{Status: 200, Header: http.Header{"A": {"b"}}, Body: []byte("hello")})
+	bad := [][]byte{
+		{9, 1, 2},                             // unknown version
+		good[:len(good)-2],                    // truncated body
+		append(good[:len(good):len(good)], 0), // trailing byte
+		{1, 0xff},                             // bad varint
+		{1, 200, 1, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, // absurd header count
+	}
+	for i, b := range bad {
+		if _, err := idemstore.DecodeResponse(b); !errors.Is(err, idemstore.ErrCorruptResponse) {
+			t.Errorf("case %d: err = %v, want ErrCorruptResponse", i, err)
+		}
+	}
+}
+
+func TestStateValid(t *testing.T) {
+	t.Parallel()
+	for _, s := range []idemstore.State{idemstore.StatePending, idemstore.StateCompleted, idemstore.StateNeedsReview} {
+		if !s.Valid() {
+			t.Errorf("%q not valid", s)
+		}
+	}
+	if idemstore.State("done").Valid() {
+		t.Error(`"done" valid`)
+	}
+}

@@ -1,0 +1,80 @@
+package idemstore
+
+import (
+	"net/http"
+	"time"
+)
+
+// Key identifies one idempotency record.
+//
+// Scope says whose key it is (a user, a tenant, a credential hash); it is
+// never the client's string alone, so one user cannot read another's answer.
+// Operation says what is being done ("POST /payments", a job name). Key is
+// the client's Idempotency-Key value.
+type Key struct {
+	Scope     string
+	Operation string
+	Key       string
+}
+
+// State is the lifecycle state of a record.
+type State string
+
+// The states a record can be in. A released record is deleted, so it has no
+// state of its own.
+const (
+	// StatePending means the key is reserved and the work is under way (or
+	// its holder died; see LeaseUntil).
+	StatePending State = "pending"
+	// StateCompleted means the answer is stored and every retry replays it.
+	StateCompleted State = "completed"
+	// StateNeedsReview means the outcome is unknown: the work may have had an
+	// effect outside the store. An operator or a resolver decides.
+	StateNeedsReview State = "needs_review"
+)
+
+// Valid reports whether s is one of the defined states.
+func (s State) Valid() bool {
+	switch s {
+	case StatePending, StateCompleted, StateNeedsReview:
+		return true
+	}
+	return false
+}
+
+// Record is one stored idempotency record.
+type Record struct {
+	Key Key
+	// Fingerprint is the versioned digest of the request's meaning; a retry
+	// with another fingerprint is a mismatch.
+	Fingerprint string
+	State       State
+	// Token is the fencing token of the current lease holder. Every state
+	// change is conditioned on it.
+	Token string
+	// LeaseUntil is when the current lease expires, unless it is extended.
+	LeaseUntil time.Time
+	// Response is the stored answer of a completed record; nil otherwise.
+	Response *Response
+	// Reason says why a record needs review, or how it was resolved.
+	Reason    string
+	CreatedAt time.Time
+	// ExpiresAt is when a completed record may be purged. It is zero while
+	// the record is pending or needs review.
+	ExpiresAt time.Time
+}
+
+// Response is a stored answer.
+//
+// Header holds only what may be replayed: the engine strips Set-Cookie,
+// hop-by-hop headers and Date before a response reaches a store. A response
+// whose NotReplayable field is set records that the operation completed but
+// its answer could not be kept (a body over the size limit, a streamed or
+// hijacked response); retries are told so instead of running again.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+	// NotReplayable, when not empty, is the reason the answer was not kept.
+	NotReplayable string
+}

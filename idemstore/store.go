@@ -1,0 +1,219 @@
+package idemstore
+
+import (
+	"context"
+	"time"
+)
+
+// Store keeps idempotency records. Implementations must be safe for
+// concurrent use by many goroutines, and by many processes where the backing
+// service is shared.
+//
+// Every method that changes a pending record is fenced: it applies only while
+// the record is pending and its token equals the one given, and returns
+// ErrLeaseLost otherwise, changing nothing.
+type Store interface {
+	// Reserve inserts a pending record for p.Key, relying on a unique
+	// constraint (or the backend's equivalent atomic insert) so that exactly
+	// one of any number of concurrent callers can succeed. It is never a read
+	// followed by an insert.
+	//
+	// On success it returns the new record and created == true. If a record
+	// already exists, it returns that record and created == false, changing
+	// nothing. If the existing record disappears between the failed insert and
+	// the read, Reserve tries the insert again a bounded number of times.
+	Reserve(ctx context.Context, p ReserveParams) (rec *Record, created bool, err error)
+
+	// Get returns the record for key, or ErrNotFound.
+	Get(ctx context.Context, key Key) (*Record, error)
+
+	// Complete stores the response and moves the record to completed.
+	// Fenced by p.Token.
+	Complete(ctx context.Context, p CompleteParams) error
+
+	// Release deletes the record if it is still pending under token
+	// ("release if pending"). A completed record is left alone and
+	// ErrLeaseLost is returned.
+	Release(ctx context.Context, key Key, token string) error
+
+	// Escalate moves a pending record to needs_review with a reason. Fenced
+	// by p.Token.
+	Escalate(ctx context.Context, p EscalateParams) error
+
+	// Extend moves the lease deadline of a pending record to p.LeaseUntil.
+	// Fenced by p.Token.
+	Extend(ctx context.Context, p ExtendParams) error
+
+	// Takeover gives a pending record whose lease has expired (LeaseUntil <=
+	// p.Now) a new token and lease deadline. Fenced by p.OldToken: of several
+	// concurrent takeovers of one record, exactly one succeeds; the others
+	// get ErrLeaseLost. A record whose lease is still alive is not taken
+	// over (ErrLeaseLost).
+	Takeover(ctx context.Context, p TakeoverParams) error
+
+	// Resolve settles a needs_review record: it completes it with p.Response
+	// or deletes it (release). Records in any other state are left alone and
+	// ErrNotNeedsReview (or ErrNotFound) is returned.
+	Resolve(ctx context.Context, p ResolveParams) error
+
+	// ListExpiredLeases returns up to limit pending records whose lease
+	// expired at or before now, for recovery.
+	ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*Record, error)
+
+	// List pages through records for admin use, optionally filtered by state.
+	// Pass the returned NextCursor back to continue; an empty NextCursor
+	// means the end.
+	List(ctx context.Context, p ListParams) (ListPage, error)
+
+	// Purge deletes completed records whose ExpiresAt is at or before
+	// p.Before, in batches of at most p.BatchSize, until none are left or ctx
+	// ends. It returns how many it deleted. Pending and needs_review records
+	// are never purged.
+	Purge(ctx context.Context, p PurgeParams) (int, error)
+
+	// Capabilities tells the engine what the store can do beyond the
+	// contract.
+	Capabilities() Capabilities
+}
+
+// Capabilities describes optional features of a store.
+type Capabilities struct {
+	// TransactionalComplete means the driver offers CompleteTx, which stores
+	// the answer inside the caller's own database transaction.
+	TransactionalComplete bool
+	// Notify means the store implements [Notifier], so waiters wake up as
+	// soon as a record changes instead of only polling.
+	Notify bool
+}
+
+// Notifier is implemented by stores that can tell waiters that a record may
+// have changed.
+type Notifier interface {
+	// Subscribe returns a channel that receives a value (or is closed) after
+	// the record for key may have changed state. The caller must call cancel
+	// when done. A notification is only a hint: the caller reads the record
+	// again.
+	Subscribe(ctx context.Context, key Key) (ch <-chan struct{}, cancel func(), err error)
+}
+
+// ReserveParams are the arguments of Store.Reserve.
+type ReserveParams struct {
+	Key         Key
+	Fingerprint string
+	Token       string
+	LeaseUntil  time.Time
+	Now         time.Time
+}
+
+// CompleteParams are the arguments of Store.Complete and of the drivers'
+// CompleteTx.
+type CompleteParams struct {
+	Key       Key
+	Token     string
+	Response  *Response
+	Now       time.Time
+	ExpiresAt time.Time
+}
+
+// EscalateParams are the arguments of Store.Escalate.
+type EscalateParams struct {
+	Key    Key
+	Token  string
+	Reason string
+	Now    time.Time
+}
+
+// ExtendParams are the arguments of Store.Extend.
+type ExtendParams struct {
+	Key        Key
+	Token      string
+	LeaseUntil time.Time
+	Now        time.Time
+}
+
+// TakeoverParams are the arguments of Store.Takeover.
+type TakeoverParams struct {
+	Key        Key
+	OldToken   string
+	NewToken   string
+	LeaseUntil time.Time
+	Now        time.Time
+}
+
+// ResolveAction says how Store.Resolve settles a record.
+type ResolveAction int
+
+const (
+	// ResolveComplete stores the given response and completes the record.
+	ResolveComplete ResolveAction = iota + 1
+	// ResolveRelease deletes the record so a retry runs the operation again.
+	ResolveRelease
+)
+
+// ResolveParams are the arguments of Store.Resolve.
+type ResolveParams struct {
+	Key    Key
+	Action ResolveAction
+	// Response is required with ResolveComplete.
+	Response  *Response
+	Reason    string
+	Now       time.Time
+	ExpiresAt time.Time
+}
+
+// ListParams are the arguments of Store.List.
+type ListParams struct {
+	// State filters by state; empty means all states.
+	State State
+	// Cursor continues a previous listing; empty starts at the beginning.
+	Cursor string
+	// Limit is the page size. Stores cap it at 1000; zero means 100.
+	Limit int
+}
+
+// ListPage is one page of Store.List.
+type ListPage struct {
+	Records    []*Record
+	NextCursor string
+}
+
+// PurgeParams are the arguments of Store.Purge.
+type PurgeParams struct {
+	Before time.Time
+	// BatchSize bounds the records deleted by one statement. Zero means 500.
+	BatchSize int
+}
+
+// Normalize fills the defaults of p.
+func (p ListParams) Normalize() ListParams {
+	if p.Limit <= 0 {
+		p.Limit = 100
+	}
+	if p.Limit > 1000 {
+		p.Limit = 1000
+	}
+	return p
+}
+
+// Normalize fills the defaults of p.
+func (p PurgeParams) Normalize() PurgeParams {
+	if p.BatchSize <= 0 {
+		p.BatchSize = 500
+	}
+	return p
+}
+
+// TxLease is what a driver's CompleteTx needs from a lease. The engine's
+// *idem.Lease implements it; drivers call PrepareTxComplete, run the fenced
+// update inside the caller's transaction, and return ErrLeaseLost when it
+// matched no row.
+type TxLease interface {
+	// PrepareTxComplete turns resp into the fenced completion to apply
+	// (stripping unstorable headers, applying the size limit, setting the
+	// expiry) and notes that the lease is being completed in a transaction.
+	PrepareTxComplete(resp *Response) (CompleteParams, error)
+}
+
+// MaxReserveAttempts bounds Reserve's insert-then-read loop when a conflicting
+// record vanishes between the two steps.
+const MaxReserveAttempts = 5
