@@ -1,0 +1,370 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// EngineConfig configures an Engine. The zero value is usable.
+type EngineConfig struct {
+	// Lease is how long a reservation holds before another request may
+	// decide its holder died. Holders renew it with Lease.Extend while they
+	// work. Defaults to 30s.
+	Lease time.Duration
+
+	// Retention is how long a completed record is kept and replayed.
+	// Defaults to 24h.
+	Retention time.Duration
+
+	// MaxResponseBody is the largest response body that is stored for
+	// replay, in bytes. A larger answer completes the record as not
+	// replayable: the operation never runs again, and retries are told the
+	// answer was not kept. Defaults to 1 MiB; a negative value means no limit.
+	MaxResponseBody int
+
+	// PollInterval is the first pause of Begin's bounded wait for an
+	// in-flight key; it doubles up to MaxPollInterval. Stores that notify
+	// wake waiters sooner. Defaults to 10ms.
+	PollInterval time.Duration
+
+	// MaxPollInterval caps the pause between polls. Defaults to 250ms.
+	MaxPollInterval time.Duration
+
+	// Now is the clock. Defaults to time.Now.
+	Now func() time.Time
+
+	// Logger receives the engine's structured logs. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+func (c EngineConfig) withDefaults() EngineConfig {
+	if c.Lease == 0 {
+		c.Lease = 30 * time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.MaxResponseBody == 0 {
+		c.MaxResponseBody = 1 << 20
+	}
+	if c.PollInterval == 0 {
+		c.PollInterval = 10 * time.Millisecond
+	}
+	if c.MaxPollInterval == 0 {
+		c.MaxPollInterval = 250 * time.Millisecond
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c EngineConfig) validate() error {
+	switch {
+	case c.Lease < time.Millisecond:
+		return fmt.Errorf("idem: EngineConfig.Lease %v is too short", c.Lease)
+	case c.Retention < time.Second:
+		return fmt.Errorf("idem: EngineConfig.Retention %v is too short", c.Retention)
+	case c.PollInterval < 0 || c.MaxPollInterval < c.PollInterval:
+		return fmt.Errorf("idem: EngineConfig.PollInterval %v must be positive and at most MaxPollInterval %v", c.PollInterval, c.MaxPollInterval)
+	}
+	return nil
+}
+
+// Engine runs the idempotency protocol over a store. It is safe for
+// concurrent use; create one per store and share it.
+type Engine struct {
+	store    idemstore.Store
+	notifier idemstore.Notifier
+	cfg      EngineConfig
+
+	tokenPrefix uint64
+	tokenSeq    atomic.Uint64
+}
+
+// NewEngine returns an engine over store. It fails on a nil store or an
+// invalid configuration.
+func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
+	if store == nil {
+		return nil, errors.New("idem: NewEngine needs a store")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{store: store, cfg: cfg}
+	if n, ok := store.(idemstore.Notifier); ok && store.Capabilities().Notify {
+		e.notifier = n
+	}
+	var seed [8]byte
+	if _, err := rand.Read(seed[:]); err != nil {
+		return nil, fmt.Errorf("idem: seeding lease tokens: %w", err)
+	}
+	e.tokenPrefix = binary.LittleEndian.Uint64(seed[:])
+	return e, nil
+}
+
+// Store returns the engine's store.
+func (e *Engine) Store() idemstore.Store { return e.store }
+
+// Config returns the engine's configuration, defaults filled in.
+func (e *Engine) Config() EngineConfig { return e.cfg }
+
+// newToken returns a fencing token unique across processes: a random
+// per-engine prefix and a counter.
+func (e *Engine) newToken() string {
+	var b [32]byte
+	binary.BigEndian.PutUint64(b[16:], e.tokenPrefix)
+	binary.BigEndian.PutUint64(b[24:], e.tokenSeq.Add(1))
+	const hx = "0123456789abcdef"
+	for i := 0; i < 16; i++ {
+		v := b[16+i]
+		b[2*i], b[2*i+1] = hx[v>>4], hx[v&0xf]
+	}
+	return string(b[:])
+}
+
+// Kind says what a retry may assume when a holder's lease expired.
+type Kind int
+
+const (
+	// External operations act outside the store (a payment provider, an
+	// email service): their effect may have happened even though the record
+	// is still pending. An expired lease is never taken over blindly; the
+	// record goes to needs_review for a Resolver or a human. This is the zero
+	// value, because it is the one that never runs an operation twice.
+	External Kind = iota
+	// Transactional operations commit their effect together with the stored
+	// answer (CompleteTx). A pending record whose lease expired means the
+	// effect never committed, so a retry may take the key over.
+	Transactional
+)
+
+// String returns "external" or "transactional".
+func (k Kind) String() string {
+	switch k {
+	case External:
+		return "external"
+	case Transactional:
+		return "transactional"
+	}
+	return "Kind(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Request is one attempt at an operation.
+type Request struct {
+	Key Key
+	// Fingerprint is the request's meaning (see Fingerprint). A retry with
+	// the same key and another fingerprint is a Mismatch.
+	Fingerprint string
+	// Kind decides what happens to an expired lease. Defaults to External.
+	Kind Kind
+	// Wait, when positive, makes Begin wait up to this long for an
+	// in-flight duplicate to finish, and then replay its answer (or acquire
+	// the key, if it was released). Zero answers InFlight at once.
+	Wait time.Duration
+}
+
+// Outcome is what Begin decided.
+type Outcome int
+
+// The outcomes of Begin.
+const (
+	// Acquired: this caller holds the key and must run the operation, then
+	// Complete, Release or Escalate its Lease.
+	Acquired Outcome = iota + 1
+	// Replayed: the operation already completed; Result.Response is its
+	// answer. Response.NotReplayable says when the answer was not kept.
+	Replayed
+	// Mismatch: the key was used with a different request (HTTP 422).
+	Mismatch
+	// InFlight: another caller holds the key and is still working (HTTP 409
+	// with Result.RetryAfter).
+	InFlight
+	// NeedsReview: the outcome of an earlier attempt is unknown and waits for
+	// a resolver or an operator (HTTP 409).
+	NeedsReview
+)
+
+var outcomeNames = [...]string{"", "acquired", "replayed", "mismatch", "in_flight", "needs_review"}
+
+// String returns the outcome's lower-case name, as used in logs and metrics.
+func (o Outcome) String() string {
+	if o > 0 && int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Result is what Begin returns.
+type Result struct {
+	Outcome Outcome
+	// Lease is set when Outcome is Acquired.
+	Lease *Lease
+	// Response is set when Outcome is Replayed.
+	Response *Response
+	// RetryAfter is set when Outcome is InFlight: when the holder's lease
+	// runs out, at least one second.
+	RetryAfter time.Duration
+	// Record is the existing record for every outcome but Acquired.
+	Record *idemstore.Record
+	// TookOver reports, with Acquired, that an expired lease of a
+	// transactional operation was taken over.
+	TookOver bool
+}
+
+// maxBeginRounds bounds Begin's loop when records change under it (released
+// between the insert and the read, taken over concurrently).
+const maxBeginRounds = 8
+
+// Begin reserves req.Key, or reports why it cannot: the stored answer, a
+// mismatch, a holder still at work, or a record that needs review.
+//
+// Only one caller can ever get Acquired for a key until it is released. A
+// store error is returned as is (it wraps idemstore.ErrUnavailable when the
+// store cannot be reached); Begin never reports Acquired on an error.
+func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
+	if err := ValidateKey(req.Key.Key); err != nil {
+		return Result{}, err
+	}
+	var deadline time.Time
+	if req.Wait > 0 {
+		deadline = e.cfg.Now().Add(req.Wait)
+	}
+	var w *waiter
+	defer func() {
+		if w != nil {
+			w.close()
+		}
+	}()
+	for {
+		res, err := e.try(ctx, req)
+		if err != nil || res.Outcome != InFlight || req.Wait <= 0 {
+			return res, err
+		}
+		if w == nil {
+			w = e.newWaiter(ctx, req.Key)
+		}
+		// Wait until the record leaves the state we saw, then classify
+		// again: a completed record replays, a released one may be ours.
+		rec, err := w.waitChange(ctx, res.Record, deadline)
+		if err != nil {
+			return Result{}, err
+		}
+		if rec != nil {
+			return e.inFlight(rec), nil // still in flight when the wait ran out
+		}
+	}
+}
+
+// try is one reservation attempt and the classification of what it found.
+func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
+	for round := 0; round < maxBeginRounds; round++ {
+		now := e.cfg.Now()
+		token := e.newToken()
+		leaseUntil := now.Add(e.cfg.Lease)
+		rec, created, err := e.store.Reserve(ctx, idemstore.ReserveParams{
+			Key:         req.Key,
+			Fingerprint: req.Fingerprint,
+			Token:       token,
+			LeaseUntil:  leaseUntil,
+			Now:         now,
+		})
+		if err != nil {
+			return Result{}, err
+		}
+		if created {
+			return Result{Outcome: Acquired, Lease: e.newLease(req.Key, token, leaseUntil, req.Kind)}, nil
+		}
+		res, retry, err := e.classify(ctx, req, rec, now)
+		if err != nil || !retry {
+			return res, err
+		}
+	}
+	return Result{}, fmt.Errorf("idem: key kept changing during Begin: %w", idemstore.ErrRetryable)
+}
+
+// classify decides what an existing record means for req. retry is true
+// when the record changed under us and the reservation should be tried
+// again.
+func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Record, now time.Time) (res Result, retry bool, err error) {
+	if rec.Fingerprint != req.Fingerprint {
+		return Result{Outcome: Mismatch, Record: rec}, false, nil
+	}
+	switch rec.State {
+	case idemstore.StateCompleted:
+		return Result{Outcome: Replayed, Response: rec.Response, Record: rec}, false, nil
+	case idemstore.StateNeedsReview:
+		return Result{Outcome: NeedsReview, Record: rec}, false, nil
+	case idemstore.StatePending:
+	default:
+		return Result{}, false, fmt.Errorf("idem: record in unknown state %q", rec.State)
+	}
+	if now.Before(rec.LeaseUntil) {
+		return e.inFlight(rec), false, nil
+	}
+	// The holder's lease expired.
+	if req.Kind == Transactional {
+		token := e.newToken()
+		leaseUntil := now.Add(e.cfg.Lease)
+		err := e.store.Takeover(ctx, idemstore.TakeoverParams{
+			Key: req.Key, OldToken: rec.Token, NewToken: token, LeaseUntil: leaseUntil, Now: now,
+		})
+		switch {
+		case err == nil:
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: took over an expired lease",
+				slog.String("key", redact(req.Key)), slog.Time("lease_until", rec.LeaseUntil))
+			return Result{Outcome: Acquired, Lease: e.newLease(req.Key, token, leaseUntil, req.Kind), TookOver: true}, false, nil
+		case errors.Is(err, idemstore.ErrLeaseLost):
+			return Result{}, true, nil
+		default:
+			return Result{}, false, err
+		}
+	}
+	reason := "lease expired at " + rec.LeaseUntil.UTC().Format(time.RFC3339Nano) + " with the outcome of an external operation unknown"
+	err = e.store.Escalate(ctx, idemstore.EscalateParams{Key: req.Key, Token: rec.Token, Reason: reason, Now: now})
+	switch {
+	case err == nil:
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: expired lease of an external operation needs review",
+			slog.String("key", redact(req.Key)))
+		rec.State, rec.Reason = idemstore.StateNeedsReview, reason
+		return Result{Outcome: NeedsReview, Record: rec}, false, nil
+	case errors.Is(err, idemstore.ErrLeaseLost):
+		return Result{}, true, nil
+	default:
+		return Result{}, false, err
+	}
+}
+
+func (e *Engine) inFlight(rec *idemstore.Record) Result {
+	ra := rec.LeaseUntil.Sub(e.cfg.Now())
+	if ra < time.Second {
+		ra = time.Second
+	}
+	return Result{Outcome: InFlight, RetryAfter: ra.Round(time.Second), Record: rec}
+}
+
+// Get returns the record for key, or an error wrapping
+// idemstore.ErrNotFound.
+func (e *Engine) Get(ctx context.Context, key Key) (*idemstore.Record, error) {
+	return e.store.Get(ctx, key)
+}
+
+// Purge deletes completed records that expired before now, in batches of
+// batchSize (0 means the store's default), and reports how many it deleted.
+func (e *Engine) Purge(ctx context.Context, batchSize int) (int, error) {
+	return e.store.Purge(ctx, idemstore.PurgeParams{Before: e.cfg.Now(), BatchSize: batchSize})
+}

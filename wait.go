@@ -1,0 +1,81 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// waiter waits for an in-flight record to change: it polls with backoff
+// and, when the store can notify, wakes as soon as a notification comes.
+type waiter struct {
+	e      *Engine
+	key    Key
+	notify <-chan struct{}
+	cancel func()
+	pause  time.Duration
+}
+
+func (e *Engine) newWaiter(ctx context.Context, key Key) *waiter {
+	w := &waiter{e: e, key: key, pause: e.cfg.PollInterval}
+	if e.notifier != nil {
+		ch, cancel, err := e.notifier.Subscribe(ctx, key)
+		if err == nil {
+			w.notify, w.cancel = ch, cancel
+		}
+		// Without a subscription, polling alone still works.
+	}
+	return w
+}
+
+func (w *waiter) close() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+}
+
+// waitChange returns (nil, nil) once the record is no longer the pending
+// record seen (completed, released, escalated, taken over), or the record
+// still pending when deadline passes.
+func (w *waiter) waitChange(ctx context.Context, seen *idemstore.Record, deadline time.Time) (*idemstore.Record, error) {
+	e := w.e
+	for {
+		left := deadline.Sub(e.cfg.Now())
+		if left <= 0 {
+			return seen, nil
+		}
+		pause := min(w.pause, left)
+		// Jitter spreads the polls of many waiters on one key.
+		pause = pause/2 + rand.N(pause/2+1)
+		w.pause = min(2*w.pause, e.cfg.MaxPollInterval)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case _, ok := <-w.notify:
+			t.Stop()
+			if !ok {
+				w.notify = nil // the subscription ended; keep polling
+			}
+		case <-t.C:
+		}
+		rec, err := e.store.Get(ctx, w.key)
+		if errors.Is(err, idemstore.ErrNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if rec.State != idemstore.StatePending || rec.Token != seen.Token {
+			return nil, nil
+		}
+		if !e.cfg.Now().Before(rec.LeaseUntil) {
+			return nil, nil // expired: let classify decide
+		}
+		seen = rec
+	}
+}
