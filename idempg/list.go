@@ -1,0 +1,123 @@
+package idempg
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// List pages through records in (scope, operation, key) byte order,
+// optionally filtered by state. The cursor is opaque: the key of the last
+// record returned, encoded.
+func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
+	p = p.Normalize()
+	var (
+		where = "TRUE"
+		args  []any
+	)
+	if p.Cursor != "" {
+		after, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return idemstore.ListPage{}, err
+		}
+		where = "(scope, operation, key) > ($1, $2, $3)"
+		args = append(args, after.Scope, after.Operation, after.Key)
+	}
+	if p.State != "" {
+		args = append(args, string(p.State))
+		where += fmt.Sprintf(" AND state = $%d", len(args))
+	}
+	args = append(args, p.Limit+1)
+	sql := s.q.list + where + fmt.Sprintf(" ORDER BY scope, operation, key LIMIT $%d", len(args))
+	recs, err := s.query(ctx, sql, args...)
+	if err != nil {
+		return idemstore.ListPage{}, err
+	}
+	var page idemstore.ListPage
+	if len(recs) > p.Limit {
+		recs = recs[:p.Limit]
+		page.NextCursor = encodeCursor(recs[len(recs)-1].Key)
+	}
+	page.Records = recs
+	return page, nil
+}
+
+// ListExpiredLeases returns up to limit pending records whose lease expired
+// at or before now, oldest lease first. A limit of zero or less means 100.
+func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+	if limit <= 0 {
+		limit = 100
+	}
+	return s.query(ctx, s.q.expired, now, limit)
+}
+
+func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*idemstore.Record, error) {
+	rows, err := s.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	recs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*idemstore.Record, error) {
+		return scanRecord(row)
+	})
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	return recs, nil
+}
+
+// Purge deletes completed records whose expiry is at or before p.Before, at
+// most p.BatchSize per statement (each its own short transaction), until a
+// batch deletes fewer than that or ctx ends. It returns how many it deleted.
+func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
+	p = p.Normalize()
+	total := 0
+	for {
+		tag, err := s.pool.Exec(ctx, s.q.purge, p.Before, p.BatchSize)
+		if err != nil {
+			return total, interpretError(ctx, err)
+		}
+		n := int(tag.RowsAffected())
+		total += n
+		if n < p.BatchSize {
+			return total, nil
+		}
+	}
+}
+
+// encodeCursor packs a key as three length-prefixed strings, base64url.
+func encodeCursor(k idemstore.Key) string {
+	var b []byte
+	for _, part := range [3]string{k.Scope, k.Operation, k.Key} {
+		b = binary.AppendUvarint(b, uint64(len(part)))
+		b = append(b, part...)
+	}
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(c string) (idemstore.Key, error) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	var parts [3]string
+	for i := 0; err == nil && i < 3; i++ {
+		n, w := binary.Uvarint(b)
+		if w <= 0 || n > uint64(len(b)-w) {
+			err = errors.New("bad length")
+			break
+		}
+		parts[i] = string(b[w : w+int(n)])
+		b = b[w+int(n):]
+	}
+	if err == nil && len(b) != 0 {
+		err = errors.New("trailing bytes")
+	}
+	if err != nil {
+		return idemstore.Key{}, fmt.Errorf("idempg: list: invalid cursor: %w", err)
+	}
+	return idemstore.Key{Scope: parts[0], Operation: parts[1], Key: parts[2]}, nil
+}

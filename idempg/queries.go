@@ -1,0 +1,112 @@
+package idempg
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// recordColumns is the column list every record-returning query selects, in
+// the order scanRecord reads them.
+const recordColumns = `scope, operation, key, fingerprint, state, token, lease_until, response, reason, created_at, expires_at`
+
+// queries holds the SQL of a Store, with the table name filled in once.
+//
+// Statements that end a wait (complete, release, escalate, resolve,
+// takeover) are written as a data-modifying CTE followed by a SELECT that
+// calls pg_notify once per changed row. The notification is sent when the
+// surrounding transaction commits: for CompleteTx, at the caller's commit.
+// A statement that changed nothing returns no row, which is how the callers
+// detect a lost lease.
+type queries struct {
+	notify bool
+
+	reserve, get                    string
+	complete, release, escalate     string
+	extend, takeover                string
+	resolveComplete, resolveRelease string
+	state                           string
+	list, expired, purge            string
+}
+
+func buildQueries(table string, notify bool) queries {
+	r := strings.NewReplacer("{t}", table, "{cols}", recordColumns)
+	// tail returns the SELECT after a CTE named u. With notify it calls
+	// pg_notify($ch, $payload), whose parameter numbers the caller appends.
+	tail := func(next int) string {
+		if !notify {
+			return ` SELECT NULL FROM u`
+		}
+		return ` SELECT pg_notify($` + strconv.Itoa(next) + `, $` + strconv.Itoa(next+1) + `) FROM u`
+	}
+	const fence = `scope = $1 AND operation = $2 AND key = $3 AND state = 'pending' AND token = $4`
+	return queries{
+		notify: notify,
+		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at)
+VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7)
+ON CONFLICT (scope, operation, key) DO NOTHING
+RETURNING {cols}`),
+		get: r.Replace(`SELECT {cols} FROM {t} WHERE scope = $1 AND operation = $2 AND key = $3`),
+		complete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $5, expires_at = $6
+WHERE `+fence+` RETURNING 1)`) + tail(7),
+		release: r.Replace(`WITH u AS (DELETE FROM {t} WHERE `+fence+` RETURNING 1)`) + tail(5),
+		escalate: r.Replace(`WITH u AS (UPDATE {t} SET state = 'needs_review', reason = $5
+WHERE `+fence+` RETURNING 1)`) + tail(6),
+		extend: r.Replace(`UPDATE {t} SET lease_until = $5 WHERE ` + fence),
+		takeover: r.Replace(`WITH u AS (UPDATE {t} SET token = $5, lease_until = $6
+WHERE `+fence+` AND lease_until <= $7 RETURNING 1)`) + tail(8),
+		resolveComplete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $4, expires_at = $5, reason = $6
+WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING 1)`) + tail(7),
+		resolveRelease: r.Replace(`WITH u AS (DELETE FROM {t}
+WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING 1)`) + tail(4),
+		state: r.Replace(`SELECT state FROM {t} WHERE scope = $1 AND operation = $2 AND key = $3`),
+		list:  r.Replace(`SELECT {cols} FROM {t} WHERE `),
+		expired: r.Replace(`SELECT {cols} FROM {t}
+WHERE state = 'pending' AND lease_until <= $1
+ORDER BY lease_until, scope, operation, key LIMIT $2`),
+		purge: r.Replace(`DELETE FROM {t}
+WHERE ctid = ANY(ARRAY(
+    SELECT ctid FROM {t}
+    WHERE state = 'completed' AND expires_at <= $1
+    ORDER BY expires_at LIMIT $2
+    FOR UPDATE SKIP LOCKED))
+AND state = 'completed' AND expires_at <= $1`),
+	}
+}
+
+// scanRecord reads one row of recordColumns.
+func scanRecord(row pgx.Row) (*idemstore.Record, error) {
+	var (
+		rec       idemstore.Record
+		state     string
+		response  []byte
+		expiresAt *time.Time
+	)
+	err := row.Scan(&rec.Key.Scope, &rec.Key.Operation, &rec.Key.Key, &rec.Fingerprint, &state,
+		&rec.Token, &rec.LeaseUntil, &response, &rec.Reason, &rec.CreatedAt, &expiresAt)
+	if err != nil {
+		return nil, err
+	}
+	rec.State = idemstore.State(state)
+	rec.LeaseUntil = rec.LeaseUntil.UTC()
+	rec.CreatedAt = rec.CreatedAt.UTC()
+	if expiresAt != nil {
+		rec.ExpiresAt = expiresAt.UTC()
+	}
+	if rec.Response, err = idemstore.DecodeResponse(response); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// nullTime turns the zero time into SQL NULL.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,72 @@
+package idempg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Reserve inserts a pending record with INSERT … ON CONFLICT DO NOTHING, in
+// its own autocommit statement on a pooled connection, so the reservation is
+// committed before any business work starts. When the key exists it reads
+// the existing record and returns it with created == false. It repeats the
+// insert if that record vanished before the read (up to
+// idemstore.MaxReserveAttempts) and when the server aborted it for
+// contention (up to Config.ReserveRetries).
+func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	retries := 0
+	for attempt := 0; attempt < idemstore.MaxReserveAttempts; {
+		rec, created, err := s.reserveOnce(ctx, p)
+		switch {
+		case err == nil && rec != nil:
+			return rec, created, nil
+		case err == nil: // conflict, then the row vanished: insert again
+			attempt++
+		case errors.Is(err, idemstore.ErrRetryable) && retries < s.cfg.ReserveRetries:
+			retries++
+		default:
+			return nil, false, err
+		}
+	}
+	return nil, false, fmt.Errorf("%w: idempg: reserve: key kept vanishing after %d attempts",
+		idemstore.ErrRetryable, idemstore.MaxReserveAttempts)
+}
+
+// reserveOnce makes one insert and, on conflict, one read. It returns a nil
+// record and nil error when the conflicting row was gone by the read.
+func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	k := p.Key
+	rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.reserve,
+		k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.LeaseUntil, p.Now))
+	if err == nil {
+		return rec, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, interpretError(ctx, err)
+	}
+	rec, err = s.get(ctx, k)
+	if errors.Is(err, idemstore.ErrNotFound) {
+		return nil, false, nil
+	}
+	return rec, false, err
+}
+
+// Get returns the record for key, or idemstore.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	return s.get(ctx, key)
+}
+
+func (s *Store) get(ctx context.Context, k idemstore.Key) (*idemstore.Record, error) {
+	rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.get, k.Scope, k.Operation, k.Key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, idemstore.ErrNotFound
+	}
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	return rec, nil
+}

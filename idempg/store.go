@@ -1,0 +1,141 @@
+package idempg
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+var (
+	_ idemstore.Store    = (*Store)(nil)
+	_ idemstore.Notifier = (*Store)(nil)
+)
+
+// maxChannelLen is PostgreSQL's identifier limit (NAMEDATALEN - 1), which
+// also bounds NOTIFY channel names.
+const maxChannelLen = 63
+
+// Config configures a Store. The zero value is ready to use against a
+// schema that has already been migrated.
+type Config struct {
+	// Schema is the PostgreSQL schema that holds the idem_records table and
+	// the idem_schema_migrations table. Defaults to "public".
+	Schema string
+
+	// Migrate makes New run Migrate before returning (with a one-minute
+	// timeout). Production deployments usually migrate once, from a deploy
+	// step (the idem migrate command), and leave this off. Defaults to false.
+	Migrate bool
+
+	// Channel is the LISTEN/NOTIFY channel on which state changes are
+	// announced to waiters. Stores sharing a schema must use the same
+	// channel. At most 63 bytes. Defaults to "idem_" followed by Schema,
+	// cut to 63 bytes.
+	Channel string
+
+	// DisableNotify turns off pg_notify on state changes. PostgreSQL
+	// serialises the commits of notifying transactions, so a deployment
+	// whose waiters are content with polling can trade the wake-ups for
+	// commit throughput. Capabilities then reports Notify false and
+	// Subscribe fails. Defaults to false (notifications on).
+	DisableNotify bool
+
+	// ReserveRetries is how many times Reserve repeats an insert that the
+	// server aborted for contention (serialization failure or deadlock,
+	// which change nothing). Defaults to 3.
+	ReserveRetries int
+
+	// ListenerRetry is the longest pause between attempts to re-establish
+	// the listening connection after it dropped. Defaults to 5s.
+	ListenerRetry time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.Schema == "" {
+		c.Schema = "public"
+	}
+	if c.Channel == "" {
+		c.Channel = "idem_" + c.Schema
+		if len(c.Channel) > maxChannelLen {
+			c.Channel = c.Channel[:maxChannelLen]
+		}
+	}
+	if c.ReserveRetries == 0 {
+		c.ReserveRetries = 3
+	}
+	if c.ListenerRetry == 0 {
+		c.ListenerRetry = 5 * time.Second
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if len(c.Schema) > maxChannelLen {
+		return fmt.Errorf("idempg: schema name %q is longer than %d bytes", c.Schema, maxChannelLen)
+	}
+	if len(c.Channel) > maxChannelLen {
+		return fmt.Errorf("idempg: channel name %q is longer than %d bytes", c.Channel, maxChannelLen)
+	}
+	if c.ReserveRetries < 0 {
+		return fmt.Errorf("idempg: ReserveRetries %d is negative", c.ReserveRetries)
+	}
+	if c.ListenerRetry < 0 {
+		return fmt.Errorf("idempg: ListenerRetry %v is negative", c.ListenerRetry)
+	}
+	return nil
+}
+
+// Store is the PostgreSQL idemstore.Store. It is safe for concurrent use.
+type Store struct {
+	pool *pgxpool.Pool
+	cfg  Config
+	q    queries
+	l    *listener
+}
+
+// New returns a Store that keeps its records in cfg.Schema through pool. The
+// pool stays the caller's: Close does not close it. New does not touch the
+// database unless cfg.Migrate is true.
+func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("idempg: nil pool")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Migrate {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := Migrate(ctx, pool, cfg); err != nil {
+			return nil, err
+		}
+	}
+	s := &Store{
+		pool: pool,
+		cfg:  cfg,
+		q:    buildQueries(pgx.Identifier{cfg.Schema, "idem_records"}.Sanitize(), !cfg.DisableNotify),
+	}
+	s.l = newListener(pool, cfg.Channel, cfg.ListenerRetry)
+	return s, nil
+}
+
+// Capabilities reports that the store offers CompleteTx and, unless
+// Config.DisableNotify is set, LISTEN/NOTIFY wake-ups.
+func (s *Store) Capabilities() idemstore.Capabilities {
+	return idemstore.Capabilities{TransactionalComplete: true, Notify: !s.cfg.DisableNotify}
+}
+
+// Close stops the listening connection, if Subscribe started one, and wakes
+// every subscriber. It does not close the pool. Close is idempotent; after
+// it, Subscribe fails but the other methods keep working.
+func (s *Store) Close() error {
+	s.l.close()
+	return nil
+}
