@@ -1,0 +1,168 @@
+package idemstoretest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func testPayload(t *testing.T, h Harness) {
+	s := h.New(t)
+
+	big := make([]byte, 4<<20)
+	rng := rand.NewChaCha8([32]byte{'i', 'd', 'e', 'm'})
+	_, _ = rng.Read(big)
+	every := make([]byte, 0, 512)
+	for i := range 256 {
+		every = append(every, byte(i))
+	}
+	for i := 255; i >= 0; i-- {
+		every = append(every, byte(i))
+	}
+	many := http.Header{}
+	for i := range 100 {
+		many.Set(fmt.Sprintf("X-Header-%03d", i), fmt.Sprintf("value %d; with=\"quotes\", commas", i))
+	}
+
+	cases := []struct {
+		name string
+		resp *idemstore.Response
+		want *idemstore.Response // nil means resp
+	}{
+		{"Body4MiB", &idemstore.Response{Status: 200, Header: http.Header{"Content-Type": {"application/octet-stream"}}, Body: big}, nil},
+		{"EveryByteValue", &idemstore.Response{Status: 200, Body: every}, nil},
+		{"HundredHeaders", &idemstore.Response{Status: 201, Header: many, Body: []byte("ok")}, nil},
+		{"MultiValuedHeaders", &idemstore.Response{Status: 202, Header: http.Header{
+			"Link":           {`<https://example.com/a>; rel="next"`, `<https://example.com/b>; rel="prev"`},
+			"Vary":           {"Accept", "Accept-Encoding", "Accept"},
+			"X-Empty":        {""},
+			"Content-Type":   {"text/plain; charset=utf-8"},
+			"X-Unicode-Wert": {"grüße, 世界 ✓"},
+		}, Body: []byte("multi")}, nil},
+		{"EmptyBody", &idemstore.Response{Status: 204, Body: []byte{}}, nil},
+		{"NilBody", &idemstore.Response{Status: 204}, &idemstore.Response{Status: 204, Body: []byte{}}},
+		{"NotReplayable", &idemstore.Response{Status: 200, Header: http.Header{"Content-Type": {"video/mp4"}}, NotReplayable: "body_too_large"}, nil},
+		{"ServerError", &idemstore.Response{Status: 500, Header: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(`{"title":"boom"}`)}, nil},
+		{"TextWithNULAndNewlines", &idemstore.Response{Status: 200, Body: []byte("a\x00b\r\nc\n\x00")}, nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, s)
+			rec := f.reserve(f.key(tc.name), leaseLong)
+			f.complete(rec, tc.resp, expireLater)
+			want := tc.want
+			if want == nil {
+				want = tc.resp
+			}
+			got := f.get(rec.Key)
+			if d := diffResponse(got.Response, want); d != "" {
+				t.Fatalf("Get: response does not round-trip: %s", d)
+			}
+			if len(got.Response.Body) != len(want.Body) {
+				t.Fatalf("Get: body of %d bytes, want %d", len(got.Response.Body), len(want.Body))
+			}
+			again, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: rec.Key, Fingerprint: rec.Fingerprint, Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+			if err != nil || created {
+				t.Fatalf("Reserve of the completed key: created = %v, err = %v", created, err)
+			}
+			if d := diffResponse(again.Response, want); d != "" {
+				t.Fatalf("Reserve: response does not round-trip: %s", d)
+			}
+		})
+	}
+}
+
+// visibleASCII returns n bytes of visible ASCII (0x21..0x7e), cycling so
+// every such character appears.
+func visibleASCII(n int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteByte(byte(0x21 + i%94))
+	}
+	return b.String()
+}
+
+func testKeys(t *testing.T, h Harness) {
+	s := h.New(t)
+
+	t.Run("Unusual", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		keys := []idemstore.Key{
+			{Scope: f.scope, Operation: "POST /payments", Key: visibleASCII(255)},
+			{Scope: f.scope, Operation: "POST /payments", Key: strings.Repeat("~", 255)},
+			{Scope: f.scope + " with spaces", Operation: "POST /a b", Key: "k"},
+			{Scope: f.scope + `|:{}"'` + "`", Operation: `op|:{}"'`, Key: `k|:{}"'`},
+			{Scope: f.scope + `%_*?[]\`, Operation: `%_*?[^a]\`, Key: `%_*?[]\`},
+			{Scope: f.scope + "-ünïcödé-用户-🔑", Operation: "créer un paiement ✓", Key: "k"},
+			{Scope: f.scope + "\t\n", Operation: "op\r\n", Key: "k"},
+			{Scope: f.scope, Operation: "", Key: "empty-operation"},
+		}
+		for i, k := range keys {
+			rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{
+				Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base,
+			})
+			if err != nil || !created {
+				t.Fatalf("Reserve(%q): created = %v, err = %v", k, created, err)
+			}
+			if rec.Key != k {
+				t.Fatalf("Reserve(%q) returned key %q", k, rec.Key)
+			}
+			f.requireUnchanged(rec, "Reserve")
+			resp := jsonResponse(fmt.Sprintf(`{"i":%d}`, i))
+			f.complete(rec, resp, expireLater)
+			f.requireUnchanged(f.expectCompleted(rec, resp, expireLater), "Complete")
+		}
+	})
+
+	t.Run("SeparatorsDoNotCollide", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		sc := f.scope
+		groups := [][]idemstore.Key{
+			{{Scope: sc + "a|b", Operation: "c", Key: "k"}, {Scope: sc + "a", Operation: "b|c", Key: "k"}},
+			{{Scope: sc + "a:b", Operation: "c", Key: "k"}, {Scope: sc + "a", Operation: "b:c", Key: "k"}},
+			{{Scope: sc, Operation: "a:b", Key: "c"}, {Scope: sc, Operation: "a", Key: "b:c"}},
+			{{Scope: sc, Operation: "a|b", Key: "c"}, {Scope: sc, Operation: "a", Key: "b|c"}},
+			{{Scope: sc + "{a}", Operation: "b", Key: "c"}, {Scope: sc + "{a", Operation: "}b", Key: "c"}},
+			{{Scope: sc + "a b", Operation: "c", Key: "d"}, {Scope: sc + "a", Operation: "b c", Key: "d"}},
+			{{Scope: sc + "a/b", Operation: "c", Key: "d"}, {Scope: sc + "a", Operation: "b/c", Key: "d"}},
+			{{Scope: sc + "a\x00b", Operation: "c", Key: "d"}, {Scope: sc + "a", Operation: "b\x00c", Key: "d"}},
+		}
+		for _, g := range groups {
+			var recs []*idemstore.Record
+			for i, k := range g {
+				if strings.ContainsRune(k.Scope+k.Operation, 0) {
+					// NUL cannot be stored in some backends' text columns;
+					// a store may refuse such a key, but must not mix it up.
+					_, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+					if err != nil {
+						recs = nil
+						break
+					}
+					if !created {
+						t.Fatalf("Reserve(%q): created = false, so it collided with %q", k, g[0])
+					}
+					recs = append(recs, f.get(k))
+					continue
+				}
+				rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+				if err != nil {
+					t.Fatalf("Reserve(%q): %v", k, err)
+				}
+				if !created {
+					t.Fatalf("Reserve(%q): created = false, so it collided with %q (got %+v)", k, g[0], rec.Key)
+				}
+				recs = append(recs, rec)
+			}
+			for _, r := range recs {
+				f.requireUnchanged(r, "reserving a look-alike key")
+			}
+		}
+	})
+}

@@ -1,0 +1,82 @@
+package idemstoretest
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func testPurge(t *testing.T, h Harness) {
+	t.Run("Batches", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, h.New(t))
+		n := 0
+		completed := func(expires time.Duration) idemstore.Key {
+			n++
+			rec := f.reserve(f.key(fmt.Sprintf("k%03d", n)), leaseLong)
+			f.complete(rec, jsonResponse(fmt.Sprintf(`{"n":%d}`, n)), expires)
+			return rec.Key
+		}
+		var doomed, kept []idemstore.Key
+		for range 24 {
+			doomed = append(doomed, completed(expireSoon))
+		}
+		// ExpiresAt == Before is purged too.
+		doomed = append(doomed, completed(clockLater))
+		for range 3 {
+			kept = append(kept, completed(expireLater))
+		}
+		kept = append(kept, completed(clockLater+time.Millisecond))
+		for range 3 {
+			n++
+			kept = append(kept, f.reserve(f.key(fmt.Sprintf("k%03d", n)), leaseShort).Key)
+		}
+		for range 2 {
+			n++
+			rec := f.reserve(f.key(fmt.Sprintf("k%03d", n)), leaseShort)
+			f.escalate(rec, "check")
+			kept = append(kept, rec.Key)
+		}
+		keptBefore := make([]*idemstore.Record, len(kept))
+		for i, k := range kept {
+			keptBefore[i] = f.get(k)
+		}
+
+		before := f.base.Add(clockLater)
+		purge := func(batch, want int) {
+			t.Helper()
+			got, err := f.s.Purge(f.ctx(), idemstore.PurgeParams{Before: before, BatchSize: batch})
+			if err != nil {
+				t.Fatalf("Purge(BatchSize %d): %v", batch, err)
+			}
+			if got != want {
+				t.Fatalf("Purge(BatchSize %d) = %d, want %d", batch, got, want)
+			}
+		}
+		purge(7, len(doomed)) // 25 records, batches of 7: 7+7+7+4
+		for _, k := range doomed {
+			f.requireGone(k)
+		}
+		for _, r := range keptBefore {
+			f.requireUnchanged(r, "Purge")
+		}
+		purge(7, 0)
+
+		// An exact multiple of the batch size: 7+7, then an empty batch.
+		for range 14 {
+			completed(expireSoon)
+		}
+		purge(7, 14)
+
+		// The default batch size.
+		for range 3 {
+			completed(expireSoon)
+		}
+		purge(0, 3)
+		for _, r := range keptBefore {
+			f.requireUnchanged(r, "Purge")
+		}
+	})
+}

@@ -1,0 +1,152 @@
+package idemstoretest
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func testTakeover(t *testing.T, h Harness) {
+	s := h.New(t)
+
+	takeover := func(f *fixture, k idemstore.Key, oldToken string, now time.Time) (string, error) {
+		newTok := newToken()
+		err := s.Takeover(f.ctx(), idemstore.TakeoverParams{
+			Key: k, OldToken: oldToken, NewToken: newTok, LeaseUntil: f.base.Add(leaseLong), Now: now,
+		})
+		return newTok, err
+	}
+
+	t.Run("RefusedWhileLeaseAlive", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		rec := f.reserve(f.key("k"), leaseShort)
+		for _, now := range []time.Time{f.base, f.base.Add(leaseShort - time.Millisecond)} {
+			_, err := takeover(f, rec.Key, rec.Token, now)
+			requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover of a live lease")
+			f.requireUnchanged(rec, "refused Takeover")
+		}
+	})
+
+	t.Run("RefusedWithWrongToken", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		rec := f.reserve(f.key("k"), leaseShort)
+		_, err := takeover(f, rec.Key, newToken(), f.base.Add(clockLater))
+		requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover with a wrong old token")
+		f.requireUnchanged(rec, "refused Takeover")
+	})
+
+	t.Run("RefusedWhenMissing", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		k := f.key("missing")
+		_, err := takeover(f, k, newToken(), f.base.Add(clockLater))
+		requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover of a missing record")
+		f.requireGone(k)
+	})
+
+	t.Run("RefusedWhenCompletedOrNeedsReview", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		done := f.reserve(f.key("done"), leaseShort)
+		f.complete(done, jsonResponse(`{}`), expireLater)
+		review := f.reserve(f.key("review"), leaseShort)
+		f.escalate(review, "unknown outcome")
+		for _, rec := range []*idemstore.Record{done, review} {
+			before := f.get(rec.Key)
+			_, err := takeover(f, rec.Key, rec.Token, f.base.Add(clockLater))
+			requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover of a "+string(before.State)+" record")
+			f.requireUnchanged(before, "refused Takeover")
+		}
+	})
+
+	t.Run("AcceptedAfterExpiry", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		rec := f.reserve(f.key("k"), leaseShort)
+		newTok, err := takeover(f, rec.Key, rec.Token, f.base.Add(clockLater))
+		if err != nil {
+			t.Fatalf("Takeover of an expired lease: %v", err)
+		}
+		want := *rec
+		want.Token = newTok
+		want.LeaseUntil = f.base.Add(leaseLong)
+		f.requireUnchanged(&want, "Takeover (only Token and LeaseUntil may change)")
+
+		// The old holder is fenced out of everything, the new one is not.
+		requireFencedOut(f, rec.Key, rec.Token, "with the token that was taken over")
+		_, err = takeover(f, rec.Key, rec.Token, f.base.Add(clockLater))
+		requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover with the token that was taken over")
+
+		want.LeaseUntil = f.base.Add(leaseLong + hour)
+		if err := s.Extend(f.ctx(), idemstore.ExtendParams{Key: rec.Key, Token: newTok, LeaseUntil: want.LeaseUntil, Now: f.base.Add(clockLater)}); err != nil {
+			t.Fatalf("Extend with the new token: %v", err)
+		}
+		f.requireUnchanged(&want, "Extend with the new token")
+		f.complete(&want, jsonResponse(`{"by":"new holder"}`), expireLater)
+		f.requireUnchanged(f.expectCompleted(&want, jsonResponse(`{"by":"new holder"}`), expireLater), "Complete by the new holder")
+	})
+
+	t.Run("AcceptedAtDeadline", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		rec := f.reserve(f.key("k"), leaseShort)
+		// LeaseUntil <= Now: a lease expires at its deadline.
+		newTok, err := takeover(f, rec.Key, rec.Token, rec.LeaseUntil)
+		if err != nil {
+			t.Fatalf("Takeover with Now == LeaseUntil: %v", err)
+		}
+		if got := f.get(rec.Key); got.Token != newTok {
+			t.Fatalf("after Takeover token = %q, want %q", got.Token, newTok)
+		}
+	})
+
+	t.Run("Concurrent", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		rec := f.reserve(f.key("k"), leaseShort)
+		const n = 20
+		var (
+			wg      sync.WaitGroup
+			start   = make(chan struct{})
+			tokens  = make([]string, n)
+			errs    = make([]error, n)
+			ctx     = f.ctx()
+			later   = f.base.Add(clockLater)
+			newUpTo = f.base.Add(leaseLong)
+		)
+		for i := range n {
+			tokens[i] = newToken()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				errs[i] = s.Takeover(ctx, idemstore.TakeoverParams{Key: rec.Key, OldToken: rec.Token, NewToken: tokens[i], LeaseUntil: newUpTo, Now: later})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		winner := ""
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				if winner != "" {
+					t.Fatalf("two concurrent takeovers succeeded (%s and %s)", winner, tokens[i])
+				}
+				winner = tokens[i]
+			case !errors.Is(err, idemstore.ErrLeaseLost):
+				t.Errorf("losing Takeover: err = %v, want ErrLeaseLost", err)
+			}
+		}
+		if winner == "" {
+			t.Fatal("no concurrent Takeover succeeded")
+		}
+		if got := f.get(rec.Key); got.Token != winner || got.State != idemstore.StatePending {
+			t.Fatalf("after concurrent takeovers: state %q token %q, want pending with the winner's %q", got.State, got.Token, winner)
+		}
+	})
+}
