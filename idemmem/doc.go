@@ -1,0 +1,26 @@
+// Package idemmem is an in-memory idemstore.Store for tests and for
+// programs that run as a single process.
+//
+// Start with [New]:
+//
+//	store := idemmem.New(idemmem.Config{})
+//	eng, err := idem.NewEngine(store, idem.EngineConfig{})
+//
+// Records live in a sharded map guarded by mutexes, so the at-most-once
+// guarantee holds between goroutines of one process, and nowhere else: two
+// processes each with their own memory store do not see each other's keys.
+// Use idemsqlite, idempg, idemmysql or idemredis for that.
+//
+// The store copies records in and out, so callers cannot change what it
+// keeps, with one documented exception on the hot path: [Store.Complete]
+// takes ownership of the response it is given.
+//
+// Completed records past their ExpiresAt are evicted without a background
+// goroutine: a Reserve at time Now first evicts records of its shard that
+// expired at or before Now, and treats an expired record for its own key as
+// absent. [Config.MaxRecords] caps the number of records; at the cap Reserve
+// fails with [ErrFull] rather than evict a live record.
+//
+// The store implements idemstore.Notifier: waiters on a key wake up when it
+// is completed, released, escalated, resolved or taken over.
+package idemmem

@@ -1,0 +1,140 @@
+package idemmem
+
+import (
+	"context"
+	"errors"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// fenced runs change on the record for key if it is pending under token,
+// and wakes the key's waiters. The change runs under the shard lock. It
+// returns idemstore.ErrLeaseLost when the record is missing or not pending
+// under token.
+func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, change func(sh *shard, rec *idemstore.Record)) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	sh := s.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rec, ok := sh.recs[key]
+	if !ok || rec.State != idemstore.StatePending || rec.Token != token {
+		return idemstore.ErrLeaseLost
+	}
+	change(sh, rec)
+	sh.wake(key)
+	return nil
+}
+
+var errNilResponse = errors.New("idemmem: Complete needs a response")
+
+// Complete stores p.Response and moves the record to completed, fenced by
+// p.Token. The lease deadline is not checked: the token alone fences.
+//
+// Complete takes ownership of p.Response: the caller must not change it, its
+// header map or its body afterwards. (The engine never does; this saves a
+// copy on every request.) Readers always get a copy.
+func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	if p.Response == nil {
+		return errNilResponse
+	}
+	return s.fenced(ctx, p.Key, p.Token, func(sh *shard, rec *idemstore.Record) {
+		rec.State = idemstore.StateCompleted
+		rec.Response = p.Response
+		rec.ExpiresAt = p.ExpiresAt.UTC()
+		sh.expiry.push(expiryItem{at: rec.ExpiresAt.UnixNano(), key: p.Key})
+	})
+}
+
+// Release deletes the record if it is still pending under token.
+func (s *Store) Release(ctx context.Context, key idemstore.Key, token string) error {
+	return s.fenced(ctx, key, token, func(sh *shard, _ *idemstore.Record) {
+		sh.remove(s, key)
+	})
+}
+
+// Escalate moves a pending record to needs_review with p.Reason, fenced by
+// p.Token.
+func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
+	return s.fenced(ctx, p.Key, p.Token, func(_ *shard, rec *idemstore.Record) {
+		rec.State = idemstore.StateNeedsReview
+		rec.Reason = p.Reason
+	})
+}
+
+// Extend moves the lease deadline of a pending record, fenced by p.Token.
+func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	sh := s.shardFor(p.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rec, ok := sh.recs[p.Key]
+	if !ok || rec.State != idemstore.StatePending || rec.Token != p.Token {
+		return idemstore.ErrLeaseLost
+	}
+	// Nothing a waiter cares about changed, so nobody is woken.
+	rec.LeaseUntil = p.LeaseUntil.UTC()
+	return nil
+}
+
+// Takeover gives a pending record whose lease expired at or before p.Now a
+// new token and lease, fenced by p.OldToken.
+func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	sh := s.shardFor(p.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rec, ok := sh.recs[p.Key]
+	if !ok || rec.State != idemstore.StatePending || rec.Token != p.OldToken || rec.LeaseUntil.After(p.Now) {
+		return idemstore.ErrLeaseLost
+	}
+	rec.Token = p.NewToken
+	rec.LeaseUntil = p.LeaseUntil.UTC()
+	sh.wake(p.Key)
+	return nil
+}
+
+// Resolve settles a needs_review record: it completes it with a copy of
+// p.Response or deletes it.
+func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	switch p.Action {
+	case idemstore.ResolveComplete:
+		if p.Response == nil {
+			return errResolveNoResponse
+		}
+	case idemstore.ResolveRelease:
+	default:
+		return errors.New("idemmem: unknown ResolveAction")
+	}
+	sh := s.shardFor(p.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rec, ok := sh.recs[p.Key]
+	if !ok {
+		return idemstore.ErrNotFound
+	}
+	if rec.State != idemstore.StateNeedsReview {
+		return idemstore.ErrNotNeedsReview
+	}
+	if p.Action == idemstore.ResolveRelease {
+		sh.remove(s, p.Key)
+	} else {
+		rec.State = idemstore.StateCompleted
+		rec.Response = copyResponse(p.Response)
+		rec.ExpiresAt = p.ExpiresAt.UTC()
+		if p.Reason != "" {
+			rec.Reason = p.Reason
+		}
+		sh.expiry.push(expiryItem{at: rec.ExpiresAt.UnixNano(), key: p.Key})
+	}
+	sh.wake(p.Key)
+	return nil
+}

@@ -1,0 +1,129 @@
+package idemmem
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func compareKeys(a, b idemstore.Key) int {
+	return cmp.Or(cmp.Compare(a.Scope, b.Scope), cmp.Compare(a.Operation, b.Operation), cmp.Compare(a.Key, b.Key))
+}
+
+// collect returns copies of every record for which keep is true, ordered
+// by scope, operation and key. Each shard is locked in turn, so the result
+// is not one snapshot of the whole store; that is fine for admin listings.
+func (s *Store) collect(keep func(*idemstore.Record) bool) []*idemstore.Record {
+	var out []*idemstore.Record
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		for _, rec := range sh.recs {
+			if keep(rec) {
+				out = append(out, copyRecord(rec))
+			}
+		}
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, b *idemstore.Record) int { return compareKeys(a.Key, b.Key) })
+	return out
+}
+
+// List pages through records ordered by scope, operation and key. The
+// cursor is the last key of the previous page.
+func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
+	if err := s.check(ctx); err != nil {
+		return idemstore.ListPage{}, err
+	}
+	p = p.Normalize()
+	var after *idemstore.Key
+	if p.Cursor != "" {
+		k, err := decodeCursor(p.Cursor)
+		if err != nil {
+			return idemstore.ListPage{}, err
+		}
+		after = &k
+	}
+	recs := s.collect(func(r *idemstore.Record) bool {
+		return (p.State == "" || r.State == p.State) && (after == nil || compareKeys(r.Key, *after) > 0)
+	})
+	var page idemstore.ListPage
+	if len(recs) > p.Limit {
+		recs = recs[:p.Limit]
+		page.NextCursor = encodeCursor(recs[len(recs)-1].Key)
+	}
+	page.Records = recs
+	return page, nil
+}
+
+func encodeCursor(k idemstore.Key) string {
+	b, _ := json.Marshal([3]string{k.Scope, k.Operation, k.Key})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeCursor(c string) (idemstore.Key, error) {
+	var parts [3]string
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err == nil {
+		err = json.Unmarshal(b, &parts)
+	}
+	if err != nil {
+		return idemstore.Key{}, fmt.Errorf("idemmem: invalid list cursor %q", c)
+	}
+	return idemstore.Key{Scope: parts[0], Operation: parts[1], Key: parts[2]}, nil
+}
+
+// ListExpiredLeases returns up to limit pending records whose lease expired
+// at or before now, ordered by key. A limit of zero or less means 100.
+func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	if limit <= 0 {
+		limit = 100
+	}
+	recs := s.collect(func(r *idemstore.Record) bool {
+		return r.State == idemstore.StatePending && !r.LeaseUntil.After(now)
+	})
+	if len(recs) > limit {
+		recs = recs[:limit]
+	}
+	return recs, nil
+}
+
+// Purge deletes completed records whose ExpiresAt is at or before p.Before,
+// at most p.BatchSize per shard lock, and returns how many it deleted.
+func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
+	p = p.Normalize()
+	before := p.Before.UnixNano()
+	total := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		for {
+			if err := s.check(ctx); err != nil {
+				return total, err
+			}
+			n := 0
+			sh.mu.Lock()
+			for n < p.BatchSize && len(sh.expiry) > 0 && sh.expiry[0].at <= before {
+				it := sh.expiry.pop()
+				if rec, ok := sh.recs[it.key]; ok && expired(rec, p.Before) {
+					sh.remove(s, it.key)
+					n++
+				}
+			}
+			sh.mu.Unlock()
+			total += n
+			if n < p.BatchSize {
+				break
+			}
+		}
+	}
+	return total, nil
+}

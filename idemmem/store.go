@@ -1,0 +1,234 @@
+package idemmem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+var _ idemstore.Store = (*Store)(nil)
+var _ idemstore.Notifier = (*Store)(nil)
+
+// ErrFull is returned by Reserve when the store holds Config.MaxRecords
+// records and none of them has expired. It wraps idemstore.ErrUnavailable,
+// so the engine fails closed instead of running the operation unguarded.
+var ErrFull = fmt.Errorf("idemmem: store is full: %w", idemstore.ErrUnavailable)
+
+// ErrClosed is returned by every method after Close. It wraps
+// idemstore.ErrUnavailable.
+var ErrClosed = fmt.Errorf("idemmem: store is closed: %w", idemstore.ErrUnavailable)
+
+// Config configures a Store. The zero value is ready to use.
+type Config struct {
+	// Shards is the number of independently locked partitions; it is
+	// rounded up to a power of two. Defaults to 64.
+	Shards int
+	// MaxRecords caps how many records the store holds. When it is reached,
+	// Reserve evicts expired records and otherwise fails with ErrFull; it
+	// never evicts a pending, needs_review or unexpired completed record.
+	// Defaults to 0, no cap.
+	MaxRecords int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Shards == 0 {
+		c.Shards = 64
+	}
+	n := 1
+	for n < c.Shards {
+		n <<= 1
+	}
+	c.Shards = n
+	return c
+}
+
+func (c Config) validate() error {
+	if c.Shards < 1 || c.Shards > 1<<16 {
+		return fmt.Errorf("idemmem: Shards = %d, want 1..65536", c.Shards)
+	}
+	if c.MaxRecords < 0 {
+		return fmt.Errorf("idemmem: MaxRecords = %d, want >= 0", c.MaxRecords)
+	}
+	return nil
+}
+
+// Store is an in-memory idemstore.Store. It is safe for concurrent use.
+type Store struct {
+	cfg    Config
+	seed   maphash.Seed
+	shards []shard
+	mask   uint64
+	count  atomic.Int64 // records held; maintained only with MaxRecords
+	closed atomic.Bool
+}
+
+// shard is one locked partition of the store.
+type shard struct {
+	mu      sync.Mutex
+	recs    map[idemstore.Key]*idemstore.Record
+	expiry  expiryHeap
+	waiters map[idemstore.Key][]chan struct{}
+	_       [64]byte // keep neighbouring shards' locks off one cache line
+}
+
+// New returns an empty Store. It fails only when cfg is invalid.
+func New(cfg Config) (*Store, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, seed: maphash.MakeSeed(), shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1)}
+	for i := range s.shards {
+		s.shards[i].recs = make(map[idemstore.Key]*idemstore.Record)
+	}
+	return s, nil
+}
+
+// MustNew is New for configurations known to be valid, such as the zero
+// Config. It panics on an invalid one.
+func MustNew(cfg Config) *Store {
+	s, err := New(cfg)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// Close makes every later call fail with ErrClosed and drops the records.
+// Waiters are woken. Close is idempotent.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		clear(sh.recs)
+		sh.expiry = nil
+		for k := range sh.waiters {
+			sh.wake(k)
+		}
+		sh.mu.Unlock()
+	}
+	s.count.Store(0)
+	return nil
+}
+
+// Len returns the number of records held, expired ones included until they
+// are evicted.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.recs)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// Capabilities reports that the store can notify waiters.
+func (s *Store) Capabilities() idemstore.Capabilities {
+	return idemstore.Capabilities{Notify: true}
+}
+
+func (s *Store) shardFor(k idemstore.Key) *shard {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(k.Scope)
+	h.WriteByte(0)
+	h.WriteString(k.Operation)
+	h.WriteByte(0)
+	h.WriteString(k.Key)
+	return &s.shards[h.Sum64()&s.mask]
+}
+
+// check returns the error every method reports before touching state.
+func (s *Store) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return nil
+}
+
+// expired reports whether rec is a completed record that may be evicted at
+// now.
+func expired(rec *idemstore.Record, now time.Time) bool {
+	return rec.State == idemstore.StateCompleted && !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(now)
+}
+
+// Reserve inserts a pending record for p.Key unless one exists, in which
+// case it returns a copy of that record and created == false. A completed
+// record that expired at or before p.Now counts as absent.
+func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, false, err
+	}
+	now := p.Now.UTC()
+	sh := s.shardFor(p.Key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	sh.evictExpired(s, now)
+	if rec, ok := sh.recs[p.Key]; ok {
+		if !expired(rec, now) {
+			return copyRecord(rec), false, nil
+		}
+		sh.remove(s, p.Key)
+	}
+	if s.cfg.MaxRecords > 0 {
+		if s.count.Add(1) > int64(s.cfg.MaxRecords) {
+			s.count.Add(-1)
+			return nil, false, ErrFull
+		}
+	}
+	rec := &idemstore.Record{
+		Key:         p.Key,
+		Fingerprint: p.Fingerprint,
+		State:       idemstore.StatePending,
+		Token:       p.Token,
+		LeaseUntil:  p.LeaseUntil.UTC(),
+		CreatedAt:   now,
+	}
+	sh.recs[p.Key] = rec
+	out := *rec
+	return &out, true, nil
+}
+
+// Get returns a copy of the record for key, or idemstore.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	sh := s.shardFor(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	rec, ok := sh.recs[key]
+	if !ok {
+		return nil, idemstore.ErrNotFound
+	}
+	return copyRecord(rec), nil
+}
+
+// remove deletes the record for k. The caller holds sh.mu.
+func (sh *shard) remove(s *Store, k idemstore.Key) {
+	if _, ok := sh.recs[k]; !ok {
+		return
+	}
+	delete(sh.recs, k)
+	if s.cfg.MaxRecords > 0 {
+		s.count.Add(-1)
+	}
+}
+
+// errResolveNoResponse is returned by Resolve with ResolveComplete and no
+// response.
+var errResolveNoResponse = errors.New("idemmem: Resolve with ResolveComplete needs a response")
