@@ -1,0 +1,103 @@
+package idemsqlite
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// List returns a page of records in (scope, operation, key) order, filtered
+// by p.State when it is set. The cursor is opaque to callers: it encodes the
+// last key of the previous page, so records added or removed between pages
+// neither repeat nor shift the listing.
+func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
+	p = p.Normalize()
+	if p.State != "" && !p.State.Valid() {
+		return idemstore.ListPage{}, errorf("List: unknown state %q", p.State)
+	}
+	after, err := decodeCursor(p.Cursor)
+	if err != nil {
+		return idemstore.ListPage{}, err
+	}
+	q := `SELECT ` + recordColumns + ` FROM idem_records WHERE 1 = 1`
+	var args []any
+	if p.State != "" {
+		q += ` AND state = ?`
+		args = append(args, string(p.State))
+	}
+	if after != nil {
+		q += ` AND (scope, operation, "key") > (?, ?, ?)`
+		args = append(args, after.Scope, after.Operation, after.Key)
+	}
+	q += ` ORDER BY scope, operation, "key" LIMIT ?`
+	args = append(args, p.Limit+1) // one more, to know whether a next page exists
+	recs, err := s.query(ctx, q, args...)
+	if err != nil {
+		return idemstore.ListPage{}, err
+	}
+	page := idemstore.ListPage{Records: recs}
+	if len(recs) > p.Limit {
+		page.Records = recs[:p.Limit]
+		page.NextCursor = encodeCursor(recs[p.Limit-1].Key)
+	}
+	return page, nil
+}
+
+// ListExpiredLeases returns up to limit pending records whose lease expired
+// at or before now, oldest deadline first. A limit of zero or less means
+// 100, and it is capped at 1000, as for List.
+func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+	limit = idemstore.ListParams{Limit: limit}.Normalize().Limit
+	return s.query(ctx, `SELECT `+recordColumns+` FROM idem_records
+		WHERE state = 'pending' AND lease_until <= ?
+		ORDER BY lease_until, scope, operation, "key" LIMIT ?`, millis(now), limit)
+}
+
+// query runs a SELECT of recordColumns and scans every row.
+func (s *Store) query(ctx context.Context, q string, args ...any) (recs []*idemstore.Record, err error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	defer func() {
+		if cerr := rows.Close(); err == nil && cerr != nil {
+			err = interpretError(ctx, cerr)
+		}
+	}()
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return nil, interpretError(ctx, err)
+		}
+		recs = append(recs, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	return recs, nil
+}
+
+// encodeCursor turns the last key of a page into an opaque cursor.
+func encodeCursor(k idemstore.Key) string {
+	b, _ := json.Marshal([3]string{k.Scope, k.Operation, k.Key})
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// decodeCursor reverses encodeCursor; an empty cursor is the beginning.
+func decodeCursor(c string) (*idemstore.Key, error) {
+	if c == "" {
+		return nil, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, errorf("List: malformed cursor")
+	}
+	var parts [3]string
+	if err := json.Unmarshal(b, &parts); err != nil {
+		return nil, errorf("List: malformed cursor")
+	}
+	return &idemstore.Key{Scope: parts[0], Operation: parts[1], Key: parts[2]}, nil
+}

@@ -1,0 +1,38 @@
+package idemsqlite
+
+import (
+	"context"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Purge deletes completed records whose expiry is at or before p.Before, at
+// most p.BatchSize per statement, each statement its own short write
+// transaction so that reservations from other connections and processes
+// get the write lock between batches. It stops when a batch deletes fewer
+// than BatchSize records or ctx ends, and returns how many it deleted.
+// Pending and needs_review records are never purged.
+func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
+	p = p.Normalize()
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		res, err := s.db.ExecContext(ctx, `DELETE FROM idem_records WHERE rowid IN (
+			SELECT rowid FROM idem_records
+			WHERE state = 'completed' AND expires_at <= ?
+			LIMIT ?)`, millis(p.Before), p.BatchSize)
+		if err != nil {
+			return total, interpretError(ctx, err)
+		}
+		n, err := res.RowsAffected()
+		if err != nil {
+			return total, interpretError(ctx, err)
+		}
+		total += int(n)
+		if int(n) < p.BatchSize {
+			return total, nil
+		}
+	}
+}

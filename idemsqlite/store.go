@@ -1,0 +1,123 @@
+package idemsqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+var _ idemstore.Store = (*Store)(nil)
+
+// Store is an idemstore.Store kept in one SQLite database file. It is safe
+// for concurrent use by many goroutines and by several processes sharing the
+// file (open it with Open in each).
+type Store struct {
+	db  *sql.DB
+	cfg Config
+}
+
+// New returns a Store over db, which the caller opened (preferably with
+// Open) and still owns: closing the Store is closing db. Unless
+// cfg.SkipMigrate is set, New brings the schema up to date first.
+func New(db *sql.DB, cfg Config) (*Store, error) {
+	if db == nil {
+		return nil, errorf("New: nil *sql.DB")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if !cfg.SkipMigrate {
+		if err := Migrate(context.Background(), db); err != nil {
+			return nil, err
+		}
+	}
+	return &Store{db: db, cfg: cfg}, nil
+}
+
+// Capabilities reports that the store offers CompleteTx. It cannot wake
+// waiters in other processes, so it does not implement idemstore.Notifier.
+func (s *Store) Capabilities() idemstore.Capabilities {
+	return idemstore.Capabilities{TransactionalComplete: true}
+}
+
+// recordColumns is the column list scanRecord reads, in order.
+const recordColumns = `scope, operation, "key", fingerprint, state, token, lease_until, response, reason, created_at, expires_at`
+
+// rowScanner is *sql.Row or *sql.Rows.
+type rowScanner interface {
+	Scan(dest ...any) error
+}
+
+// scanRecord reads one row selected with recordColumns.
+func scanRecord(r rowScanner) (*idemstore.Record, error) {
+	var (
+		rec                   idemstore.Record
+		state                 string
+		leaseUntil, createdAt int64
+		expiresAt             sql.NullInt64
+		response              []byte
+	)
+	if err := r.Scan(&rec.Key.Scope, &rec.Key.Operation, &rec.Key.Key, &rec.Fingerprint, &state, &rec.Token,
+		&leaseUntil, &response, &rec.Reason, &createdAt, &expiresAt); err != nil {
+		return nil, err
+	}
+	rec.State = idemstore.State(state)
+	rec.LeaseUntil = fromMillis(leaseUntil)
+	rec.CreatedAt = fromMillis(createdAt)
+	if expiresAt.Valid {
+		rec.ExpiresAt = fromMillis(expiresAt.Int64)
+	}
+	resp, err := idemstore.DecodeResponse(response)
+	if err != nil {
+		return nil, err
+	}
+	rec.Response = resp
+	return &rec, nil
+}
+
+// Get returns the record for key, or idemstore.ErrNotFound.
+func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	row := s.db.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM idem_records
+		WHERE scope = ? AND operation = ? AND "key" = ?`, key.Scope, key.Operation, key.Key)
+	rec, err := scanRecord(row)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, idemstore.ErrNotFound
+	}
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	return rec, nil
+}
+
+// millis turns t into the unix milliseconds stored in the time columns. The
+// zero time is stored as 0.
+func millis(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+// nullMillis is millis for the nullable expires_at column: the zero time is
+// stored as NULL.
+func nullMillis(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMilli(), Valid: true}
+}
+
+// fromMillis reverses millis, in UTC.
+func fromMillis(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// truncMillis returns t as it reads back from the store.
+func truncMillis(t time.Time) time.Time { return fromMillis(millis(t)) }
