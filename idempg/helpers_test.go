@@ -94,13 +94,20 @@ func newSchema(tb testing.TB, pool *pgxpool.Pool) string {
 // newStore returns a store on a fresh schema of its own.
 func newStore(tb testing.TB, pool *pgxpool.Pool, cfg idempg.Config) *idempg.Store {
 	tb.Helper()
+	s, _ := newStoreIn(tb, pool, cfg)
+	return s
+}
+
+// newStoreIn returns a store on a fresh schema of its own, and the schema.
+func newStoreIn(tb testing.TB, pool *pgxpool.Pool, cfg idempg.Config) (*idempg.Store, string) {
+	tb.Helper()
 	cfg.Schema = newSchema(tb, pool)
 	s, err := idempg.New(pool, cfg)
 	if err != nil {
 		tb.Fatalf("New: %v", err)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
-	return s
+	return s, cfg.Schema
 }
 
 // closedPortPool returns a pool pointed at a loopback port nobody listens on.

@@ -1,0 +1,279 @@
+package idempg_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-dev/idem/idempg"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// purchase is the business transaction of these tests: insert an order and
+// store the answer with CompleteTx, in one transaction.
+func purchase(ctx context.Context, s *idempg.Store, tx pgx.Tx, orders string, lease txLease, body string) error {
+	if _, err := tx.Exec(ctx, "INSERT INTO "+orders+" (key, body) VALUES ($1, $2)", lease.key.Key, body); err != nil {
+		return err
+	}
+	return s.CompleteTx(ctx, tx, lease, &idemstore.Response{Status: 201, Body: []byte(body)})
+}
+
+func newOrders(t *testing.T, pool *pgxpool.Pool, schema string) string {
+	t.Helper()
+	orders := pgx.Identifier{schema, "orders"}.Sanitize()
+	if _, err := pool.Exec(t.Context(), "CREATE TABLE "+orders+" (key text PRIMARY KEY, body text NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	return orders
+}
+
+func countOrders(t *testing.T, pool *pgxpool.Pool, orders, key string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(t.Context(), "SELECT count(*) FROM "+orders+" WHERE key = $1", key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestCompleteTxAtomicity kills a business transaction after CompleteTx but
+// before COMMIT: neither the order nor the completion may persist. After the
+// lease expires, a retry takes over and the order exists exactly once.
+func TestCompleteTxAtomicity(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t, "")
+	s, schema := newStoreIn(t, pool, idempg.Config{})
+	orders := newOrders(t, pool, schema)
+	ctx := t.Context()
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	k := idemstore.Key{Scope: "tenant-1", Operation: "POST /orders", Key: "order-1"}
+
+	rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: base.Add(time.Minute), Now: base})
+	if err != nil || !created {
+		t.Fatalf("Reserve = %v, %v", created, err)
+	}
+
+	// First attempt: dies between CompleteTx and COMMIT.
+	txCtx, kill := context.WithCancel(ctx)
+	tx, err := pool.Begin(txCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := txLease{key: k, token: rec.Token, now: base, expiresAt: base.Add(24 * time.Hour)}
+	if err := purchase(txCtx, s, tx, orders, first, "first"); err != nil {
+		t.Fatalf("first purchase: %v", err)
+	}
+	kill() // the process dies: pgx closes the connection, the server rolls back
+	if err := tx.Commit(txCtx); err == nil {
+		t.Fatal("Commit after the context was cancelled succeeded")
+	}
+	if n := countOrders(t, pool, orders, k.Key); n != 0 {
+		t.Fatalf("order rows after the killed transaction = %d, want 0", n)
+	}
+	got, err := s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != idemstore.StatePending || got.Token != "tok-1" || got.Response != nil {
+		t.Fatalf("after the killed transaction: state %q token %q response %v; want pending tok-1 nil", got.State, got.Token, got.Response)
+	}
+
+	// The lease expires; a retry takes over and runs the purchase again.
+	later := base.Add(2 * time.Minute)
+	if err := s.Takeover(ctx, idemstore.TakeoverParams{Key: k, OldToken: "tok-1", NewToken: "tok-2", LeaseUntil: later.Add(time.Minute), Now: later}); err != nil {
+		t.Fatalf("Takeover: %v", err)
+	}
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := txLease{key: k, token: "tok-2", now: later, expiresAt: later.Add(24 * time.Hour)}
+	if err := purchase(ctx, s, tx, orders, second, "second"); err != nil {
+		t.Fatalf("second purchase: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countOrders(t, pool, orders, k.Key); n != 1 {
+		t.Fatalf("order rows = %d, want exactly 1", n)
+	}
+	got, err = s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != idemstore.StateCompleted || string(got.Response.Body) != "second" {
+		t.Fatalf("after the retry: state %q response %+v", got.State, got.Response)
+	}
+
+	// The first holder's token is fenced out, inside a transaction too.
+	tx, err = pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if err := s.CompleteTx(ctx, tx, first, &idemstore.Response{Status: 201}); !errors.Is(err, idemstore.ErrLeaseLost) {
+		t.Fatalf("CompleteTx with the old token = %v, want ErrLeaseLost", err)
+	}
+}
+
+// dropProxy forwards TCP between a client and addr. Once armed, it passes
+// the next COMMIT to the server, waits for the server's answer, and drops
+// the connection instead of forwarding that answer: the transaction
+// committed, but the client never hears so.
+type dropProxy struct {
+	ln    net.Listener
+	addr  string
+	armed atomic.Bool
+	wg    sync.WaitGroup
+}
+
+func newDropProxy(t *testing.T, addr string) *dropProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, addr: addr}
+	p.wg.Add(1)
+	go p.serve()
+	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
+	return p
+}
+
+func (p *dropProxy) serve() {
+	defer p.wg.Done()
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		p.wg.Add(2)
+		commitSent := make(chan struct{})
+		var once sync.Once
+		closeBoth := func() { _ = client.Close(); _ = server.Close() }
+		go func() { // client → server
+			defer p.wg.Done()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := client.Read(buf)
+				if n > 0 {
+					chunk := buf[:n]
+					if p.armed.Load() && bytes.Contains(bytes.ToLower(chunk), []byte("commit")) {
+						// Leave the connection open: the server must
+						// receive and run the COMMIT; the other
+						// direction closes it once the answer comes.
+						p.armed.Store(false)
+						close(commitSent)
+						_, _ = server.Write(chunk)
+						return
+					}
+					if _, werr := server.Write(chunk); werr != nil {
+						once.Do(closeBoth)
+						return
+					}
+				}
+				if err != nil {
+					once.Do(closeBoth)
+					return
+				}
+			}
+		}()
+		go func() { // server → client
+			defer p.wg.Done()
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := server.Read(buf)
+				select {
+				case <-commitSent:
+					// The server answered the COMMIT: swallow it and drop.
+					once.Do(closeBoth)
+					return
+				default:
+				}
+				if n > 0 {
+					if _, werr := client.Write(buf[:n]); werr != nil {
+						once.Do(closeBoth)
+						return
+					}
+				}
+				if err != nil {
+					once.Do(closeBoth)
+					return
+				}
+			}
+		}()
+	}
+}
+
+// TestCompleteTxLostAcknowledgement commits a business transaction whose
+// acknowledgement never reaches the client. The caller, seeing an error,
+// releases the key; the release must leave the completed record alone.
+func TestCompleteTxLostAcknowledgement(t *testing.T) {
+	t.Parallel()
+	pool := testPool(t, "")
+	s, schema := newStoreIn(t, pool, idempg.Config{})
+	orders := newOrders(t, pool, schema)
+	ctx := t.Context()
+
+	cfg := pool.Config().ConnConfig
+	proxy := newDropProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	viaProxy, err := pgxpool.New(ctx, strings.Replace(testURL(t), net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), proxy.ln.Addr().String(), 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer viaProxy.Close()
+
+	base := time.Now().UTC().Truncate(time.Millisecond)
+	k := idemstore.Key{Scope: "tenant-1", Operation: "POST /orders", Key: "order-ack"}
+	rec, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: base.Add(time.Minute), Now: base})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := viaProxy.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lease := txLease{key: k, token: rec.Token, now: base, expiresAt: base.Add(24 * time.Hour)}
+	if err := purchase(ctx, s, tx, orders, lease, "committed answer"); err != nil {
+		t.Fatal(err)
+	}
+	proxy.armed.Store(true)
+	err = tx.Commit(ctx)
+	if err == nil {
+		t.Fatal("Commit reported success; the proxy should have dropped its acknowledgement")
+	}
+	if !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) && !strings.Contains(err.Error(), "closed") {
+		t.Logf("Commit error (expected a broken connection): %v", err)
+	}
+
+	// The caller does not know whether it committed and releases if pending.
+	if err := s.Release(ctx, k, rec.Token); !errors.Is(err, idemstore.ErrLeaseLost) {
+		t.Fatalf("Release after a lost acknowledgement = %v, want ErrLeaseLost", err)
+	}
+	got, err := s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != idemstore.StateCompleted || got.Response == nil || string(got.Response.Body) != "committed answer" || got.Response.Status != 201 {
+		t.Fatalf("after Release: state %q response %+v; want completed with the committed answer", got.State, got.Response)
+	}
+	if n := countOrders(t, pool, orders, k.Key); n != 1 {
+		t.Fatalf("order rows = %d, want 1", n)
+	}
+}
