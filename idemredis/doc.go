@@ -1,0 +1,115 @@
+// Package idemredis keeps idem's idempotency records in Redis, on a single
+// node or a Redis Cluster, through go-redis v9.
+//
+// # Where to start
+//
+// Pass your own client and a Config to [New]; the same Store works with a
+// *redis.Client and a *redis.ClusterClient:
+//
+//	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+//	store, err := idemredis.New(rdb, idemredis.Config{Prefix: "payments"})
+//
+// then hand the store to the engine (idem.NewEngine). The rest of this
+// comment explains how records are kept, what listing costs, and, before you
+// put payments on it, how durable Redis is.
+//
+// # Layout
+//
+// A record is one hash, "<prefix>:{<tag>}:r". The hash tag is the hex
+// SHA-256 of the length-prefixed scope, operation and key, so client strings
+// containing '|', '{' or '}' can neither collide nor break the tag, and a
+// Cluster spreads records evenly over its slots. The original scope,
+// operation and key are kept as fields (and checked on every read). The
+// record's notification channel, "<prefix>:{<tag>}:n", shares the tag and
+// therefore the slot, so nothing the store does ever crosses slots.
+//
+// Each state change (reserve, complete, release, escalate, extend, takeover,
+// resolve) is one Lua script, sent with EVALSHA (EVAL when the node does not
+// know it yet): one round trip, atomic, fenced by the token. Reserve creates
+// the hash only if the key is absent and otherwise returns the existing
+// record from the same script, so the contract's retry loop is never needed.
+//
+// Times are kept as Unix microseconds. The lease deadline is a field, not a
+// TTL, so an expired lease is told apart from a missing record. A completed
+// record keeps expires_at as a field and gets a Redis TTL of
+// (ExpiresAt - Now) + Config.RetentionGrace, computed from the caller's
+// clock: Redis only measures the duration, so clock skew between hosts does
+// not shorten retention. Purge removes completed records whose expires_at
+// has passed; the TTL cleans up after stores nobody purges. Pending and
+// needs_review records never expire on their own.
+//
+// # Listing and its cost
+//
+// List, ListExpiredLeases and Purge SCAN every master (ForEachMaster on a
+// Cluster) with MATCH "<prefix>:{*}:r" and TYPE hash, and read each batch
+// with one pipelined HMGET. There is no index: an index key cannot share the
+// slot of every record, so keeping one would need a second round trip per
+// state change and could drift from the records after a crash. The cost
+// falls on the listing side instead:
+//
+//   - SCAN walks every key of every master, idem's or not; MATCH filters on
+//     the server. A full pass over N keys takes about N/ScanCount SCAN calls
+//     per master plus one HMGET pipeline per batch.
+//   - ListExpiredLeases and Purge make one full pass (ListExpiredLeases stops
+//     early once it has limit records). Run them from one recovery loop, not
+//     per request.
+//   - A List page resumes where the previous one stopped, re-reading at most
+//     one SCAN batch. Records come in SCAN order (by master, then batch, then
+//     key name), not sorted by scope, operation and key. As with SCAN itself,
+//     a record that exists for the whole listing is returned, a record
+//     created or deleted meanwhile may or may not be, and a failover or
+//     resharding during a listing can repeat or skip records.
+//
+// # Notifications
+//
+// The store implements idemstore.Notifier. The complete, release, escalate
+// and resolve scripts publish on the record's channel with SPUBLISH (sharded
+// pub/sub, Redis 7.0 or later), so on a Cluster the message travels only
+// within the shard that owns the record; [Config.ClassicPubSub] switches to
+// PUBLISH/SUBSCRIBE for older servers. A notification is a hint: waiters
+// still poll.
+//
+// # Durability: read this before storing payments
+//
+// Redis acknowledges a write once it is in memory. What survives a crash is
+// decided by the server's persistence settings, not by this package:
+//
+//   - appendonly no (the Redis default, with or without RDB snapshots): a
+//     crash loses every write since the last snapshot, possibly minutes.
+//   - appendonly yes, appendfsync everysec: a crash of the machine (or of
+//     Redis before its background fsync) loses up to about one second of
+//     acknowledged writes. A key reserved just before the crash may vanish,
+//     so a retry reserves it again and the operation runs a second time. A
+//     completion may vanish too: the record is pending again, and once its
+//     lease expires a retry takes it over and runs the operation again (an
+//     external operation goes to needs_review instead); if the reservation
+//     was lost as well, the retry simply runs it again.
+//   - appendonly yes, appendfsync always: every write is fsynced before the
+//     reply, so an acknowledged reserve or complete survives a crash of the
+//     node, at the price of one fsync per state change.
+//
+// Replication is asynchronous. When a master fails and a replica is promoted
+// (Sentinel or Cluster failover), writes the master acknowledged but had not
+// yet sent to that replica are lost, with the same consequences as above,
+// whatever appendfsync says. WAIT (replicas) and WAITAOF (Redis 7.2+, local
+// and replica fsync) after a state change narrow that window but do not make
+// Redis a consensus store; this package does not issue them. A manual
+// CLUSTER FAILOVER (without FORCE) waits for the replica to catch up and
+// loses nothing.
+//
+// For payments and other operations that must not run twice, idem
+// recommends either appendonly yes with appendfsync always on every master
+// and replica, accepting that a failover can still lose recent writes, or a
+// SQL store (idempg, idemmysql), whose CompleteTx also commits the answer
+// with the business change. Redis with appendfsync everysec suits
+// operations where a rare second run is tolerable (e-mails, idempotent
+// upstreams, deduplication).
+//
+// # Errors
+//
+// Errors wrap the idemstore sentinels: a missing record is
+// idemstore.ErrNotFound, a failed fence idemstore.ErrLeaseLost, and a closed
+// client, a refused connection, CLUSTERDOWN, LOADING, READONLY (a write that
+// reached a demoted master) and similar are idemstore.ErrUnavailable.
+// Context cancellation and deadlines remain recognisable with errors.Is.
+package idemredis

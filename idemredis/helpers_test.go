@@ -1,0 +1,117 @@
+package idemredis
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Tests that need a server read its address from the environment, set by
+// `eval "$(scripts/redis.sh)"`. They skip without it, except under CI=true.
+
+func requireEnv(t testing.TB, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is not set (CI=true); run: eval \"$(scripts/redis.sh)\"", name)
+		}
+		t.Skipf("%s is not set; run: eval \"$(scripts/redis.sh)\" to test against Redis", name)
+	}
+	return v
+}
+
+// standaloneClient connects to IDEM_TEST_REDIS_URL.
+func standaloneClient(t testing.TB, poolSize int) *redis.Client {
+	t.Helper()
+	opts, err := redis.ParseURL(requireEnv(t, "IDEM_TEST_REDIS_URL"))
+	if err != nil {
+		t.Fatalf("IDEM_TEST_REDIS_URL: %v", err)
+	}
+	if poolSize > 0 {
+		opts.PoolSize = poolSize
+	}
+	c := redis.NewClient(opts)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// clusterClient connects to the Cluster seeds in IDEM_TEST_REDIS_CLUSTER.
+func clusterClient(t testing.TB, poolSize int) *redis.ClusterClient {
+	t.Helper()
+	addrs := strings.Split(requireEnv(t, "IDEM_TEST_REDIS_CLUSTER"), ",")
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: poolSize})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// testPrefix returns a key prefix no other test uses.
+func testPrefix() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "idemtest-" + hex.EncodeToString(b)
+}
+
+// newTestStore returns a store under a fresh prefix whose keys are deleted
+// when the test ends.
+func newTestStore(t testing.TB, client redis.UniversalClient) *Store {
+	t.Helper()
+	s := newUncleanedStore(t, client)
+	t.Cleanup(func() { deletePrefix(t, s) })
+	return s
+}
+
+// newUncleanedStore returns a store under a fresh prefix and leaves its keys
+// behind (for clients that cannot reach a server).
+func newUncleanedStore(t testing.TB, client redis.UniversalClient) *Store {
+	t.Helper()
+	s, err := New(client, Config{Prefix: testPrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// deletePrefix removes every record of s, on every master.
+func deletePrefix(t testing.TB, s *Store) {
+	ctx := context.Background()
+	nodes, err := s.masters(ctx)
+	if err != nil {
+		t.Logf("cleanup of %s: %v", s.cfg.Prefix, err)
+		return
+	}
+	for _, n := range nodes {
+		var cursor uint64
+		for {
+			keys, next, err := n.client.Scan(ctx, cursor, s.match, 1000).Result()
+			if err != nil {
+				t.Logf("cleanup of %s: %v", s.cfg.Prefix, err)
+				return
+			}
+			for _, k := range keys {
+				n.client.Del(ctx, k)
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+}
+
+// closedAddr returns a loopback address nothing listens on.
+func closedAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
+}

@@ -1,0 +1,141 @@
+package idemredis
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Config configures a Store. The zero value is usable.
+type Config struct {
+	// Prefix starts every key and channel name the store uses, so that
+	// several stores (or tests) can share one Redis. It must not contain
+	// '{' or '}', which would break the hash tag. Defaults to "idem".
+	Prefix string
+
+	// RetentionGrace is added to a completed record's remaining retention
+	// (ExpiresAt - Now) to get its Redis TTL. Until the TTL ends the record
+	// stays readable and Purge can still remove it; after that Redis drops
+	// it on its own. Defaults to 1h.
+	RetentionGrace time.Duration
+
+	// ClassicPubSub makes the store publish and subscribe with PUBLISH and
+	// SUBSCRIBE instead of sharded pub/sub (SPUBLISH and SSUBSCRIBE, which
+	// need Redis 7.0 or later). Classic messages are broadcast to every
+	// node of a Cluster. Defaults to false.
+	ClassicPubSub bool
+
+	// ScanCount is the COUNT hint of the SCAN calls behind List,
+	// ListExpiredLeases and Purge. Defaults to 500.
+	ScanCount int
+}
+
+func (c Config) withDefaults() Config {
+	if c.Prefix == "" {
+		c.Prefix = "idem"
+	}
+	if c.RetentionGrace == 0 {
+		c.RetentionGrace = time.Hour
+	}
+	if c.ScanCount == 0 {
+		c.ScanCount = 500
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if strings.ContainsAny(c.Prefix, "{}") {
+		return fmt.Errorf("idemredis: Prefix %q must not contain '{' or '}'", c.Prefix)
+	}
+	if c.RetentionGrace < time.Millisecond {
+		return fmt.Errorf("idemredis: RetentionGrace %v must be at least 1ms", c.RetentionGrace)
+	}
+	if c.ScanCount < 1 {
+		return fmt.Errorf("idemredis: ScanCount %d must be positive", c.ScanCount)
+	}
+	return nil
+}
+
+// Store is an idemstore.Store kept in Redis, standalone or Cluster. It is
+// safe for concurrent use.
+type Store struct {
+	client redis.UniversalClient
+	cfg    Config
+	// match is the SCAN pattern that selects this store's record keys.
+	match string
+}
+
+var (
+	_ idemstore.Store    = (*Store)(nil)
+	_ idemstore.Notifier = (*Store)(nil)
+)
+
+// New returns a Store that keeps its records through client, which may be a
+// *redis.Client, a *redis.ClusterClient or a failover client. The caller
+// keeps ownership of client and closes it after the last use of the Store.
+// A *redis.Ring is refused: a record's scripts need one node.
+func New(client redis.UniversalClient, cfg Config) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("idemredis: nil client")
+	}
+	if _, ok := client.(*redis.Ring); ok {
+		return nil, errors.New("idemredis: *redis.Ring is not supported; use a Cluster")
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Store{client: client, cfg: cfg, match: globEscape(cfg.Prefix) + ":{*}:r"}, nil
+}
+
+// Capabilities reports that the store can wake waiters (pub/sub) but has no
+// transactional complete.
+func (s *Store) Capabilities() idemstore.Capabilities {
+	return idemstore.Capabilities{Notify: true}
+}
+
+// hashTag returns the hash tag content of a key: the hex SHA-256 of the
+// length-prefixed scope, operation and key. Length prefixes make the
+// encoding injective, so no choice of strings can collide, and hex keeps '{'
+// and '}' out of the tag.
+func hashTag(k idemstore.Key) string {
+	b := make([]byte, 0, 3*binary.MaxVarintLen64+len(k.Scope)+len(k.Operation)+len(k.Key))
+	for _, s := range [...]string{k.Scope, k.Operation, k.Key} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// recordKey is the hash that holds the record: <prefix>:{<tag>}:r.
+func (s *Store) recordKey(k idemstore.Key) string {
+	return s.cfg.Prefix + ":{" + hashTag(k) + "}:r"
+}
+
+// channel is the record's notification channel, in the record's slot so
+// that a script may SPUBLISH to it: <prefix>:{<tag>}:n.
+func (s *Store) channel(k idemstore.Key) string {
+	return s.cfg.Prefix + ":{" + hashTag(k) + "}:n"
+}
+
+// globEscape escapes the characters that SCAN MATCH treats specially.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
