@@ -40,11 +40,13 @@ func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = 64
 	}
-	n := 1
-	for n < c.Shards {
-		n <<= 1
+	if c.Shards > 0 {
+		n := 1
+		for n < c.Shards {
+			n <<= 1
+		}
+		c.Shards = n
 	}
-	c.Shards = n
 	return c
 }
 
@@ -168,29 +170,46 @@ func expired(rec *idemstore.Record, now time.Time) bool {
 
 // Reserve inserts a pending record for p.Key unless one exists, in which
 // case it returns a copy of that record and created == false. A completed
-// record that expired at or before p.Now counts as absent.
+// record that expired at or before p.Now counts as absent. With
+// Config.MaxRecords reached, Reserve evicts what expired at or before p.Now
+// in every shard and fails with ErrFull if that frees nothing.
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, false, err
 	}
 	now := p.Now.UTC()
+	rec, created, full := s.reserve(p, now)
+	if full {
+		s.evictAll(now)
+		if rec, created, full = s.reserve(p, now); full {
+			return nil, false, ErrFull
+		}
+	}
+	return rec, created, nil
+}
+
+// reserve is one attempt of Reserve under the shard lock. full reports that
+// the record cap stopped it.
+func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstore.Record, created, full bool) {
 	sh := s.shardFor(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.evictExpired(s, now)
-	if rec, ok := sh.recs[p.Key]; ok {
-		if !expired(rec, now) {
-			return copyRecord(rec), false, nil
+	if old, ok := sh.recs[p.Key]; ok {
+		if !expired(old, now) {
+			return copyRecord(old), false, false
 		}
 		sh.remove(s, p.Key)
 	}
 	if s.cfg.MaxRecords > 0 {
 		if s.count.Add(1) > int64(s.cfg.MaxRecords) {
 			s.count.Add(-1)
-			return nil, false, ErrFull
+			return nil, false, true
 		}
 	}
-	rec := &idemstore.Record{
+	// One allocation holds the stored record and the caller's copy.
+	pair := new([2]idemstore.Record)
+	pair[0] = idemstore.Record{
 		Key:         p.Key,
 		Fingerprint: p.Fingerprint,
 		State:       idemstore.StatePending,
@@ -198,9 +217,19 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 		LeaseUntil:  p.LeaseUntil.UTC(),
 		CreatedAt:   now,
 	}
-	sh.recs[p.Key] = rec
-	out := *rec
-	return &out, true, nil
+	pair[1] = pair[0]
+	sh.recs[p.Key] = &pair[0]
+	return &pair[1], true, false
+}
+
+// evictAll evicts expired completed records from every shard.
+func (s *Store) evictAll(now time.Time) {
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.evictExpired(s, now)
+		sh.mu.Unlock()
+	}
 }
 
 // Get returns a copy of the record for key, or idemstore.ErrNotFound.

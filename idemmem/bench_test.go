@@ -1,0 +1,125 @@
+package idemmem_test
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// benchRing is how many distinct keys one benchmark goroutine cycles
+// through. Each record expires one tick after it is completed, so by the
+// time a key comes round again its old record has expired and the Reserve
+// creates a fresh one: the store stays small, and the measured path
+// includes the lazy eviction a long-running store does.
+const benchRing = 1 << 12
+
+var benchResponse = &idemstore.Response{
+	Status: http.StatusCreated,
+	Header: http.Header{"Content-Type": {"application/json"}},
+	Body:   []byte(`{"id":"pay_123","amount":1000}`),
+}
+
+var benchGoroutine atomic.Int64
+
+func ringKeys() []idemstore.Key {
+	g := strconv.FormatInt(benchGoroutine.Add(1), 10)
+	keys := make([]idemstore.Key, benchRing)
+	for i := range keys {
+		keys[i] = idemstore.Key{Scope: "tenant-" + g, Operation: "POST /payments", Key: "key-" + strconv.Itoa(i)}
+	}
+	return keys
+}
+
+// reserveComplete runs Reserve then Complete on n keys of the ring, the
+// store-level cost of one Begin + Complete in the engine.
+func reserveComplete(tb testing.TB, s *idemmem.Store, keys []idemstore.Key, next func() bool) {
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := 0; next(); i++ {
+		now = now.Add(time.Millisecond)
+		k := keys[i%benchRing]
+		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{
+			Key: k, Fingerprint: "v1:abc", Token: "token", LeaseUntil: now.Add(30 * time.Second), Now: now,
+		})
+		if err != nil || !created {
+			tb.Fatalf("Reserve: created = %v, err = %v", created, err)
+		}
+		err = s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: rec.Token, Response: benchResponse, Now: now, ExpiresAt: now.Add(time.Millisecond)})
+		if err != nil {
+			tb.Fatalf("Complete: %v", err)
+		}
+	}
+}
+
+func BenchmarkReserveComplete(b *testing.B) {
+	b.Run("Serial", func(b *testing.B) {
+		s := idemmem.MustNew(idemmem.Config{})
+		keys := ringKeys()
+		b.ReportAllocs()
+		b.ResetTimer()
+		n := 0
+		reserveComplete(b, s, keys, func() bool { n++; return n <= b.N })
+	})
+	b.Run("Parallel", func(b *testing.B) {
+		s := idemmem.MustNew(idemmem.Config{})
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			reserveComplete(b, s, ringKeys(), pb.Next)
+		})
+	})
+}
+
+// BenchmarkReplayGet measures reading back a completed record: Reserve of
+// a key that is already completed (what the engine does on every retry)
+// and a plain Get.
+func BenchmarkReplayGet(b *testing.B) {
+	s := idemmem.MustNew(idemmem.Config{})
+	ctx := context.Background()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	k := idemstore.Key{Scope: "tenant", Operation: "POST /payments", Key: "replayed"}
+	rec, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Token: "t", LeaseUntil: now.Add(time.Minute), Now: now})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: rec.Token, Response: benchResponse, Now: now, ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
+		b.Fatal(err)
+	}
+	p := idemstore.ReserveParams{Key: k, Token: "other", LeaseUntil: now.Add(time.Minute), Now: now}
+	replay := func(tb testing.TB) {
+		rec, created, err := s.Reserve(ctx, p)
+		if err != nil || created || rec.Response == nil {
+			tb.Fatalf("replay: %v, %v, %v", rec, created, err)
+		}
+	}
+	get := func(tb testing.TB) {
+		rec, err := s.Get(ctx, k)
+		if err != nil || rec.Response == nil {
+			tb.Fatalf("Get: %v, %v", rec, err)
+		}
+	}
+	for _, c := range []struct {
+		name string
+		op   func(testing.TB)
+	}{{"Reserve", replay}, {"Get", get}} {
+		b.Run(c.name+"/Serial", func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.op(b)
+			}
+		})
+		b.Run(c.name+"/Parallel", func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					c.op(b)
+				}
+			})
+		})
+	}
+}

@@ -1,0 +1,268 @@
+package idemmem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+var base = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func reserve(t *testing.T, s *idemmem.Store, k idemstore.Key, now time.Time) (*idemstore.Record, error) {
+	t.Helper()
+	rec, created, err := s.Reserve(context.Background(), idemstore.ReserveParams{
+		Key: k, Fingerprint: "fp", Token: "tok-" + k.Key, LeaseUntil: now.Add(time.Minute), Now: now,
+	})
+	if err == nil && !created {
+		t.Fatalf("Reserve(%v): not created", k)
+	}
+	return rec, err
+}
+
+func complete(t *testing.T, s *idemmem.Store, rec *idemstore.Record, resp *idemstore.Response, expires time.Time) {
+	t.Helper()
+	err := s.Complete(context.Background(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: resp, Now: base, ExpiresAt: expires})
+	if err != nil {
+		t.Fatalf("Complete(%v): %v", rec.Key, err)
+	}
+}
+
+func key(i int) idemstore.Key { return idemstore.Key{Scope: "s", Operation: "op", Key: fmt.Sprint(i)} }
+
+func TestNewValidates(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []idemmem.Config{{Shards: -1}, {MaxRecords: -1}, {Shards: 1 << 20}} {
+		if _, err := idemmem.New(cfg); err == nil {
+			t.Errorf("New(%+v): no error", cfg)
+		}
+	}
+	if _, err := idemmem.New(idemmem.Config{Shards: 3, MaxRecords: 10}); err != nil {
+		t.Errorf("New: %v", err)
+	}
+}
+
+func TestReadersGetCopies(t *testing.T) {
+	t.Parallel()
+	s := idemmem.MustNew(idemmem.Config{})
+	ctx := context.Background()
+	rec, err := reserve(t, s, key(1), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Token = "mutated" // the caller's copy, not the stored record
+	got, err := s.Get(ctx, key(1))
+	if err != nil || got.Token != "tok-1" {
+		t.Fatalf("Get after mutating Reserve's record: %v, %v", got, err)
+	}
+	complete(t, s, got, &idemstore.Response{Status: 200, Header: http.Header{"A": {"1"}}, Body: []byte("body")}, base.Add(time.Hour))
+
+	for _, read := range []func() *idemstore.Record{
+		func() *idemstore.Record { r, _ := s.Get(ctx, key(1)); return r },
+		func() *idemstore.Record { r, _, _ := s.Reserve(ctx, idemstore.ReserveParams{Key: key(1), Now: base}); return r },
+		func() *idemstore.Record {
+			p, _ := s.List(ctx, idemstore.ListParams{})
+			return p.Records[0]
+		},
+	} {
+		r := read()
+		r.Response.Body[0] = 'X'
+		r.Response.Header["A"][0] = "mutated"
+		r.Response.Header.Set("B", "new")
+		r.Response.Status = 500
+	}
+	got, _ = s.Get(ctx, key(1))
+	if string(got.Response.Body) != "body" || got.Response.Header.Get("A") != "1" || got.Response.Header.Get("B") != "" || got.Response.Status != 200 {
+		t.Fatalf("stored response changed through a returned copy: %+v", got.Response)
+	}
+}
+
+func TestExpiredRecordsAreEvicted(t *testing.T) {
+	t.Parallel()
+	s := idemmem.MustNew(idemmem.Config{Shards: 1})
+	ctx := context.Background()
+	for i := range 10 {
+		rec, err := reserve(t, s, key(i), base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		complete(t, s, rec, &idemstore.Response{Status: 200}, base.Add(time.Duration(i+1)*time.Minute))
+	}
+	pending, err := reserve(t, s, key(100), base) // never evicted
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Len(); n != 11 {
+		t.Fatalf("Len = %d, want 11", n)
+	}
+
+	// A Reserve at base+5m evicts the five records that expired by then.
+	if _, err := reserve(t, s, key(200), base.Add(5*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	if n := s.Len(); n != 7 {
+		t.Fatalf("Len after a Reserve at +5m = %d, want 7 (5 live completed, 1 pending, 1 new)", n)
+	}
+	for i := range 10 {
+		_, err := s.Get(ctx, key(i))
+		if gone := errors.Is(err, idemstore.ErrNotFound); gone != (i < 5) {
+			t.Errorf("key %d: Get err = %v, evicted = %v, want %v", i, err, gone, i < 5)
+		}
+	}
+
+	// An expired record of the reserved key itself counts as absent, even
+	// in a shard the sweep has not reached.
+	s2 := idemmem.MustNew(idemmem.Config{})
+	rec, _ := reserve(t, s2, key(1), base)
+	complete(t, s2, rec, &idemstore.Response{Status: 200}, base.Add(time.Minute))
+	if _, err := reserve(t, s2, key(1), base.Add(time.Minute)); err != nil {
+		t.Fatalf("Reserve of an expired key: %v", err)
+	}
+
+	// The pending record outlives everything.
+	if _, err := reserve(t, s, key(300), base.Add(24*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Get(ctx, pending.Key)
+	if err != nil || got.State != idemstore.StatePending {
+		t.Fatalf("pending record after a late Reserve: %v, %v", got, err)
+	}
+	if n := s.Len(); n != 3 {
+		t.Fatalf("Len after a Reserve at +24h = %d, want 3 (the three pending records)", n)
+	}
+}
+
+func TestMaxRecords(t *testing.T) {
+	t.Parallel()
+	s := idemmem.MustNew(idemmem.Config{MaxRecords: 3})
+	ctx := context.Background()
+	var recs []*idemstore.Record
+	for i := range 3 {
+		rec, err := reserve(t, s, key(i), base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, rec)
+	}
+	_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key(3), Token: "t", Now: base})
+	if !errors.Is(err, idemmem.ErrFull) || !errors.Is(err, idemstore.ErrUnavailable) || created {
+		t.Fatalf("Reserve over the cap: created = %v, err = %v; want ErrFull wrapping ErrUnavailable", created, err)
+	}
+	// An existing key is still answered at the cap.
+	if got, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key(0), Now: base}); err != nil || created || got.Token != recs[0].Token {
+		t.Fatalf("Reserve of an existing key at the cap: %v, %v, %v", got, created, err)
+	}
+
+	// Live records are never evicted for room: not pending, not
+	// needs_review, not completed before ExpiresAt.
+	complete(t, s, recs[0], &idemstore.Response{Status: 200}, base.Add(time.Hour))
+	if err := s.Escalate(ctx, idemstore.EscalateParams{Key: recs[1].Key, Token: recs[1].Token, Reason: "r", Now: base}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reserve(t, s, key(3), base.Add(59*time.Minute)); !errors.Is(err, idemmem.ErrFull) {
+		t.Fatalf("Reserve at the cap before anything expired: err = %v, want ErrFull", err)
+	}
+	for _, r := range recs {
+		if _, err := s.Get(ctx, r.Key); err != nil {
+			t.Fatalf("live record %v evicted: %v", r.Key, err)
+		}
+	}
+
+	// Once the completed record has expired it makes room, in whichever
+	// shard it lives.
+	if _, err := reserve(t, s, key(3), base.Add(time.Hour)); err != nil {
+		t.Fatalf("Reserve at the cap after an expiry: %v", err)
+	}
+	// Release makes room too.
+	if err := s.Release(ctx, recs[2].Key, recs[2].Token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := reserve(t, s, key(4), base.Add(time.Hour)); err != nil {
+		t.Fatalf("Reserve after a Release: %v", err)
+	}
+	if _, err := reserve(t, s, key(5), base.Add(time.Hour)); !errors.Is(err, idemmem.ErrFull) {
+		t.Fatalf("Reserve over the cap: err = %v, want ErrFull", err)
+	}
+	if n := s.Len(); n != 3 {
+		t.Fatalf("Len = %d, want 3", n)
+	}
+}
+
+func TestCloseWakesWaitersAndRefusesCalls(t *testing.T) {
+	t.Parallel()
+	s := idemmem.MustNew(idemmem.Config{})
+	ctx := context.Background()
+	if _, err := reserve(t, s, key(1), base); err != nil {
+		t.Fatal(err)
+	}
+	ch, cancel, err := s.Subscribe(ctx, key(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Close did not wake a waiter")
+	}
+	if _, err := s.Get(ctx, key(1)); !errors.Is(err, idemmem.ErrClosed) || !errors.Is(err, idemstore.ErrUnavailable) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+	if _, _, err := s.Subscribe(ctx, key(1)); !errors.Is(err, idemmem.ErrClosed) {
+		t.Fatalf("Subscribe after Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+func TestSubscribeCancel(t *testing.T) {
+	t.Parallel()
+	s := idemmem.MustNew(idemmem.Config{})
+	ctx := context.Background()
+	rec, err := reserve(t, s, key(1), base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch1, cancel1, _ := s.Subscribe(ctx, key(1))
+	ch2, cancel2, _ := s.Subscribe(ctx, key(1))
+	defer cancel2()
+	cancel1()
+	cancel1()
+	// Extend changes nothing a waiter cares about.
+	if err := s.Extend(ctx, idemstore.ExtendParams{Key: key(1), Token: rec.Token, LeaseUntil: base.Add(time.Hour), Now: base}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch2:
+		t.Fatal("Extend woke a waiter")
+	default:
+	}
+	complete(t, s, rec, &idemstore.Response{Status: 200}, base.Add(time.Hour))
+	select {
+	case <-ch2:
+	default:
+		t.Fatal("Complete did not wake the remaining waiter")
+	}
+	select {
+	case <-ch1:
+		t.Fatal("a cancelled subscription was woken")
+	default:
+	}
+}
+
+func TestListRejectsBadCursor(t *testing.T) {
+	t.Parallel()
+	s := idemmem.MustNew(idemmem.Config{})
+	if _, err := s.List(context.Background(), idemstore.ListParams{Cursor: "!!not a cursor"}); err == nil {
+		t.Fatal("List with a malformed cursor: no error")
+	}
+}
