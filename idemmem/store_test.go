@@ -64,7 +64,10 @@ func TestReadersGetCopies(t *testing.T) {
 
 	for _, read := range []func() *idemstore.Record{
 		func() *idemstore.Record { r, _ := s.Get(ctx, key(1)); return r },
-		func() *idemstore.Record { r, _, _ := s.Reserve(ctx, idemstore.ReserveParams{Key: key(1), Now: base}); return r },
+		func() *idemstore.Record {
+			r, _, _ := s.Reserve(ctx, idemstore.ReserveParams{Key: key(1), Now: base})
+			return r
+		},
 		func() *idemstore.Record {
 			p, _ := s.List(ctx, idemstore.ListParams{})
 			return p.Records[0]
