@@ -1,7 +1,9 @@
 package idemstoretest
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -110,4 +112,85 @@ func testConcurrency(t *testing.T, h Harness) {
 			checkOneWinner(f, k, results[k])
 		}
 	})
+
+	t.Run("ReserveReleaseChurn", func(t *testing.T) {
+		t.Parallel()
+		churn(newFixture(t, h.New(t)), 8, 25)
+	})
+}
+
+// churn has goroutines reserve one key and release it again as fast as they
+// can. A Reserve that loses may find the winner's record already released:
+// the store must then retry its insert (idemstore.MaxReserveAttempts)
+// rather than report ErrNotFound, and at no moment may two goroutines hold
+// the key.
+func churn(f *fixture, goroutines, rounds int) {
+	f.t.Helper()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		holders int
+		errs    []error
+		start   = make(chan struct{})
+		ctx     = f.ctx()
+		k       = f.key("churn")
+	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+	}
+	for range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range rounds {
+				tok := newToken()
+				rec, created, err := f.s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+				switch {
+				case errors.Is(err, idemstore.ErrRetryable):
+					continue // allowed after MaxReserveAttempts of bad luck
+				case err != nil:
+					fail(fmt.Errorf("Reserve: %w", err))
+					return
+				case rec == nil:
+					fail(errors.New("Reserve: nil record without an error"))
+					return
+				case !created:
+					if rec.Token == tok || rec.State != idemstore.StatePending {
+						fail(fmt.Errorf("losing Reserve returned %+v", *rec))
+						return
+					}
+					continue
+				}
+				mu.Lock()
+				holders++
+				n := holders
+				mu.Unlock()
+				if n > 1 {
+					fail(errors.New("two goroutines held the key at once"))
+				}
+				runtime.Gosched() // widen the window in which a second holder would show
+				mu.Lock()
+				holders--
+				mu.Unlock()
+				// A second holder would also have overwritten this token,
+				// and this Release would then fail.
+				err = f.s.Release(ctx, k, tok)
+				for i := 0; errors.Is(err, idemstore.ErrRetryable) && i < 5; i++ {
+					err = f.s.Release(ctx, k, tok)
+				}
+				if err != nil {
+					fail(fmt.Errorf("Release by the holder: %w", err))
+					return
+				}
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if len(errs) > 0 {
+		f.t.Fatalf("%d failures under reserve/release churn, first: %v", len(errs), errs[0])
+	}
 }

@@ -2,6 +2,7 @@ package idemstoretest
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -105,6 +106,11 @@ func testTakeover(t *testing.T, h Harness) {
 		}
 	})
 
+	t.Run("RacesComplete", func(t *testing.T) {
+		t.Parallel()
+		testTakeoverRacesComplete(t, s)
+	})
+
 	t.Run("Concurrent", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
@@ -149,4 +155,66 @@ func testTakeover(t *testing.T, h Harness) {
 			t.Fatalf("after concurrent takeovers: state %q token %q, want pending with the winner's %q", got.State, got.Token, winner)
 		}
 	})
+}
+
+// testTakeoverRacesComplete races the old holder's Complete (which ignores
+// the lease deadline) against takeovers of its expired lease: exactly one
+// change wins, and the record shows that one.
+func testTakeoverRacesComplete(t *testing.T, s idemstore.Store) {
+	f := newFixture(t, s)
+	for round := range 5 {
+		rec := f.reserve(f.key(fmt.Sprintf("k%d", round)), leaseShort)
+		const n = 4
+		var (
+			wg       sync.WaitGroup
+			start    = make(chan struct{})
+			tokens   = make([]string, n)
+			errs     = make([]error, n)
+			complErr error
+			ctx      = f.ctx()
+			resp     = jsonResponse(`{"by":"old holder"}`)
+		)
+		wg.Add(n + 1)
+		go func() {
+			defer wg.Done()
+			<-start
+			complErr = s.Complete(ctx, idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: resp, Now: f.base.Add(clockLater), ExpiresAt: f.base.Add(expireLater)})
+		}()
+		for i := range n {
+			tokens[i] = newToken()
+			go func() {
+				defer wg.Done()
+				<-start
+				errs[i] = s.Takeover(ctx, idemstore.TakeoverParams{Key: rec.Key, OldToken: rec.Token, NewToken: tokens[i], LeaseUntil: f.base.Add(leaseLong), Now: f.base.Add(clockLater)})
+			}()
+		}
+		close(start)
+		wg.Wait()
+		winners := 0
+		winner := ""
+		if complErr == nil {
+			winners++
+		} else if !errors.Is(complErr, idemstore.ErrLeaseLost) {
+			t.Fatalf("round %d: Complete racing takeovers: %v", round, complErr)
+		}
+		for i, err := range errs {
+			if err == nil {
+				winners++
+				winner = tokens[i]
+			} else if !errors.Is(err, idemstore.ErrLeaseLost) {
+				t.Fatalf("round %d: Takeover racing Complete: %v", round, err)
+			}
+		}
+		if winners != 1 {
+			t.Fatalf("round %d: %d of Complete and %d takeovers succeeded, want exactly 1", round, winners, n)
+		}
+		got := f.get(rec.Key)
+		if complErr == nil {
+			if d := diffRecord(got, f.expectCompleted(rec, resp, expireLater)); d != "" {
+				t.Fatalf("round %d: Complete won but the record is: %s", round, d)
+			}
+		} else if got.State != idemstore.StatePending || got.Token != winner {
+			t.Fatalf("round %d: a takeover won but the record is %q with token %q, want pending with %q", round, got.State, got.Token, winner)
+		}
+	}
 }
