@@ -172,10 +172,29 @@ type Request struct {
 	Fingerprint string
 	// Kind decides what happens to an expired lease. Defaults to External.
 	Kind Kind
+	// Lease overrides EngineConfig.Lease for this operation when positive.
+	Lease time.Duration
+	// Retention overrides EngineConfig.Retention for this operation when
+	// positive.
+	Retention time.Duration
 	// Wait, when positive, makes Begin wait up to this long for an
 	// in-flight duplicate to finish, and then replay its answer (or acquire
 	// the key, if it was released). Zero answers InFlight at once.
 	Wait time.Duration
+}
+
+func (r *Request) leaseDuration(e *Engine) time.Duration {
+	if r.Lease > 0 {
+		return r.Lease
+	}
+	return e.cfg.Lease
+}
+
+func (r *Request) retention(e *Engine) time.Duration {
+	if r.Retention > 0 {
+		return r.Retention
+	}
+	return e.cfg.Retention
 }
 
 // Outcome is what Begin decided.
@@ -275,7 +294,7 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 	for round := 0; round < maxBeginRounds; round++ {
 		now := e.cfg.Now()
 		token := e.newToken()
-		leaseUntil := now.Add(e.cfg.Lease)
+		leaseUntil := now.Add(req.leaseDuration(e))
 		rec, created, err := e.store.Reserve(ctx, idemstore.ReserveParams{
 			Key:         req.Key,
 			Fingerprint: req.Fingerprint,
@@ -287,7 +306,7 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 			return Result{}, err
 		}
 		if created {
-			return Result{Outcome: Acquired, Lease: e.newLease(req.Key, token, leaseUntil, req.Kind)}, nil
+			return Result{Outcome: Acquired, Lease: e.newLease(req, token, leaseUntil)}, nil
 		}
 		res, retry, err := e.classify(ctx, req, rec, now)
 		if err != nil || !retry {
@@ -319,7 +338,7 @@ func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Recor
 	// The holder's lease expired.
 	if req.Kind == Transactional {
 		token := e.newToken()
-		leaseUntil := now.Add(e.cfg.Lease)
+		leaseUntil := now.Add(req.leaseDuration(e))
 		err := e.store.Takeover(ctx, idemstore.TakeoverParams{
 			Key: req.Key, OldToken: rec.Token, NewToken: token, LeaseUntil: leaseUntil, Now: now,
 		})
@@ -327,7 +346,7 @@ func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Recor
 		case err == nil:
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: took over an expired lease",
 				slog.String("key", redact(req.Key)), slog.Time("lease_until", rec.LeaseUntil))
-			return Result{Outcome: Acquired, Lease: e.newLease(req.Key, token, leaseUntil, req.Kind), TookOver: true}, false, nil
+			return Result{Outcome: Acquired, Lease: e.newLease(req, token, leaseUntil), TookOver: true}, false, nil
 		case errors.Is(err, idemstore.ErrLeaseLost):
 			return Result{}, true, nil
 		default:

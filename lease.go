@@ -42,6 +42,8 @@ type Lease struct {
 	key   Key
 	token string
 	kind  Kind
+	// lease and retention are the durations this operation runs with.
+	lease, retention time.Duration
 
 	mu         sync.Mutex
 	leaseUntil time.Time
@@ -49,8 +51,9 @@ type Lease struct {
 	txResp     *Response // what PrepareTxComplete was given
 }
 
-func (e *Engine) newLease(key Key, token string, leaseUntil time.Time, kind Kind) *Lease {
-	return &Lease{e: e, key: key, token: token, kind: kind, leaseUntil: leaseUntil}
+func (e *Engine) newLease(req Request, token string, leaseUntil time.Time) *Lease {
+	return &Lease{e: e, key: req.Key, token: token, kind: req.Kind, leaseUntil: leaseUntil,
+		lease: req.leaseDuration(e), retention: req.retention(e)}
 }
 
 // Key returns the key the lease holds.
@@ -61,6 +64,9 @@ func (l *Lease) Token() string { return l.token }
 
 // Kind returns the operation kind given to Begin.
 func (l *Lease) Kind() Kind { return l.kind }
+
+// Duration returns the lease duration the operation runs with.
+func (l *Lease) Duration() time.Duration { return l.lease }
 
 // Deadline returns when the lease expires unless extended.
 func (l *Lease) Deadline() time.Time {
@@ -121,7 +127,7 @@ func (l *Lease) completeParams(resp *Response) idemstore.CompleteParams {
 		Token:     l.token,
 		Response:  stored,
 		Now:       now,
-		ExpiresAt: now.Add(l.e.cfg.Retention),
+		ExpiresAt: now.Add(l.retention),
 	}
 }
 
@@ -149,10 +155,11 @@ func (l *Lease) Escalate(ctx context.Context, reason string) error {
 	return err
 }
 
-// Extend renews the lease for another EngineConfig.Lease from now.
+// Extend renews the lease for another lease duration (Request.Lease, or
+// EngineConfig.Lease) from now.
 func (l *Lease) Extend(ctx context.Context) error {
 	now := l.e.cfg.Now()
-	until := now.Add(l.e.cfg.Lease)
+	until := now.Add(l.lease)
 	err := l.e.store.Extend(ctx, idemstore.ExtendParams{Key: l.key, Token: l.token, LeaseUntil: until, Now: now})
 	if err == nil {
 		l.mu.Lock()

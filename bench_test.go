@@ -1,0 +1,100 @@
+package idem_test
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-dev/idem"
+)
+
+// BenchmarkBeginComplete measures one Begin (acquire) and one Complete on the
+// memory store: the engine's own cost per protected operation.
+func BenchmarkBeginComplete(b *testing.B) {
+	e, _ := newEngine(b, idem.EngineConfig{})
+	ctx := context.Background()
+	resp := &idem.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}
+	keys := make([]string, b.N)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	r := req("")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		r.Key.Key = keys[i]
+		res, err := e.Begin(ctx, r)
+		if err != nil || res.Outcome != idem.Acquired {
+			b.Fatal(res.Outcome, err)
+		}
+		if err := res.Lease.Complete(ctx, resp); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBeginCompleteParallel is BenchmarkBeginComplete from GOMAXPROCS
+// goroutines.
+func BenchmarkBeginCompleteParallel(b *testing.B) {
+	e, _ := newEngine(b, idem.EngineConfig{})
+	ctx := context.Background()
+	resp := &idem.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}
+	var seq atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		r := req("")
+		for pb.Next() {
+			r.Key.Key = "key-" + strconv.FormatInt(seq.Add(1), 10)
+			res, err := e.Begin(ctx, r)
+			if err != nil || res.Outcome != idem.Acquired {
+				b.Error(res.Outcome, err)
+				return
+			}
+			if err := res.Lease.Complete(ctx, resp); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkBeginReplay measures Begin on a completed key.
+func BenchmarkBeginReplay(b *testing.B) {
+	e, _ := newEngine(b, idem.EngineConfig{})
+	ctx := context.Background()
+	res := mustBeginB(b, e, req("k"))
+	if err := res.Lease.Complete(ctx, &idem.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
+		b.Fatal(err)
+	}
+	r := req("k")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		res, err := e.Begin(ctx, r)
+		if err != nil || res.Outcome != idem.Replayed {
+			b.Fatal(res.Outcome, err)
+		}
+	}
+}
+
+func mustBeginB(b *testing.B, e *idem.Engine, r idem.Request) idem.Result {
+	res, err := e.Begin(context.Background(), r)
+	if err != nil || res.Outcome != idem.Acquired {
+		b.Fatal(res.Outcome, err)
+	}
+	return res
+}
+
+// BenchmarkFingerprintJSON measures fingerprinting a small JSON body.
+func BenchmarkFingerprintJSON(b *testing.B) {
+	in := idem.FingerprintInput{Method: "POST", Operation: "POST /payments", ContentType: "application/json",
+		Body: []byte(`{"currency":"usd","amount":1000,"customer":"cus_123","metadata":{"order":"A-17","note":"gift"}}`)}
+	b.ReportAllocs()
+	b.SetBytes(int64(len(in.Body)))
+	for i := 0; i < b.N; i++ {
+		if _, err := idem.Fingerprint(in, idem.FingerprintOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

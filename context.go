@@ -1,0 +1,22 @@
+package idem
+
+import "context"
+
+type leaseKey struct{}
+
+// ContextWithLease returns a context that carries lease. The middleware
+// does this for every handler it runs.
+func ContextWithLease(ctx context.Context, lease *Lease) context.Context {
+	return context.WithValue(ctx, leaseKey{}, lease)
+}
+
+// LeaseFrom returns the lease of the request being handled, or nil when the
+// request is not protected (a GET, or an optional key that was not sent).
+//
+// A handler whose business data lives in the store's database passes it to
+// the store's CompleteTx inside its own transaction, so the change and the
+// stored answer commit together; the middleware then stores nothing itself.
+func LeaseFrom(ctx context.Context) *Lease {
+	l, _ := ctx.Value(leaseKey{}).(*Lease)
+	return l
+}
