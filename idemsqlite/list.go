@@ -47,13 +47,14 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired
-// at or before now, oldest deadline first. A limit of zero or less means
+// at or before now, oldest deadline first (straight from the
+// (state, lease_until) index, without a sort). A limit of zero or less means
 // 100, and it is capped at 1000, as for List.
 func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
 	limit = idemstore.ListParams{Limit: limit}.Normalize().Limit
 	return s.query(ctx, `SELECT `+recordColumns+` FROM idem_records
 		WHERE state = 'pending' AND lease_until <= ?
-		ORDER BY lease_until, scope, operation, "key" LIMIT ?`, millis(now), limit)
+		ORDER BY lease_until LIMIT ?`, millis(now), limit)
 }
 
 // query runs a SELECT of recordColumns and scans every row.

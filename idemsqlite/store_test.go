@@ -3,6 +3,7 @@ package idemsqlite_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -74,7 +75,7 @@ func TestCancelledContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: idemstore.Key{Scope: "s", Operation: "o", Key: "k"}, Token: "t"})
-	if !errorsIsCanceled(err) {
+	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Reserve with cancelled ctx: %v", err)
 	}
 }
