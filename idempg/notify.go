@@ -39,15 +39,29 @@ func keyHash(k idemstore.Key) uint64 {
 //
 // The first Subscribe of a Store opens one dedicated connection (with the
 // pool's connection settings, outside the pool) and LISTENs on
-// Config.Channel; Subscribe returns once that connection listens, so no
-// notification sent after it returns is missed. If the connection cannot be
-// opened, Subscribe fails with an error wrapping idemstore.ErrUnavailable,
-// and the store keeps trying in the background.
+// Config.Channel. Subscribe returns once that connection listens and the
+// record is flagged as waited on (only flagged records are announced), so
+// no change after it returns is missed. If the record is no longer pending,
+// the channel is woken at once. If the server cannot be reached, Subscribe
+// fails with an error wrapping idemstore.ErrUnavailable, and the store
+// keeps trying to listen in the background.
 func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct{}, func(), error) {
 	if s.cfg.DisableNotify {
 		return nil, nil, errors.New("idempg: notifications are disabled (Config.DisableNotify)")
 	}
-	return s.l.subscribe(ctx, keyHash(key))
+	sub, cancel, err := s.l.subscribe(ctx, keyHash(key))
+	if err != nil {
+		return nil, nil, err
+	}
+	tag, err := s.pool.Exec(ctx, s.q.markWaiting, key.Scope, key.Operation, key.Key)
+	if err != nil {
+		cancel()
+		return nil, nil, interpretError(ctx, err)
+	}
+	if tag.RowsAffected() == 0 {
+		wake(sub) // not pending (any more): nothing to wait for
+	}
+	return sub.ch, cancel, nil
 }
 
 type listenState int
@@ -96,7 +110,7 @@ func (l *listener) setState(st listenState, err error) {
 	l.changed = make(chan struct{})
 }
 
-func (l *listener) subscribe(ctx context.Context, h uint64) (<-chan struct{}, func(), error) {
+func (l *listener) subscribe(ctx context.Context, h uint64) (*subscriber, func(), error) {
 	l.mu.Lock()
 	if l.state == stateIdle {
 		runCtx, stop := context.WithCancel(context.Background())
@@ -131,7 +145,7 @@ func (l *listener) subscribe(ctx context.Context, h uint64) (<-chan struct{}, fu
 					}
 				})
 			}
-			return sub.ch, cancel, nil
+			return sub, cancel, nil
 		}
 		changed := l.changed
 		l.mu.Unlock()

@@ -18,10 +18,13 @@ const recordColumns = `scope, operation, key, fingerprint, state, token, lease_u
 //
 // Statements that end a wait (complete, release, escalate, resolve,
 // takeover) are written as a data-modifying CTE followed by a SELECT that
-// calls pg_notify once per changed row. The notification is sent when the
-// surrounding transaction commits: for CompleteTx, at the caller's commit.
-// A statement that changed nothing returns no row, which is how the callers
-// detect a lost lease.
+// calls pg_notify for the changed row if a waiter flagged it (Subscribe sets
+// the waiters column). The notification is sent when the surrounding
+// transaction commits: for CompleteTx, at the caller's commit. Notifying
+// only flagged records matters: PostgreSQL serialises the commits of all
+// transactions that NOTIFY, which would cost most of the commit throughput
+// if every completion notified. A statement that changed nothing returns no
+// row, which is how the callers detect a lost lease.
 type queries struct {
 	notify bool
 
@@ -29,7 +32,7 @@ type queries struct {
 	complete, release, escalate     string
 	extend, takeover                string
 	resolveComplete, resolveRelease string
-	state                           string
+	state, markWaiting              string
 	list, expired, purge            string
 }
 
@@ -41,7 +44,7 @@ func buildQueries(table string, notify bool) queries {
 		if !notify {
 			return ` SELECT NULL FROM u`
 		}
-		return ` SELECT pg_notify($` + strconv.Itoa(next) + `, $` + strconv.Itoa(next+1) + `) FROM u`
+		return ` SELECT CASE WHEN u.waiters THEN pg_notify($` + strconv.Itoa(next) + `, $` + strconv.Itoa(next+1) + `) END FROM u`
 	}
 	const fence = `scope = $1 AND operation = $2 AND key = $3 AND state = 'pending' AND token = $4`
 	return queries{
@@ -52,19 +55,21 @@ ON CONFLICT (scope, operation, key) DO NOTHING
 RETURNING {cols}`),
 		get: r.Replace(`SELECT {cols} FROM {t} WHERE scope = $1 AND operation = $2 AND key = $3`),
 		complete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $5, expires_at = $6
-WHERE `+fence+` RETURNING 1)`) + tail(7),
-		release: r.Replace(`WITH u AS (DELETE FROM {t} WHERE `+fence+` RETURNING 1)`) + tail(5),
+WHERE `+fence+` RETURNING waiters)`) + tail(7),
+		release: r.Replace(`WITH u AS (DELETE FROM {t} WHERE `+fence+` RETURNING waiters)`) + tail(5),
 		escalate: r.Replace(`WITH u AS (UPDATE {t} SET state = 'needs_review', reason = $5
-WHERE `+fence+` RETURNING 1)`) + tail(6),
+WHERE `+fence+` RETURNING waiters)`) + tail(6),
 		extend: r.Replace(`UPDATE {t} SET lease_until = $5 WHERE ` + fence),
 		takeover: r.Replace(`WITH u AS (UPDATE {t} SET token = $5, lease_until = $6
-WHERE `+fence+` AND lease_until <= $7 RETURNING 1)`) + tail(8),
+WHERE `+fence+` AND lease_until <= $7 RETURNING waiters)`) + tail(8),
 		resolveComplete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $4, expires_at = $5, reason = $6
-WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING 1)`) + tail(7),
+WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING waiters)`) + tail(7),
 		resolveRelease: r.Replace(`WITH u AS (DELETE FROM {t}
-WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING 1)`) + tail(4),
+WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING waiters)`) + tail(4),
 		state: r.Replace(`SELECT state FROM {t} WHERE scope = $1 AND operation = $2 AND key = $3`),
-		list:  r.Replace(`SELECT {cols} FROM {t} WHERE `),
+		markWaiting: r.Replace(`UPDATE {t} SET waiters = true
+WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'pending'`),
+		list: r.Replace(`SELECT {cols} FROM {t} WHERE `),
 		expired: r.Replace(`SELECT {cols} FROM {t}
 WHERE state = 'pending' AND lease_until <= $1
 ORDER BY lease_until, scope, operation, key LIMIT $2`),

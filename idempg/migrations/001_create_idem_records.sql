@@ -13,6 +13,9 @@ CREATE TABLE {schema}.idem_records (
     reason      text NOT NULL DEFAULT '',
     created_at  timestamptz NOT NULL,
     expires_at  timestamptz,
+    -- waiters is set by Subscribe while the record is pending; only then do
+    -- state changes pg_notify (notifying transactions commit one at a time).
+    waiters     boolean NOT NULL DEFAULT false,
     PRIMARY KEY (scope, operation, key)
 );
 
