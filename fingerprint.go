@@ -24,6 +24,9 @@ type FingerprintInput struct {
 	Method string
 	// Operation is the operation name, as in Key.Operation.
 	Operation string
+	// Path is the request path. With a route pattern as the operation
+	// ("POST /orders/{id}/refund"), it tells one order from another.
+	Path string
 	// Query is the raw URL query. Parameters are compared by name and value;
 	// their order does not matter, the order of repeated names does.
 	Query string
@@ -66,6 +69,7 @@ func Fingerprint(in FingerprintInput, opts FingerprintOptions) (string, error) {
 	b := appendField(st.buf[:0], FingerprintVersion)
 	b = appendUpperField(b, in.Method)
 	b = appendField(b, in.Operation)
+	b = appendField(b, in.Path)
 	b = appendQuery(b, in.Query)
 
 	body := in.Body

@@ -131,12 +131,13 @@ func TestFingerprint(t *testing.T) {
 		return in
 	}
 	differ := map[string]idem.FingerprintInput{
-		"method":    mod(func(in *idem.FingerprintInput) { in.Method = "PATCH" }),
-		"operation": mod(func(in *idem.FingerprintInput) { in.Operation = "POST /refunds" }),
-		"query":     mod(func(in *idem.FingerprintInput) { in.Query = "a=1&b=3" }),
+		"method":                 mod(func(in *idem.FingerprintInput) { in.Method = "PATCH" }),
+		"operation":              mod(func(in *idem.FingerprintInput) { in.Operation = "POST /refunds" }),
+		"query":                  mod(func(in *idem.FingerprintInput) { in.Query = "a=1&b=3" }),
+		"path":                   mod(func(in *idem.FingerprintInput) { in.Path = "/orders/2" }),
 		"query order of repeats": {Method: "POST", Operation: base.Operation, Query: "a=2&a=1&b=2", ContentType: base.ContentType, Body: base.Body},
-		"body":      mod(func(in *idem.FingerprintInput) { in.Body = []byte(`{"amount":101,"currency":"usd"}`) }),
-		"not json":  mod(func(in *idem.FingerprintInput) { in.ContentType = "text/plain" }),
+		"body":                   mod(func(in *idem.FingerprintInput) { in.Body = []byte(`{"amount":101,"currency":"usd"}`) }),
+		"not json":               mod(func(in *idem.FingerprintInput) { in.ContentType = "text/plain" }),
 	}
 	for name, in := range differ {
 		if fp(in) == want {

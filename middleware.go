@@ -307,7 +307,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
 	}
 	fp, err := Fingerprint(FingerprintInput{
-		Method: r.Method, Operation: op, Query: r.URL.RawQuery,
+		Method: r.Method, Operation: op, Path: r.URL.Path, Query: r.URL.RawQuery,
 		ContentType: r.Header.Get("Content-Type"), Body: buf.Bytes(),
 	}, FingerprintOptions{ExcludeFields: pol.ExcludeFields})
 	if err != nil { // validated at construction; kept for safety
