@@ -152,10 +152,10 @@ func churn(f *fixture, goroutines, rounds int) {
 				case errors.Is(err, idemstore.ErrRetryable):
 					continue // allowed after MaxReserveAttempts of bad luck
 				case err != nil:
-					fail(fmt.Errorf("Reserve: %w", err))
+					fail(fmt.Errorf("reserve: %w", err))
 					return
 				case rec == nil:
-					fail(errors.New("Reserve: nil record without an error"))
+					fail(errors.New("reserve: nil record without an error"))
 					return
 				case !created:
 					if rec.Token == tok || rec.State != idemstore.StatePending {
@@ -182,7 +182,7 @@ func churn(f *fixture, goroutines, rounds int) {
 					err = f.s.Release(ctx, k, tok)
 				}
 				if err != nil {
-					fail(fmt.Errorf("Release by the holder: %w", err))
+					fail(fmt.Errorf("release by the holder: %w", err))
 					return
 				}
 			}
