@@ -54,8 +54,9 @@ func loadMigrations() ([]migration, error) {
 // migration not yet recorded in the idem_schema_migrations table. It is safe
 // to call concurrently from several processes sharing one database file: the
 // work runs in a BEGIN IMMEDIATE transaction, so migrators take turns and
-// each migration is applied exactly once. New calls it unless
-// Config.SkipMigrate is set.
+// each migration is applied exactly once. A database that records a version
+// this build does not know (written by a newer idem) is refused. New calls it
+// unless Config.SkipMigrate is set.
 func Migrate(ctx context.Context, db *sql.DB) (err error) {
 	ms, err := loadMigrations()
 	if err != nil {
@@ -101,6 +102,15 @@ func Migrate(ctx context.Context, db *sql.DB) (err error) {
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		return interpretError(ctx, err)
+	}
+	known := map[int]bool{}
+	for _, m := range ms {
+		known[m.version] = true
+	}
+	for v := range applied {
+		if !known[v] {
+			return errorf("database has schema version %d, unknown to this build: refusing to run against a newer schema", v)
+		}
 	}
 	for _, m := range ms {
 		if applied[m.version] {

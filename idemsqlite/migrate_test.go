@@ -46,3 +46,21 @@ func TestNewSkipMigrate(t *testing.T) {
 		t.Fatalf("SkipMigrate: %d idem tables exist, want none", n)
 	}
 }
+
+func TestMigrateRefusesNewerSchema(t *testing.T) {
+	t.Parallel()
+	db := openDB(t, idemsqlite.OpenOptions{})
+	ctx := context.Background()
+	if err := idemsqlite.Migrate(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`INSERT INTO idem_schema_migrations (version, name, applied_at) VALUES (9999, '9999_future.sql', 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := idemsqlite.Migrate(ctx, db); err == nil {
+		t.Fatal("Migrate accepted a database with an unknown, newer schema version")
+	}
+	if _, err := idemsqlite.New(db, idemsqlite.Config{}); err == nil {
+		t.Fatal("New accepted a database with an unknown, newer schema version")
+	}
+}
