@@ -1,0 +1,61 @@
+// Command benchserver serves a small JSON handler on loopback, bare or
+// behind idem's middleware, for the HTTP load runs in BENCHMARKS.md.
+//
+//	go run ./internal/tools/benchserver -addr 127.0.0.1:18080 -mode bare|memory|sqlite
+package main
+
+import (
+	"flag"
+	"log"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemsqlite"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:18080", "listen address")
+	mode := flag.String("mode", "bare", "bare, memory or sqlite")
+	flag.Parse()
+
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"id":"pay_1","amount":1000,"currency":"usd"}`))
+	})
+	var h http.Handler = handler
+	if *mode != "bare" {
+		var store idemstore.Store
+		switch *mode {
+		case "memory":
+			store = idemmem.MustNew(idemmem.Config{})
+		case "sqlite":
+			dir, err := os.MkdirTemp("", "benchserver")
+			if err != nil {
+				log.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			db, err := idemsqlite.Open(filepath.Join(dir, "idem.db"), idemsqlite.OpenOptions{})
+			if err != nil {
+				log.Fatal(err)
+			}
+			if store, err = idemsqlite.New(db, idemsqlite.Config{}); err != nil {
+				log.Fatal(err)
+			}
+		default:
+			log.Fatalf("benchserver: unknown mode %q", *mode)
+		}
+		e, err := idem.NewEngine(store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			log.Fatal(err)
+		}
+		h = idem.Middleware(e, idem.Config{Scope: idem.GlobalScope})(handler)
+	}
+	log.Printf("benchserver: %s on %s", *mode, *addr)
+	log.Fatal(http.ListenAndServe(*addr, h))
+}
