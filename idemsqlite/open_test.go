@@ -12,16 +12,6 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// pragma reads one PRAGMA's value on a connection of db.
-func pragma(t *testing.T, db *sql.DB, name string) string {
-	t.Helper()
-	var v string
-	if err := db.QueryRow("PRAGMA " + name).Scan(&v); err != nil {
-		t.Fatalf("PRAGMA %s: %v", name, err)
-	}
-	return v
-}
-
 func TestOpenPragmas(t *testing.T) {
 	t.Parallel()
 	cases := []struct {
