@@ -105,10 +105,11 @@ func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error 
 
 // fenced runs one of the token-fenced scripts and maps its 0 to ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, script *redis.Script, key idemstore.Key, token string, args ...any) error {
+	names := s.keys(key)
 	argv := make([]any, 0, 3+len(args))
-	argv = append(argv, s.channel(key), s.publishCmd(), token)
+	argv = append(argv, names.channel, s.publishCmd(), token)
 	argv = append(argv, args...)
-	n, err := script.Run(ctx, s.client, []string{s.recordKey(key)}, argv...).Int64()
+	n, err := script.Run(ctx, s.client, []string{names.record}, argv...).Int64()
 	if err != nil {
 		return interpretError(ctx, err)
 	}
@@ -133,8 +134,9 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	default:
 		return fmt.Errorf("idemredis: unknown resolve action %d", p.Action)
 	}
-	n, err := resolveScript.Run(ctx, s.client, []string{s.recordKey(p.Key)},
-		s.channel(p.Key), s.publishCmd(), action, idemstore.EncodeResponse(p.Response),
+	names := s.keys(p.Key)
+	n, err := resolveScript.Run(ctx, s.client, []string{names.record},
+		names.channel, s.publishCmd(), action, idemstore.EncodeResponse(p.Response),
 		micros(p.ExpiresAt), s.ttlMillis(p.Now, p.ExpiresAt), p.Reason).Int64()
 	if err != nil {
 		return interpretError(ctx, err)

@@ -41,7 +41,7 @@ return 1
 // token. They return 1 when the fence held and 0 (changing nothing) when the
 // record is missing, not pending, or held under another token.
 const fence = `
-local v = redis.call('HMGET', KEYS[1], 'st', 'tok', 'lu')
+local v = redis.call('HMGET', KEYS[1], 'st', 'tok')
 if v[1] ~= 'pending' or v[2] ~= ARGV[3] then return 0 end
 `
 
@@ -77,7 +77,8 @@ return 1
 // takeoverScript gives a record whose lease has expired a new token and
 // lease. ARGV[4] now, ARGV[5] new token, ARGV[6] new lease_until.
 var takeoverScript = redis.NewScript(fence + `
-if (tonumber(v[3]) or 0) > tonumber(ARGV[4]) then return 0 end
+local lu = tonumber(redis.call('HGET', KEYS[1], 'lu'))
+if lu and lu > tonumber(ARGV[4]) then return 0 end
 redis.call('HSET', KEYS[1], 'tok', ARGV[5], 'lu', ARGV[6])
 return 1
 `)

@@ -116,16 +116,19 @@ func hashTag(k idemstore.Key) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// recordKey is the hash that holds the record: <prefix>:{<tag>}:r.
-func (s *Store) recordKey(k idemstore.Key) string {
-	return s.cfg.Prefix + ":{" + hashTag(k) + "}:r"
+// keys are the Redis names of one record: the hash <prefix>:{<tag>}:r and
+// its notification channel <prefix>:{<tag>}:n, which shares the tag and so
+// the Cluster slot, letting a script SPUBLISH to it.
+type keys struct{ record, channel string }
+
+func (s *Store) keys(k idemstore.Key) keys {
+	base := s.cfg.Prefix + ":{" + hashTag(k) + "}:"
+	return keys{record: base + "r", channel: base + "n"}
 }
 
-// channel is the record's notification channel, in the record's slot so
-// that a script may SPUBLISH to it: <prefix>:{<tag>}:n.
-func (s *Store) channel(k idemstore.Key) string {
-	return s.cfg.Prefix + ":{" + hashTag(k) + "}:n"
-}
+func (s *Store) recordKey(k idemstore.Key) string { return s.keys(k).record }
+
+func (s *Store) channel(k idemstore.Key) string { return s.keys(k).channel }
 
 // globEscape escapes the characters that SCAN MATCH treats specially.
 func globEscape(s string) string {

@@ -1,0 +1,254 @@
+package idemredis
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// clusterRecords creates n records in every state under s, spread over the
+// slots, and returns them as stored.
+func clusterRecords(t *testing.T, s *Store, n int) []*idemstore.Record {
+	t.Helper()
+	ctx := t.Context()
+	now := time.Now().UTC()
+	var out []*idemstore.Record
+	for i := range n {
+		k := idemstore.Key{Scope: fmt.Sprintf("tenant-%d", i%7), Operation: "POST /payments", Key: fmt.Sprintf("key-%d", i)}
+		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{
+			Key: k, Fingerprint: "fp", Token: fmt.Sprintf("tok-%d", i), LeaseUntil: now.Add(time.Hour), Now: now,
+		})
+		if err != nil || !created {
+			t.Fatalf("Reserve(%v) = created %v, %v", k, created, err)
+		}
+		switch i % 3 {
+		case 1:
+			err = s.Complete(ctx, idemstore.CompleteParams{
+				Key: k, Token: rec.Token, Now: now, ExpiresAt: now.Add(24 * time.Hour),
+				Response: &idemstore.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: fmt.Appendf(nil, `{"n":%d}`, i)},
+			})
+		case 2:
+			err = s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: rec.Token, Reason: "provider timed out", Now: now})
+		}
+		if err != nil {
+			t.Fatalf("changing %v: %v", k, err)
+		}
+		got, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatalf("Get(%v): %v", k, err)
+		}
+		out = append(out, got)
+	}
+	return out
+}
+
+// TestClusterRecordsOnEveryMaster checks that records spread over every
+// master and that each record's keys (hash and channel) sit in one slot.
+func TestClusterRecordsOnEveryMaster(t *testing.T) {
+	t.Parallel()
+	cc := clusterClient(t, 0)
+	s := newTestStore(t, cc)
+	ctx := t.Context()
+	masters, err := s.masters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(masters) < 3 {
+		t.Fatalf("cluster has %d masters, want at least 3", len(masters))
+	}
+	recs := clusterRecords(t, s, 60)
+	onMaster := map[string]int{}
+	for _, rec := range recs {
+		rk, ch := s.recordKey(rec.Key), s.channel(rec.Key)
+		slot, err := cc.ClusterKeySlot(ctx, rk).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		chSlot, err := cc.ClusterKeySlot(ctx, ch).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slot != chSlot {
+			t.Errorf("%v: record in slot %d, channel in slot %d", rec.Key, slot, chSlot)
+		}
+		m, err := cc.MasterForKey(ctx, rk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The hash lives on the master that owns its slot, whole.
+		n, err := m.HLen(ctx, rk).Result()
+		if err != nil || n < 8 {
+			t.Errorf("%v: HLEN on %s = %d, %v", rec.Key, m.Options().Addr, n, err)
+		}
+		onMaster[m.Options().Addr]++
+	}
+	if len(onMaster) != len(masters) {
+		t.Fatalf("records landed on %d of %d masters: %v", len(onMaster), len(masters), onMaster)
+	}
+	page, err := s.List(ctx, idemstore.ListParams{Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) != len(recs) || page.NextCursor != "" {
+		t.Fatalf("List over the cluster: %d records (cursor %q), want %d", len(page.Records), page.NextCursor, len(recs))
+	}
+}
+
+// TestClusterFailover promotes the replica of a master that holds records
+// (CLUSTER FAILOVER, which waits for the replica to catch up) and checks
+// that every record survives whole, keeps its TTL and can still change
+// state. It fails back afterwards. It does not call t.Parallel, so it runs
+// before the parallel tests of this package start.
+func TestClusterFailover(t *testing.T) {
+	cc := clusterClient(t, 0)
+	s := newTestStore(t, cc)
+	ctx := t.Context()
+	recs := clusterRecords(t, s, 30)
+
+	master, err := cc.MasterForKey(ctx, s.recordKey(recs[0].Key))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := master.ClusterMyID(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	replicas, err := master.ClusterSlaves(ctx, id).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(replicas) == 0 {
+		msg := "master " + master.Options().Addr + " has no replica; scripts/redis.sh adds one per master"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	replicaAddr, _, _ := strings.Cut(strings.Fields(replicas[0])[1], "@")
+	oldAddr := master.Options().Addr
+	replica := redis.NewClient(&redis.Options{Addr: replicaAddr})
+	t.Cleanup(func() { _ = replica.Close() })
+	old := redis.NewClient(&redis.Options{Addr: oldAddr})
+	t.Cleanup(func() { _ = old.Close() })
+
+	failover(t, cc, replica, s.recordKey(recs[0].Key))
+	// Fail back, so the cluster keeps the layout scripts/redis.sh made.
+	t.Cleanup(func() { failover(t, cc, old, s.recordKey(recs[0].Key)) })
+
+	moved := 0
+	for _, want := range recs {
+		got, err := s.Get(ctx, want.Key)
+		if err != nil {
+			t.Fatalf("after failover, Get(%v): %v", want.Key, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("after failover, %v changed:\n got %+v\nwant %+v", want.Key, got, want)
+		}
+		m, err := cc.MasterForKey(ctx, s.recordKey(want.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Options().Addr == replicaAddr {
+			moved++
+			ttl, err := m.PTTL(ctx, s.recordKey(want.Key)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (want.State == idemstore.StateCompleted) != (ttl > 0) {
+				t.Errorf("after failover, %v (%s) has PTTL %v", want.Key, want.State, ttl)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Fatalf("no record is served by the promoted replica %s", replicaAddr)
+	}
+	// The new master may not have the scripts cached (NOSCRIPT → EVAL).
+	for _, rec := range recs {
+		if rec.State != idemstore.StatePending {
+			continue
+		}
+		err := s.Complete(ctx, idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: &idemstore.Response{Status: 204},
+			Now: time.Now(), ExpiresAt: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatalf("Complete(%v) after failover: %v", rec.Key, err)
+		}
+		if got, err := s.Get(ctx, rec.Key); err != nil || got.State != idemstore.StateCompleted {
+			t.Fatalf("after Complete, Get(%v) = %+v, %v", rec.Key, got, err)
+		}
+	}
+}
+
+// failover asks the replica node to take over its master (CLUSTER
+// FAILOVER) and waits until the cluster client routes key to it. A replica
+// that was a master a moment ago may not be known as a replica by its new
+// master yet, which then ignores the request (it times out after 5s), so
+// the request is repeated. The waits are bounded so a broken cluster fails
+// the test instead of hanging it.
+func failover(t *testing.T, cc *redis.ClusterClient, node *redis.Client, key string) {
+	t.Helper()
+	ctx := context.Background()
+	addr := node.Options().Addr
+	role := func() []any {
+		r, _ := node.Do(ctx, "ROLE").Slice()
+		return r
+	}
+	for attempt := 0; attempt < 5; attempt++ {
+		// Wait until the replica's link to its master is up and the master
+		// counts it among its replicas.
+		for range 100 {
+			if r := role(); len(r) >= 4 && (r[0] == "master" || r[3] == "connected" && knownReplica(ctx, node, r)) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if r := role(); len(r) == 0 || r[0] != "master" {
+			if err := node.ClusterFailover(ctx).Err(); err != nil {
+				t.Fatalf("CLUSTER FAILOVER on %s: %v", addr, err)
+			}
+		}
+		for range 150 {
+			if r := role(); len(r) > 0 && r[0] == "master" {
+				cc.ReloadState(ctx)
+				if m, err := cc.MasterForKey(ctx, key); err == nil && m.Options().Addr == addr {
+					return
+				}
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("%s is not master yet; repeating CLUSTER FAILOVER", addr)
+	}
+	t.Fatalf("%s did not become master after 5 CLUSTER FAILOVER requests", addr)
+}
+
+// knownReplica reports whether the master named in the replica's ROLE reply
+// lists the replica among its own replicas.
+func knownReplica(ctx context.Context, node *redis.Client, role []any) bool {
+	host, _ := role[1].(string)
+	port, _ := role[2].(int64)
+	m := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("%s:%d", host, port)})
+	defer m.Close()
+	mid, err1 := m.ClusterMyID(ctx).Result()
+	id, err2 := node.ClusterMyID(ctx).Result()
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	replicas, err := m.ClusterSlaves(ctx, mid).Result()
+	if err != nil {
+		return false
+	}
+	for _, r := range replicas {
+		if strings.HasPrefix(r, id+" ") {
+			return true
+		}
+	}
+	return false
+}
