@@ -1,0 +1,129 @@
+package idemmysql_test
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/idem-dev/idem/idemmysql"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+const dsnEnv = "IDEM_TEST_MYSQL_DSN"
+
+// testDSN returns the parsed server DSN, skipping the test when it is not
+// set (failing instead when CI=true).
+func testDSN(tb testing.TB) *mysql.Config {
+	tb.Helper()
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("%s is not set (CI=true); run: eval \"$(scripts/services.sh)\"", dsnEnv)
+		}
+		tb.Skipf("%s is not set; run: eval \"$(scripts/services.sh)\" to test against MySQL/MariaDB", dsnEnv)
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		tb.Fatalf("%s: %v", dsnEnv, err)
+	}
+	return cfg
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func openDB(tb testing.TB, cfg *mysql.Config) *sql.DB {
+	tb.Helper()
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	db.SetMaxOpenConns(8)
+	db.SetMaxIdleConns(8)
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// newDatabase creates an empty migrated database of its own for one test,
+// dropped in cleanup, and returns a handle on it whose sessions use
+// isolation ("" for the server default, else e.g. "READ-COMMITTED").
+func newDatabase(tb testing.TB, isolation string) (*sql.DB, *mysql.Config) {
+	tb.Helper()
+	base := testDSN(tb)
+	name := "idem_t_" + randomHex(6)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin := openDB(tb, base)
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := admin.ExecContext(ctx, "DROP DATABASE "+name); err != nil {
+			tb.Errorf("drop database %s: %v", name, err)
+		}
+	})
+	cfg := base.Clone()
+	cfg.DBName = name
+	if isolation != "" {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		// MariaDB before 11.1 calls it tx_isolation; MySQL 8 and MariaDB
+		// 11.1+ accept transaction_isolation.
+		cfg.Params["tx_isolation"] = "'" + isolation + "'"
+	}
+	db := openDB(tb, cfg)
+	if err := idemmysql.Migrate(ctx, db, idemmysql.Config{}); err != nil {
+		tb.Fatalf("Migrate: %v", err)
+	}
+	return db, cfg
+}
+
+func newStore(tb testing.TB, isolation string) (*idemmysql.Store, *sql.DB) {
+	tb.Helper()
+	db, _ := newDatabase(tb, isolation)
+	s, err := idemmysql.New(db, idemmysql.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, db
+}
+
+// closedPortDB returns a handle on a loopback port nobody listens on.
+func closedPortDB(tb testing.TB) *sql.DB {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := mysql.NewConfig()
+	cfg.User, cfg.Net, cfg.Addr, cfg.DBName = "root", "tcp", addr, "idem_test"
+	cfg.Timeout = 5 * time.Second
+	return openDB(tb, cfg)
+}
+
+// txLease is the part of an engine lease that CompleteTx needs.
+type txLease struct {
+	key       idemstore.Key
+	token     string
+	now       time.Time
+	expiresAt time.Time
+}
+
+func (l txLease) PrepareTxComplete(resp *idemstore.Response) (idemstore.CompleteParams, error) {
+	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: resp, Now: l.now, ExpiresAt: l.expiresAt}, nil
+}

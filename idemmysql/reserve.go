@@ -1,0 +1,87 @@
+package idemmysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+const (
+	insertSQL = "INSERT INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, '', ?)"
+	getSQL    = "SELECT " + recordColumns + " FROM idem_records WHERE " + byKey
+)
+
+// Reserve inserts a pending record with a plain INSERT in its own autocommit
+// statement, so the reservation is committed before any business work
+// starts. A duplicate key (1062) means the key exists: Reserve reads that
+// record and returns it with created == false. It repeats the insert if the
+// record vanished before the read (up to idemstore.MaxReserveAttempts) and
+// when the server aborted it for contention (up to Config.ReserveRetries).
+//
+// Keys longer than the columns allow (MaxScopeLen, MaxOperationLen,
+// MaxKeyLen) are rejected before reaching the server.
+func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	if err := checkKey(p.Key); err != nil {
+		return nil, false, err
+	}
+	if len(p.Fingerprint) > MaxFingerprintLen || len(p.Token) > MaxTokenLen {
+		return nil, false, fmt.Errorf("idemmysql: fingerprint (%d bytes) or token (%d bytes) too long, at most %d and %d fit",
+			len(p.Fingerprint), len(p.Token), MaxFingerprintLen, MaxTokenLen)
+	}
+	retries := 0
+	for attempt := 0; attempt < idemstore.MaxReserveAttempts; {
+		rec, created, err := s.reserveOnce(ctx, p)
+		switch {
+		case err == nil && rec != nil:
+			return rec, created, nil
+		case err == nil: // duplicate, then the row vanished: insert again
+			attempt++
+		case errors.Is(err, idemstore.ErrRetryable) && retries < s.cfg.ReserveRetries:
+			retries++
+		default:
+			return nil, false, err
+		}
+	}
+	return nil, false, fmt.Errorf("%w: idemmysql: reserve: key kept vanishing after %d attempts",
+		idemstore.ErrRetryable, idemstore.MaxReserveAttempts)
+}
+
+// reserveOnce makes one insert and, on a duplicate key, one read. It
+// returns a nil record and nil error when the existing row was gone by the
+// read.
+func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	_, err := s.db.ExecContext(ctx, insertSQL, keyArgs(p.Key, p.Fingerprint, p.Token, millis(p.LeaseUntil), millis(p.Now))...)
+	if err == nil {
+		return &idemstore.Record{
+			Key:         p.Key,
+			Fingerprint: p.Fingerprint,
+			State:       idemstore.StatePending,
+			Token:       p.Token,
+			LeaseUntil:  fromMillis(millis(p.LeaseUntil)),
+			CreatedAt:   fromMillis(millis(p.Now)),
+		}, true, nil
+	}
+	if err = interpretError(ctx, err); !errors.Is(err, errDuplicate) {
+		return nil, false, err
+	}
+	rec, err := s.Get(ctx, p.Key)
+	if errors.Is(err, idemstore.ErrNotFound) {
+		return nil, false, nil
+	}
+	return rec, false, err
+}
+
+// Get returns the record for key, or idemstore.ErrNotFound.
+func (s *Store) Get(ctx context.Context, k idemstore.Key) (*idemstore.Record, error) {
+	rec, err := scanRecord(s.db.QueryRowContext(ctx, getSQL, keyArgs(k)...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, idemstore.ErrNotFound
+	}
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	return rec, nil
+}
