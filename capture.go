@@ -8,19 +8,47 @@ import (
 	"sync"
 )
 
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+// Header values the middleware sets, shared so that setting them costs no
+// allocation. Their capacity is 1, so an Add by a handler copies them.
+var (
+	valAcquired = []string{"acquired"}[:1:1]
+	valReplayed = []string{"replayed"}[:1:1]
+	valTrue     = []string{"true"}[:1:1]
+)
+
+const outcomeHeader = "Idempotency-Outcome"
+
+// reqState is what one protected request needs, pooled: the request body
+// buffer and reader, and the response capture.
+type reqState struct {
+	reqBuf  bytes.Buffer
+	body    bodyReader
+	respBuf bytes.Buffer
+	cw      captureWriter
+}
+
+var statePool = sync.Pool{New: func() any { return new(reqState) }}
 
 // maxPooledBuffer keeps huge buffers out of the pool.
 const maxPooledBuffer = 1 << 20
 
-func getBuffer() *bytes.Buffer { return bufPool.Get().(*bytes.Buffer) }
+func getState() *reqState { return statePool.Get().(*reqState) }
 
-func putBuffer(b *bytes.Buffer) {
-	if b.Cap() <= maxPooledBuffer {
-		b.Reset()
-		bufPool.Put(b)
+func putState(s *reqState) {
+	if s.reqBuf.Cap() > maxPooledBuffer || s.respBuf.Cap() > maxPooledBuffer {
+		return
 	}
+	s.reqBuf.Reset()
+	s.respBuf.Reset()
+	s.body = bodyReader{}
+	s.cw = captureWriter{}
+	statePool.Put(s)
 }
+
+// bodyReader gives the handler the request body the middleware read.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
 
 // captureWriter buffers a handler's answer so that it can be stored before
 // the client sees it: a client that has an answer always gets the same one
@@ -28,36 +56,60 @@ func putBuffer(b *bytes.Buffer) {
 // the storable limit, it switches to writing through, and the answer is
 // recorded as not replayable.
 //
-// It implements http.Flusher and http.Hijacker, and Unwrap for
-// http.ResponseController, so deadlines and full duplex keep working.
+// The handler writes its headers into a map of the capture's own, which
+// becomes the stored headers; they are copied to the real response when it
+// is sent. captureWriter implements http.Flusher and http.Hijacker, and
+// Unwrap for http.ResponseController, so deadlines and full duplex keep
+// working.
 type captureWriter struct {
-	w       http.ResponseWriter
-	limit   int // bytes that may be buffered; negative: no limit
-	outcome string
+	w     http.ResponseWriter
+	limit int // bytes that may be buffered; negative: no limit
 
+	header        http.Header
 	status        int
-	header        http.Header // snapshot at WriteHeader
 	buf           *bytes.Buffer
 	passthrough   bool
+	sent          bool // status line and headers went out
 	notReplayable string
 }
 
-func (c *captureWriter) Header() http.Header { return c.w.Header() }
+func (c *captureWriter) Header() http.Header {
+	if c.header == nil {
+		c.header = make(http.Header)
+	}
+	return c.header
+}
+
+// send writes the status line and headers to the client.
+func (c *captureWriter) send() {
+	if c.sent {
+		return
+	}
+	c.sent = true
+	h := c.w.Header()
+	for k, v := range c.header {
+		h[k] = v
+	}
+	h[outcomeHeader] = valAcquired
+	c.w.WriteHeader(c.status)
+}
 
 func (c *captureWriter) WriteHeader(code int) {
 	if c.status != 0 {
 		return
 	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-		c.w.WriteHeader(code) // informational answers go out as they come
+		// Informational answers (103 Early Hints) go out as they come.
+		h := c.w.Header()
+		for k, v := range c.header {
+			h[k] = v
+		}
+		c.w.WriteHeader(code)
 		return
 	}
 	c.status = code
-	h := c.w.Header()
-	h.Set("Idempotency-Outcome", c.outcome)
-	c.header = h.Clone()
 	if c.passthrough {
-		c.w.WriteHeader(code)
+		c.send()
 	}
 }
 
@@ -85,7 +137,7 @@ func (c *captureWriter) startPassthrough(reason string) {
 	}
 	c.passthrough = true
 	if c.status != 0 {
-		c.w.WriteHeader(c.status)
+		c.send()
 		if c.buf.Len() > 0 {
 			_, _ = c.w.Write(c.buf.Bytes())
 		}
@@ -112,7 +164,7 @@ func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 	conn, rw, err := http.NewResponseController(c.w).Hijack()
 	if err == nil {
 		c.notReplayable = NotReplayableHijacked
-		c.passthrough = true
+		c.passthrough, c.sent = true, true
 		if c.status == 0 {
 			c.status = http.StatusSwitchingProtocols
 		}
@@ -124,24 +176,25 @@ func (c *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // methods captureWriter does not implement.
 func (c *captureWriter) Unwrap() http.ResponseWriter { return c.w }
 
-// response returns what the handler answered, for storing.
-func (c *captureWriter) response() *Response {
-	status := c.status
-	if status == 0 {
-		status = http.StatusOK
+// finalStatus is the status the handler answered (200 if it wrote nothing).
+func (c *captureWriter) finalStatus() int {
+	if c.status == 0 {
+		return http.StatusOK
 	}
+	return c.status
+}
+
+// response returns what the handler answered, for storing. The header map
+// goes with it: the handler has returned and no longer writes it.
+func (c *captureWriter) response() *Response {
 	if c.notReplayable != "" {
-		return &Response{Status: status, NotReplayable: c.notReplayable}
+		return &Response{Status: c.finalStatus(), NotReplayable: c.notReplayable}
 	}
 	body := bytes.Clone(c.buf.Bytes())
 	if body == nil {
 		body = []byte{}
 	}
-	h := c.header
-	if h != nil {
-		h.Del("Idempotency-Outcome")
-	}
-	return &Response{Status: status, Header: h, Body: body}
+	return &Response{Status: c.finalStatus(), Header: c.header, Body: body}
 }
 
 // finish sends the buffered answer to the client.
@@ -149,10 +202,8 @@ func (c *captureWriter) finish() {
 	if c.passthrough {
 		return
 	}
-	if c.status == 0 {
-		c.WriteHeader(http.StatusOK)
-	}
-	c.w.WriteHeader(c.status)
+	c.status = c.finalStatus()
+	c.send()
 	if c.buf.Len() > 0 {
 		_, _ = c.w.Write(c.buf.Bytes())
 	}

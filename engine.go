@@ -93,6 +93,7 @@ type Engine struct {
 
 	tokenPrefix uint64
 	tokenSeq    atomic.Uint64
+	hb          heartbeat
 }
 
 // NewEngine returns an engine over store. It fails on a nil store or an
@@ -106,6 +107,7 @@ func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{store: store, cfg: cfg}
+	e.hb.e = e
 	if n, ok := store.(idemstore.Notifier); ok && store.Capabilities().Notify {
 		e.notifier = n
 	}

@@ -45,10 +45,16 @@ type Lease struct {
 	// lease and retention are the durations this operation runs with.
 	lease, retention time.Duration
 
+	// renewAt and renewing belong to the engine's heartbeat, under its lock.
+	renewAt  time.Time
+	renewing bool
+
 	mu         sync.Mutex
 	leaseUntil time.Time
 	state      leaseState
 	txResp     *Response // what PrepareTxComplete was given
+
+	ctx leaseContext // see context
 }
 
 func (e *Engine) newLease(req Request, token string, leaseUntil time.Time) *Lease {
@@ -189,6 +195,26 @@ func (l *Lease) setState(s leaseState) {
 	l.mu.Lock()
 	l.state = s
 	l.mu.Unlock()
+}
+
+// leaseContext carries a lease in a context without an allocation of its
+// own: it lives inside the Lease.
+type leaseContext struct {
+	context.Context
+	l *Lease
+}
+
+func (c *leaseContext) Value(key any) any {
+	if key == (leaseKey{}) {
+		return c.l
+	}
+	return c.Context.Value(key)
+}
+
+// context returns parent carrying l, for LeaseFrom.
+func (l *Lease) context(parent context.Context) context.Context {
+	l.ctx = leaseContext{Context: parent, l: l}
+	return &l.ctx
 }
 
 // redact returns a short, stable digest of a key for logs, so that keys

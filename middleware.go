@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -285,27 +284,29 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	// Read the body for the fingerprint; the handler reads it again.
-	buf := getBuffer()
-	defer putBuffer(buf)
+	st := getState()
+	defer putState(st)
 	if r.ContentLength > pol.MaxRequestBody {
 		ev.Outcome = "body_too_large"
 		ev.Status = m.problem(w, ev.Outcome, tooLarge(pol.MaxRequestBody, key))
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		_, err := buf.ReadFrom(io.LimitReader(r.Body, pol.MaxRequestBody+1))
+		over, err := readLimited(&st.reqBuf, r.Body, pol.MaxRequestBody)
 		if err != nil {
 			ev.Outcome = "body_unreadable"
 			ev.Status = m.problem(w, ev.Outcome, Problem{Type: ProblemTypeBase + "body-unreadable", Title: "Unreadable request body", Status: http.StatusBadRequest, Detail: "The request body could not be read: " + err.Error()})
 			return
 		}
-		if int64(buf.Len()) > pol.MaxRequestBody {
+		if over {
 			ev.Outcome = "body_too_large"
 			ev.Status = m.problem(w, ev.Outcome, tooLarge(pol.MaxRequestBody, key))
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(buf.Bytes()))
+		st.body.Reset(st.reqBuf.Bytes())
+		r.Body = &st.body
 	}
+	buf := &st.reqBuf
 	fp, err := Fingerprint(FingerprintInput{
 		Method: r.Method, Operation: op, Path: r.URL.Path, Query: r.URL.RawQuery,
 		ContentType: r.Header.Get("Content-Type"), Body: buf.Bytes(),
@@ -339,7 +340,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ev.Outcome = res.Outcome.String()
 	switch res.Outcome {
 	case Acquired:
-		ev.Status, ev.Settlement = h.run(w, r, res.Lease, pol)
+		ev.Status, ev.Settlement = h.run(w, r, res.Lease, pol, st)
 	case Replayed:
 		ev.Status = m.replay(w, res.Response, key)
 		if res.Response.NotReplayable != "" {
@@ -364,7 +365,7 @@ func tooLarge(limit int64, key string) Problem {
 }
 
 func (m *middleware) problem(w http.ResponseWriter, outcome string, p Problem) int {
-	w.Header().Set("Idempotency-Outcome", outcome)
+	w.Header().Set(outcomeHeader, outcome)
 	WriteProblem(w, p)
 	return p.Status
 }
@@ -380,8 +381,8 @@ func (m *middleware) replay(w http.ResponseWriter, resp *Response, key string) i
 	for name, values := range resp.Header {
 		h[name] = values
 	}
-	h.Set("Idempotent-Replayed", "true")
-	h.Set("Idempotency-Outcome", "replayed")
+	h["Idempotent-Replayed"] = valTrue
+	h[outcomeHeader] = valReplayed
 	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
@@ -389,13 +390,13 @@ func (m *middleware) replay(w http.ResponseWriter, resp *Response, key string) i
 }
 
 // run calls the handler under the lease, then stores, releases or escalates.
-func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol *Policy) (status int, settlement string) {
+func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol *Policy, st *reqState) (status int, settlement string) {
 	m := h.m
-	cw := &captureWriter{w: w, limit: m.e.cfg.MaxResponseBody, outcome: "acquired", buf: getBuffer()}
-	defer putBuffer(cw.buf)
+	st.cw = captureWriter{w: w, limit: m.e.cfg.MaxResponseBody, buf: &st.respBuf}
+	cw := &st.cw
 	ctx := r.Context()
-	stop := startHeartbeat(lease, m.cfg.Logger)
-	defer stop()
+	m.e.hb.start(lease)
+	defer m.e.hb.stop(lease)
 
 	panicked := true
 	defer func() {
@@ -405,7 +406,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol 
 		// A panic: release a transactional key (nothing committed), escalate
 		// an external one (something may have happened), then re-panic.
 		v := recover()
-		stop()
+		m.e.hb.stop(lease)
 		sctx := context.WithoutCancel(ctx)
 		if lease.Ended() {
 			panic(v)
@@ -419,17 +420,38 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol 
 		}
 		panic(v)
 	}()
-	h.next.ServeHTTP(cw, r.WithContext(ContextWithLease(ctx, lease)))
+	h.next.ServeHTTP(cw, r.WithContext(lease.context(ctx)))
 	panicked = false
-	stop()
+	m.e.hb.stop(lease)
 
-	settlement = m.settle(context.WithoutCancel(ctx), cw, lease, pol)
-	cw.finish()
-	status = cw.status
-	if status == 0 {
-		status = http.StatusOK
+	if ctx.Err() != nil {
+		// The client left; the answer must still be stored.
+		ctx = context.WithoutCancel(ctx)
 	}
-	return status, settlement
+	settlement = m.settle(ctx, cw, lease, pol)
+	cw.finish()
+	return cw.finalStatus(), settlement
+}
+
+// readLimited reads body into buf, up to limit bytes. over reports a body
+// longer than limit.
+func readLimited(buf *bytes.Buffer, body io.Reader, limit int64) (over bool, err error) {
+	for {
+		if int64(buf.Len()) > limit {
+			return true, nil
+		}
+		buf.Grow(512)
+		b := buf.AvailableBuffer()
+		b = b[:min(int64(cap(b)), limit+1-int64(buf.Len()))]
+		n, err := body.Read(b)
+		buf.Write(b[:n])
+		if err == io.EOF {
+			return int64(buf.Len()) > limit, nil
+		}
+		if err != nil {
+			return false, err
+		}
+	}
 }
 
 // settle stores the handler's answer, or releases or escalates the key.
@@ -492,46 +514,5 @@ func (m *middleware) checkTx(ctx context.Context, cw *captureWriter, lease *Leas
 	default:
 		log.LogAttrs(ctx, slog.LevelError, "idem: the lease was lost during a transactional completion", slog.String("key", redact(lease.Key())))
 		return "failed"
-	}
-}
-
-// startHeartbeat extends the lease every third of its duration until stop
-// is called.
-func startHeartbeat(lease *Lease, log *slog.Logger) (stop func()) {
-	every := lease.Duration() / 3
-	if every <= 0 {
-		return func() {}
-	}
-	var (
-		mu      sync.Mutex
-		stopped bool
-		t       *time.Timer
-	)
-	tick := func() {
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		err := lease.Extend(ctx)
-		cancel()
-		if err != nil && !lease.Ended() {
-			log.LogAttrs(ctx, slog.LevelWarn, "idem: extending the lease failed", slog.String("key", redact(lease.Key())), slog.Any("error", err))
-			if errors.Is(err, ErrLeaseLost) {
-				return
-			}
-		}
-		mu.Lock()
-		if !stopped {
-			t.Reset(every)
-		}
-		mu.Unlock()
-	}
-	mu.Lock()
-	t = time.AfterFunc(every, tick)
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		if !stopped {
-			stopped = true
-			t.Stop()
-		}
-		mu.Unlock()
 	}
 }
