@@ -437,3 +437,19 @@ func TestOutcomeAndKindStrings(t *testing.T) {
 		t.Error("Kind strings")
 	}
 }
+
+func TestLeaseHeartbeat(t *testing.T) {
+	t.Parallel()
+	e, _ := newEngine(t, idem.EngineConfig{Lease: 60 * time.Millisecond})
+	r := req("job")
+	r.Kind = idem.Transactional
+	res := mustBegin(t, e, r, idem.Acquired)
+	stop := res.Lease.Heartbeat()
+	time.Sleep(200 * time.Millisecond) // more than three lease durations
+	mustBegin(t, e, r, idem.InFlight)
+	stop()
+	time.Sleep(150 * time.Millisecond)
+	if got := mustBegin(t, e, r, idem.Acquired); !got.TookOver {
+		t.Fatal("expected a takeover once the heartbeat stopped")
+	}
+}

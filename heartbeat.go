@@ -54,7 +54,15 @@ func (h *heartbeat) start(l *Lease) {
 func (h *heartbeat) stop(l *Lease) {
 	h.mu.Lock()
 	delete(h.leases, l)
+	idle := len(h.leases) == 0 && h.running
 	h.mu.Unlock()
+	if idle {
+		// Let the loop see it has nothing left, and exit.
+		select {
+		case h.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (h *heartbeat) loop() {
