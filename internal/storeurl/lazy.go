@@ -1,0 +1,211 @@
+package storeurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// lazy is a store that connects in the background. Until the backend
+// answers (and is migrated), every call fails with ErrUnavailable; after
+// that, calls go straight to the real store.
+type lazy struct {
+	t    *Target
+	opts Options
+
+	inner   atomic.Pointer[idemstore.Store]
+	lastErr atomic.Pointer[error]
+	closeFn func() error // set once inner is
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+}
+
+var (
+	_ idemstore.Store    = (*lazy)(nil)
+	_ idemstore.Notifier = (*lazy)(nil)
+)
+
+func newLazy(t *Target, opts Options) *lazy {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &lazy{t: t, opts: opts, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	err := error(errNotYet)
+	l.lastErr.Store(&err)
+	go l.connectLoop()
+	return l
+}
+
+var errNotYet = errors.New("not connected yet")
+
+func (l *lazy) connectLoop() {
+	defer close(l.done)
+	pause := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
+		s, closeFn, err := l.t.Connect(ctx, l.opts.Migrate)
+		cancel()
+		if err == nil {
+			l.mu.Lock()
+			l.closeFn = closeFn
+			l.mu.Unlock()
+			l.inner.Store(&s)
+			if attempt > 1 {
+				l.opts.Logger.Info("store reachable", slog.String("store", l.t.Redacted), slog.Int("attempts", attempt))
+			}
+			return
+		}
+		l.lastErr.Store(&err)
+		if l.ctx.Err() != nil {
+			return
+		}
+		if attempt == 1 {
+			l.opts.Logger.Warn("store unreachable; protected requests get 503 until it answers",
+				slog.String("store", l.t.Redacted), slog.Any("error", err))
+		}
+		select {
+		case <-l.ctx.Done():
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, l.opts.RetryInterval)
+	}
+}
+
+func (l *lazy) close() error {
+	l.cancel()
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closeFn != nil {
+		return l.closeFn()
+	}
+	return nil
+}
+
+// get returns the connected store, or an error wrapping ErrUnavailable.
+func (l *lazy) get(ctx context.Context) (idemstore.Store, error) {
+	if p := l.inner.Load(); p != nil {
+		return *p, nil
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	last := *l.lastErr.Load()
+	if errors.Is(last, idemstore.ErrUnavailable) {
+		return nil, last
+	}
+	return nil, fmt.Errorf("%w: store %s: %v", idemstore.ErrUnavailable, l.t.Redacted, last)
+}
+
+func (l *lazy) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return s.Reserve(ctx, p)
+}
+
+func (l *lazy) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Get(ctx, key)
+}
+
+func (l *lazy) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Complete(ctx, p)
+}
+
+func (l *lazy) Release(ctx context.Context, key idemstore.Key, token string) error {
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Release(ctx, key, token)
+}
+
+func (l *lazy) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Escalate(ctx, p)
+}
+
+func (l *lazy) Extend(ctx context.Context, p idemstore.ExtendParams) error {
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Extend(ctx, p)
+}
+
+func (l *lazy) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Takeover(ctx, p)
+}
+
+func (l *lazy) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Resolve(ctx, p)
+}
+
+func (l *lazy) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.ListExpiredLeases(ctx, now, limit)
+}
+
+func (l *lazy) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return idemstore.ListPage{}, err
+	}
+	return s.List(ctx, p)
+}
+
+func (l *lazy) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return s.Purge(ctx, p)
+}
+
+// Capabilities reports what the named store can do, known from the URL, so
+// that the engine can rely on it before the store connects.
+func (l *lazy) Capabilities() idemstore.Capabilities { return l.t.Capabilities() }
+
+// Subscribe forwards to the connected store when it notifies.
+func (l *lazy) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct{}, func(), error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	n, ok := s.(idemstore.Notifier)
+	if !ok || !s.Capabilities().Notify {
+		return nil, nil, errors.New("storeurl: the store does not notify")
+	}
+	return n.Subscribe(ctx, key)
+}

@@ -1,0 +1,225 @@
+package storeurl
+
+import (
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-dev/idem/idemsqlite"
+)
+
+// Kind is the family of store a URL names.
+type Kind string
+
+// The kinds of store.
+const (
+	KindSQLite       Kind = "sqlite"
+	KindMemory       Kind = "memory"
+	KindPostgres     Kind = "postgres"
+	KindMySQL        Kind = "mysql"
+	KindRedis        Kind = "redis"
+	KindRedisCluster Kind = "redis-cluster"
+)
+
+// Target is a parsed store URL, ready to connect.
+type Target struct {
+	Kind Kind
+	// Redacted is the URL with its password hidden, for logs.
+	Redacted string
+
+	sqlitePath string
+	sqliteOpts idemsqlite.OpenOptions
+	pg         *pgxpool.Config
+	my         *mysql.Config
+	redis      *redis.Options
+	cluster    *redis.ClusterOptions
+}
+
+// Parse checks rawURL and returns what it names, without connecting.
+func Parse(rawURL string) (*Target, error) {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		return nil, fmt.Errorf("store URL %q has no scheme; use sqlite://PATH, memory://, postgres://…, mysql://…, redis://… or redis+cluster://…", Redact(rawURL))
+	}
+	t := &Target{Redacted: Redact(rawURL)}
+	var err error
+	switch strings.ToLower(scheme) {
+	case "sqlite", "sqlite3":
+		t.Kind = KindSQLite
+		err = t.parseSQLite(rest)
+	case "memory", "mem":
+		t.Kind = KindMemory
+		if rest != "" {
+			err = fmt.Errorf("memory:// takes nothing after the scheme, got %q", rest)
+		}
+	case "postgres", "postgresql":
+		t.Kind = KindPostgres
+		t.pg, err = pgxpool.ParseConfig(rawURL)
+	case "mysql":
+		t.Kind = KindMySQL
+		t.my, err = parseMySQL(rest)
+	case "redis", "rediss", "unix":
+		t.Kind = KindRedis
+		t.redis, err = redis.ParseURL(rawURL)
+	case "redis+cluster", "rediss+cluster":
+		t.Kind = KindRedisCluster
+		t.cluster, err = parseCluster(scheme, rest)
+	default:
+		return nil, fmt.Errorf("store URL %s: unknown scheme %q; use sqlite, memory, postgres, mysql, redis or redis+cluster", t.Redacted, scheme)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("store URL %s: %s", t.Redacted, redactErr(err, rawURL))
+	}
+	return t, nil
+}
+
+// parseSQLite reads PATH[?busy_timeout=DUR&synchronous=normal|full&max_open_conns=N].
+func (t *Target) parseSQLite(rest string) error {
+	path, query, _ := strings.Cut(rest, "?")
+	if path == "" {
+		return fmt.Errorf("sqlite:// needs a file path, as in sqlite://idem.db or sqlite:///var/lib/idem/idem.db")
+	}
+	t.sqlitePath = path
+	q, err := url.ParseQuery(query)
+	if err != nil {
+		return err
+	}
+	for name, vs := range q {
+		v := vs[len(vs)-1]
+		switch name {
+		case "busy_timeout":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("busy_timeout: %v", err)
+			}
+			t.sqliteOpts.BusyTimeout = d
+		case "synchronous":
+			t.sqliteOpts.Synchronous = idemsqlite.Synchronous(strings.ToUpper(v))
+			if t.sqliteOpts.Synchronous != idemsqlite.SynchronousNormal && t.sqliteOpts.Synchronous != idemsqlite.SynchronousFull {
+				return fmt.Errorf("synchronous must be normal or full, got %q", v)
+			}
+		case "max_open_conns":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 {
+				return fmt.Errorf("max_open_conns must be a positive integer, got %q", v)
+			}
+			t.sqliteOpts.MaxOpenConns = n
+		default:
+			return fmt.Errorf("unknown sqlite parameter %q (known: busy_timeout, synchronous, max_open_conns)", name)
+		}
+	}
+	return nil
+}
+
+// parseMySQL reads a go-sql-driver DSN after the mysql:// scheme.
+func parseMySQL(dsn string) (*mysql.Config, error) {
+	if dsn == "" {
+		return nil, fmt.Errorf("mysql:// needs a DSN, as in mysql://user:pass@tcp(127.0.0.1:3306)/idem")
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DBName == "" {
+		return nil, fmt.Errorf("mysql:// needs a database name after the address, as in tcp(host:3306)/idem")
+	}
+	// The store keeps times as Unix milliseconds; parseTime keeps any other
+	// DATETIME a caller reads through this handle a time.Time in UTC.
+	cfg.ParseTime = true
+	if cfg.Loc == nil {
+		cfg.Loc = time.UTC
+	}
+	return cfg, nil
+}
+
+// parseCluster reads [user:pass@]h1:p1,h2:p2[?param=…] (the parameters of
+// redis.ParseClusterURL).
+func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
+	hosts, query, _ := strings.Cut(rest, "?")
+	userinfo := ""
+	if i := strings.LastIndexByte(hosts, '@'); i >= 0 {
+		userinfo, hosts = hosts[:i+1], hosts[i+1:]
+	}
+	hosts = strings.TrimSuffix(hosts, "/")
+	if hosts == "" {
+		return nil, fmt.Errorf("redis+cluster:// needs at least one host:port, as in redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+	}
+	addrs := strings.Split(hosts, ",")
+	for _, a := range addrs {
+		if _, port, ok := strings.Cut(a, ":"); !ok || port == "" || a == "" {
+			return nil, fmt.Errorf("cluster node %q is not host:port", a)
+		}
+	}
+	base := "redis"
+	if strings.HasPrefix(strings.ToLower(scheme), "rediss") {
+		base = "rediss"
+	}
+	q := url.Values{}
+	if query != "" {
+		var err error
+		if q, err = url.ParseQuery(query); err != nil {
+			return nil, err
+		}
+	}
+	for _, a := range addrs[1:] {
+		q.Add("addr", a)
+	}
+	u := base + "://" + userinfo + addrs[0]
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return redis.ParseClusterURL(u)
+}
+
+// Redact returns rawURL with any password replaced by "xxxxx", for logs
+// and error messages.
+func Redact(rawURL string) string {
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		if i := strings.LastIndexByte(rawURL, '@'); i >= 0 {
+			return "xxxxx" + rawURL[i:]
+		}
+		return rawURL
+	}
+	auth, tail := rest, ""
+	if i := strings.IndexByte(rest, '?'); i >= 0 {
+		auth, tail = rest[:i], rest[i:]
+	}
+	// Query parameters may carry a password too (password=…).
+	if tail != "" {
+		if q, err := url.ParseQuery(tail[1:]); err == nil && q.Has("password") {
+			q.Set("password", "xxxxx")
+			tail = "?" + q.Encode()
+		}
+	}
+	if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+		if user, _, hasPass := strings.Cut(auth[:at], ":"); hasPass {
+			auth = user + ":xxxxx" + auth[at:]
+		}
+	}
+	return scheme + "://" + auth + tail
+}
+
+// redactErr removes the URL's password from a parser's error message.
+func redactErr(err error, rawURL string) string {
+	msg := err.Error()
+	if u, perr := url.Parse(rawURL); perr == nil && u.User != nil {
+		if p, ok := u.User.Password(); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	scheme, rest, _ := strings.Cut(rawURL, "://")
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		if _, p, ok := strings.Cut(rest[:at], ":"); ok && p != "" {
+			msg = strings.ReplaceAll(msg, p, "xxxxx")
+		}
+	}
+	_ = scheme
+	return msg
+}

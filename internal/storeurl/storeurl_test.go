@@ -1,0 +1,204 @@
+package storeurl
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemsqlite"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func TestParse(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		url     string
+		kind    Kind
+		wantErr string // substring; empty means success
+		check   func(t *testing.T, tg *Target)
+	}{
+		{url: "sqlite://idem.db", kind: KindSQLite, check: func(t *testing.T, tg *Target) { eq(t, tg.sqlitePath, "idem.db") }},
+		{url: "sqlite://./data/idem.db", kind: KindSQLite, check: func(t *testing.T, tg *Target) { eq(t, tg.sqlitePath, "./data/idem.db") }},
+		{url: "sqlite:///var/lib/idem/idem.db", kind: KindSQLite, check: func(t *testing.T, tg *Target) { eq(t, tg.sqlitePath, "/var/lib/idem/idem.db") }},
+		{url: "sqlite://x.db?synchronous=full&busy_timeout=2s&max_open_conns=4", kind: KindSQLite, check: func(t *testing.T, tg *Target) {
+			eq(t, string(tg.sqliteOpts.Synchronous), string(idemsqlite.SynchronousFull))
+			eq(t, tg.sqliteOpts.BusyTimeout.String(), "2s")
+			eq(t, tg.sqliteOpts.MaxOpenConns, 4)
+		}},
+		{url: "sqlite://", wantErr: "needs a file path"},
+		{url: "sqlite://x.db?synchronous=off", wantErr: "synchronous must be"},
+		{url: "sqlite://x.db?journal=wal", wantErr: `unknown sqlite parameter "journal"`},
+		{url: "memory://", kind: KindMemory},
+		{url: "memory://x", wantErr: "takes nothing"},
+		{url: "postgres://u:secret@127.0.0.1:5432/idem?sslmode=disable", kind: KindPostgres, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.pg.ConnConfig.Host, "127.0.0.1")
+			eq(t, tg.pg.ConnConfig.Database, "idem")
+			eq(t, tg.pg.ConnConfig.Password, "secret")
+		}},
+		{url: "postgresql://127.0.0.1/x", kind: KindPostgres},
+		{url: "postgres://u:secret@127.0.0.1:notaport/x", wantErr: "postgres"},
+		{url: "mysql://u:p@ss@tcp(127.0.0.1:3306)/idem?timeout=2s", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.my.User, "u")
+			eq(t, tg.my.Passwd, "p@ss")
+			eq(t, tg.my.Addr, "127.0.0.1:3306")
+			eq(t, tg.my.DBName, "idem")
+			eq(t, tg.my.ParseTime, true)
+			eq(t, tg.my.Timeout.String(), "2s")
+		}},
+		{url: "mysql://u:p@tcp(127.0.0.1:3306)/", wantErr: "needs a database name"},
+		{url: "mysql://", wantErr: "needs a DSN"},
+		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?timeout=soon", wantErr: "invalid duration"},
+		{url: "redis://127.0.0.1:6379/2", kind: KindRedis, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.redis.Addr, "127.0.0.1:6379")
+			eq(t, tg.redis.DB, 2)
+		}},
+		{url: "rediss://:pw@127.0.0.1:6380/0", kind: KindRedis, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.redis.Password, "pw")
+			eq(t, tg.redis.TLSConfig != nil, true)
+		}},
+		{url: "redis://127.0.0.1:6379/x", wantErr: "invalid database number"},
+		{url: "redis+cluster://127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002", kind: KindRedisCluster, check: func(t *testing.T, tg *Target) {
+			eq(t, strings.Join(tg.cluster.Addrs, " "), "127.0.0.1:7000 127.0.0.1:7001 127.0.0.1:7002")
+		}},
+		{url: "redis+cluster://:pw@h1:7000,h2:7001?dial_timeout=3s", kind: KindRedisCluster, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.cluster.Password, "pw")
+			eq(t, tg.cluster.DialTimeout.String(), "3s")
+			eq(t, len(tg.cluster.Addrs), 2)
+		}},
+		{url: "redis+cluster://", wantErr: "at least one host:port"},
+		{url: "redis+cluster://h1:7000,h2", wantErr: `"h2" is not host:port`},
+		{url: "idem.db", wantErr: "has no scheme"},
+		{url: "mongodb://x", wantErr: `unknown scheme "mongodb"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.url, func(t *testing.T) {
+			t.Parallel()
+			tg, err := Parse(tt.url)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Parse(%q) error = %v, want one containing %q", tt.url, err, tt.wantErr)
+				}
+				for _, secret := range []string{"secret", ":pw@", "p@ss"} {
+					if strings.Contains(err.Error(), secret) {
+						t.Fatalf("error %q leaks the password", err)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse(%q): %v", tt.url, err)
+			}
+			eq(t, tg.Kind, tt.kind)
+			if tt.check != nil {
+				tt.check(t, tg)
+			}
+		})
+	}
+}
+
+func TestRedact(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ in, want string }{
+		{"postgres://u:secret@h:5432/db?sslmode=disable", "postgres://u:xxxxx@h:5432/db?sslmode=disable"},
+		{"postgres://h/db?password=secret", "postgres://h/db?password=xxxxx"},
+		{"postgres://u@h/db", "postgres://u@h/db"},
+		{"mysql://u:p@ss@tcp(h:3306)/db", "mysql://u:xxxxx@tcp(h:3306)/db"},
+		{"redis://:pw@h:6379/0", "redis://:xxxxx@h:6379/0"},
+		{"redis+cluster://u:pw@h1:1,h2:2", "redis+cluster://u:xxxxx@h1:1,h2:2"},
+		{"sqlite:///var/lib/idem.db", "sqlite:///var/lib/idem.db"},
+		{"memory://", "memory://"},
+		{"u:pw@tcp(h)/db", "xxxxx@tcp(h)/db"},
+	}
+	for _, tt := range tests {
+		if got := Redact(tt.in); got != tt.want {
+			t.Errorf("Redact(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestOpenSQLiteAndMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, u := range []string{"sqlite://" + filepath.Join(t.TempDir(), "idem.db"), "memory://"} {
+		s, closeFn, err := Open(ctx, u, Options{Migrate: true})
+		if err != nil {
+			t.Fatalf("Open(%q): %v", u, err)
+		}
+		key := idemstore.Key{Scope: "s", Operation: "POST /x", Key: "k"}
+		now := time.Now()
+		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
+			t.Fatalf("%s: Reserve = %v, %v", u, created, err)
+		}
+		if err := closeFn(); err != nil {
+			t.Fatalf("%s: close: %v", u, err)
+		}
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, u := range []string{"postgres://u:secret@127.0.0.1:1/x?connect_timeout=2", "redis://:secret@127.0.0.1:1/0", "mysql://u:secret@tcp(127.0.0.1:1)/x"} {
+		_, _, err := Open(ctx, u, Options{})
+		if !errors.Is(err, idemstore.ErrUnavailable) {
+			t.Errorf("Open(%q) error = %v, want ErrUnavailable", Redact(u), err)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("error %q leaks the password", err)
+		}
+	}
+}
+
+func TestLazyUnreachableThenClose(t *testing.T) {
+	t.Parallel()
+	s, closeFn, err := Open(context.Background(), "redis://127.0.0.1:1/0", Options{Lazy: true, RetryInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("lazy Open: %v", err)
+	}
+	_, err = s.Get(context.Background(), idemstore.Key{Scope: "s", Operation: "o", Key: "k"})
+	if !errors.Is(err, idemstore.ErrUnavailable) {
+		t.Fatalf("Get before connecting = %v, want ErrUnavailable", err)
+	}
+	if !s.Capabilities().Notify {
+		t.Error("a Redis store should report Notify before it connects")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Get(ctx, idemstore.Key{Scope: "s", Operation: "o", Key: "k"}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Get with a canceled context = %v, want context.Canceled", err)
+	}
+	if err := closeFn(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestLazyConnects(t *testing.T) {
+	t.Parallel()
+	s, closeFn, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "idem.db"), Options{Lazy: true, Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	key := idemstore.Key{Scope: "s", Operation: "o", Key: "k"}
+	for i := 0; ; i++ {
+		_, err := s.Get(context.Background(), key)
+		if errors.Is(err, idemstore.ErrNotFound) {
+			break
+		}
+		if i == 500 {
+			t.Fatalf("lazy SQLite store never became ready: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func eq[T comparable](t *testing.T, got, want T) {
+	t.Helper()
+	if got != want {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
