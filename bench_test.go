@@ -9,10 +9,34 @@ import (
 	"github.com/idem-dev/idem"
 )
 
-// BenchmarkBeginComplete measures one Begin (acquire) and one Complete on the
-// memory store: the engine's own cost per protected operation.
-func BenchmarkBeginComplete(b *testing.B) {
-	e, _ := newEngine(b, idem.EngineConfig{})
+// benchStores are the stores the engine benchmarks run on.
+var benchStores = []struct {
+	name string
+	new  func(b *testing.B) *idem.Engine
+}{
+	{"memory", func(b *testing.B) *idem.Engine { e, _ := newEngine(b, idem.EngineConfig{}); return e }},
+	{"sqlite", func(b *testing.B) *idem.Engine {
+		_, store, cleanup := openSQLite()
+		b.Cleanup(cleanup)
+		e, err := idem.NewEngine(store, idem.EngineConfig{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return e
+	}},
+}
+
+// BenchmarkEngine measures, on each store, one Begin (acquire) and one
+// Complete — the engine's cost per protected operation — and a Begin on a
+// completed key (the replay path).
+func BenchmarkEngine(b *testing.B) {
+	for _, st := range benchStores {
+		b.Run(st.name+"/begin-complete", func(b *testing.B) { benchBeginComplete(b, st.new(b)) })
+		b.Run(st.name+"/replay", func(b *testing.B) { benchReplay(b, st.new(b)) })
+	}
+}
+
+func benchBeginComplete(b *testing.B, e *idem.Engine) {
 	ctx := context.Background()
 	resp := &idem.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}
 	keys := make([]string, b.N)
@@ -34,8 +58,8 @@ func BenchmarkBeginComplete(b *testing.B) {
 	}
 }
 
-// BenchmarkBeginCompleteParallel is BenchmarkBeginComplete from GOMAXPROCS
-// goroutines.
+// BenchmarkBeginCompleteParallel is the memory store's begin-complete from
+// GOMAXPROCS goroutines.
 func BenchmarkBeginCompleteParallel(b *testing.B) {
 	e, _ := newEngine(b, idem.EngineConfig{})
 	ctx := context.Background()
@@ -59,9 +83,7 @@ func BenchmarkBeginCompleteParallel(b *testing.B) {
 	})
 }
 
-// BenchmarkBeginReplay measures Begin on a completed key.
-func BenchmarkBeginReplay(b *testing.B) {
-	e, _ := newEngine(b, idem.EngineConfig{})
+func benchReplay(b *testing.B, e *idem.Engine) {
 	ctx := context.Background()
 	res := mustBeginB(b, e, req("k"))
 	if err := res.Lease.Complete(ctx, &idem.Response{Status: 201, Body: []byte(`{"id":"pay_1"}`)}); err != nil {
