@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Compares idemredis's reserve+complete rate with the native SET NX rate of
+# the same servers, in one run, on the standalone Redis and on the Cluster:
+#
+#   eval "$(scripts/redis.sh)"; idemredis/bench/run.sh
+#
+# Native: redis-benchmark -c 50 -n 200000 -r 1000000 SET key v NX (no
+# pipelining, -P 1). idemredis: BenchmarkReserveComplete, 50 goroutines,
+# each pair a reserve script and a complete script (two round trips, so 0.5
+# of the native rate is the ceiling; the target is 0.45). BENCHTIME sets
+# go test -benchtime (default 5s). The SET NX keys (idembench:*) are deleted
+# afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+: "${IDEM_TEST_REDIS_URL:?run: eval \"\$(scripts/redis.sh)\"}"
+: "${IDEM_TEST_REDIS_CLUSTER:?run: eval \"\$(scripts/redis.sh)\"}"
+
+hostport=${IDEM_TEST_REDIS_URL#redis://}
+hostport=${hostport%%/*}
+hostport=${hostport##*@}
+host=${hostport%:*}
+port=${hostport##*:}
+seed=${IDEM_TEST_REDIS_CLUSTER%%,*}
+chost=${seed%:*}
+cport=${seed##*:}
+
+# rate prints the requests per second of a redis-benchmark run; its
+# arguments are the connection options, then the command.
+rate() {
+	redis-benchmark -c 50 -n 200000 -r 1000000 -q "$@" 2>/dev/null |
+		tr '\r' '\n' | grep -o '[0-9.]* requests per second' | tail -1 | cut -d' ' -f1
+}
+
+# cleanup deletes the SET NX keys from one node, one UNLINK per key (a
+# Cluster node refuses multi-key commands across slots), pipelined.
+cleanup() {
+	redis-cli -h "$1" -p "$2" --scan --pattern 'idembench:*' |
+		awk '{ printf "UNLINK %s\r\n", $0 }' |
+		redis-cli -h "$1" -p "$2" --pipe >/dev/null
+}
+
+masters() {
+	redis-cli -h "$chost" -p "$cport" cluster nodes | awk '$3 ~ /master/ {sub(/@.*/, "", $2); print $2}'
+}
+
+echo "# $(date -u +%FT%TZ) $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# redis $(redis-server --version | grep -o 'v=[0-9.]*')"
+
+native_std=$(rate -h "$host" -p "$port" SET 'idembench:key:__rand_int__' v NX)
+cleanup "$host" "$port"
+native_cl=$(rate -h "$chost" -p "$cport" --cluster SET 'idembench:{tag}:key:__rand_int__' v NX)
+for m in $(masters); do cleanup "${m%:*}" "${m##*:}"; done
+echo "redis-benchmark SET NX standalone: $native_std requests/s"
+echo "redis-benchmark SET NX cluster:    $native_cl requests/s"
+
+out=$(go test -run '^$' -bench '^BenchmarkReserveComplete$' -benchmem -count 1 \
+	-benchtime "${BENCHTIME:-5s}" ./idemredis/)
+echo "$out" | grep '^Benchmark'
+
+pairs() { echo "$out" | awk -v name="$1" '$1 ~ name { for (i = 1; i < NF; i++) if ($(i+1) == "pairs/s") print $i }'; }
+std=$(pairs 'standalone')
+cl=$(pairs 'cluster')
+awk -v p="$std" -v n="$native_std" 'BEGIN { printf "standalone: %.0f pairs/s / %.0f SET NX/s = %.3f (target >= 0.45)\n", p, n, p / n }'
+awk -v p="$cl" -v n="$native_cl" 'BEGIN { printf "cluster:    %.0f pairs/s / %.0f SET NX/s = %.3f (target >= 0.45)\n", p, n, p / n }'
