@@ -88,4 +88,3 @@ func runPairs(b *testing.B, pair func(ctx context.Context, k idemstore.Key, tok 
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
 }
-
