@@ -1,0 +1,389 @@
+package idemproxy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/idem-dev/idem"
+)
+
+// Config is the proxy's configuration, as read from a YAML file (see
+// LoadConfig) and overridden by command-line flags. Zero fields take the
+// defaults named on each.
+type Config struct {
+	// Upstream is the base URL of the API the proxy protects. Required.
+	Upstream string `yaml:"upstream"`
+	// Listen is the proxy's address. Defaults to 127.0.0.1:8080.
+	Listen string `yaml:"listen"`
+	// Store is the store URL (see internal/storeurl). Defaults to
+	// sqlite://idem.db.
+	Store string `yaml:"store"`
+	// Admin is the address of the admin listener (/healthz, /readyz,
+	// /metrics). Defaults to off.
+	Admin string `yaml:"admin"`
+	// ShutdownTimeout bounds how long in-flight requests may finish after
+	// SIGTERM. Defaults to 30s.
+	ShutdownTimeout Duration `yaml:"shutdown_timeout"`
+	// UpstreamTimeout bounds the wait for the upstream's response headers;
+	// past it the outcome is unknown (504, needs review). Defaults to 60s.
+	UpstreamTimeout Duration `yaml:"upstream_timeout"`
+	// RecoverInterval is how often expired leases are moved to
+	// needs_review. Defaults to 1m.
+	RecoverInterval Duration `yaml:"recover_interval"`
+	// PurgeInterval is how often expired records are purged. Defaults to 5m.
+	PurgeInterval Duration `yaml:"purge_interval"`
+	// PurgeBatch is the most records one purge statement deletes. Defaults
+	// to 500.
+	PurgeBatch int `yaml:"purge_batch"`
+	// LogFormat is "text" or "json". Defaults to text.
+	LogFormat string `yaml:"log_format"`
+	// LogLevel is debug, info, warn or error. Defaults to info.
+	LogLevel string `yaml:"log_level"`
+
+	// Settings are the defaults of every route.
+	Settings `yaml:",inline"`
+
+	// Routes override Settings for the requests they match, in ServeMux
+	// pattern syntax ("POST /payments/{id}/refund"). A request no route
+	// matches gets Settings.
+	Routes []Route `yaml:"routes"`
+}
+
+// Settings is how a route is protected. Unset fields inherit from the
+// global settings, then from the defaults.
+type Settings struct {
+	// OptionalKey lets a protected request without a key through,
+	// unprotected, instead of 400. Defaults to false.
+	OptionalKey *bool `yaml:"optional_key"`
+	// ScopeHeader names the header whose SHA-256 scopes keys; a request
+	// without it is in the anonymous scope. Defaults to Authorization.
+	ScopeHeader string `yaml:"scope_header"`
+	// ExcludeFields are JSON Pointers of body members left out of the
+	// fingerprint. Defaults to none.
+	ExcludeFields []string `yaml:"exclude_fields"`
+	// Wait makes a duplicate of an in-flight request wait up to this long
+	// and replay, instead of 409. Defaults to 0.
+	Wait *Duration `yaml:"wait"`
+	// Lease is the in-flight lease, renewed while the upstream works.
+	// Defaults to 30s.
+	Lease *Duration `yaml:"lease"`
+	// Retention is how long a completed key is kept. Defaults to 24h.
+	Retention *Duration `yaml:"retention"`
+	// ReleaseStatuses are the upstream statuses that release the key
+	// instead of storing the answer. Defaults to [429, 503].
+	ReleaseStatuses []Status `yaml:"release_statuses"`
+	// Ambiguous is what happens when the upstream failed after the request
+	// was sent: "escalate" (needs_review) or "release" (only for upstreams
+	// that are themselves idempotent on the forwarded key). Defaults to
+	// escalate.
+	Ambiguous Ambiguous `yaml:"ambiguous"`
+	// MaxBody is the request body limit for fingerprinting; larger requests
+	// get 413. Defaults to 1048576.
+	MaxBody *int64 `yaml:"max_body"`
+}
+
+// Route is the settings of the requests matching one ServeMux pattern.
+type Route struct {
+	// Match is a ServeMux pattern: "POST /payments", "/webhooks/",
+	// "PUT /items/{id}". With a method, that method is protected on the
+	// route; without, POST and PATCH are.
+	Match Pattern `yaml:"match"`
+	// Disabled passes the route's requests through unprotected.
+	Disabled bool `yaml:"disabled"`
+	// Settings override the global settings.
+	Settings `yaml:",inline"`
+}
+
+// Defaults.
+const (
+	DefaultListen      = "127.0.0.1:8080"
+	DefaultStore       = "sqlite://idem.db"
+	DefaultScopeHeader = "Authorization"
+	DefaultMaxBody     = 1 << 20
+)
+
+// WithDefaults returns c with its zero fields filled in.
+func (c Config) WithDefaults() Config {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
+	}
+	if c.Store == "" {
+		c.Store = DefaultStore
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = Duration(30 * time.Second)
+	}
+	if c.UpstreamTimeout == 0 {
+		c.UpstreamTimeout = Duration(60 * time.Second)
+	}
+	if c.RecoverInterval == 0 {
+		c.RecoverInterval = Duration(time.Minute)
+	}
+	if c.PurgeInterval == 0 {
+		c.PurgeInterval = Duration(5 * time.Minute)
+	}
+	if c.PurgeBatch == 0 {
+		c.PurgeBatch = 500
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.ScopeHeader == "" {
+		c.ScopeHeader = DefaultScopeHeader
+	}
+	return c
+}
+
+// Validate reports a configuration the proxy cannot start with.
+func (c Config) Validate() error {
+	if c.Upstream == "" {
+		return errors.New("upstream is required (--upstream URL or upstream: in the config file)")
+	}
+	u, err := url.Parse(c.Upstream)
+	if err != nil {
+		return fmt.Errorf("upstream %q: %v", c.Upstream, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("upstream %q must be an http:// or https:// URL with a host", c.Upstream)
+	}
+	switch c.LogFormat {
+	case "text", "json":
+	default:
+		return fmt.Errorf("log format %q must be text or json", c.LogFormat)
+	}
+	if _, err := ParseLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if c.PurgeBatch < 1 {
+		return fmt.Errorf("purge_batch %d must be positive", c.PurgeBatch)
+	}
+	if err := c.Settings.validate(); err != nil {
+		return err
+	}
+	for _, r := range c.Routes {
+		if r.Match.Pattern == "" {
+			return fmt.Errorf("line %d: a route needs match: (a ServeMux pattern such as \"POST /payments\")", r.Match.Line)
+		}
+		if err := r.Settings.validate(); err != nil {
+			return fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
+		}
+	}
+	return nil
+}
+
+func (s Settings) validate() error {
+	if s.MaxBody != nil && *s.MaxBody < 0 {
+		return fmt.Errorf("max_body %d is negative", *s.MaxBody)
+	}
+	for _, p := range []struct {
+		name string
+		d    *Duration
+	}{{"wait", s.Wait}, {"lease", s.Lease}, {"retention", s.Retention}} {
+		if p.d != nil && *p.d < 0 {
+			return fmt.Errorf("%s %v is negative", p.name, time.Duration(*p.d))
+		}
+	}
+	if s.Lease != nil && *s.Lease != 0 && time.Duration(*s.Lease) < time.Second {
+		return fmt.Errorf("lease %v is under a second", time.Duration(*s.Lease))
+	}
+	if s.Retention != nil && *s.Retention != 0 && time.Duration(*s.Retention) < time.Second {
+		return fmt.Errorf("retention %v is under a second", time.Duration(*s.Retention))
+	}
+	return nil
+}
+
+// merge returns s with the unset fields taken from parent.
+func (s Settings) merge(parent Settings) Settings {
+	if s.OptionalKey == nil {
+		s.OptionalKey = parent.OptionalKey
+	}
+	if s.ScopeHeader == "" {
+		s.ScopeHeader = parent.ScopeHeader
+	}
+	if s.ExcludeFields == nil {
+		s.ExcludeFields = parent.ExcludeFields
+	}
+	if s.Wait == nil {
+		s.Wait = parent.Wait
+	}
+	if s.Lease == nil {
+		s.Lease = parent.Lease
+	}
+	if s.Retention == nil {
+		s.Retention = parent.Retention
+	}
+	if s.ReleaseStatuses == nil {
+		s.ReleaseStatuses = parent.ReleaseStatuses
+	}
+	if s.Ambiguous == "" {
+		s.Ambiguous = parent.Ambiguous
+	}
+	if s.MaxBody == nil {
+		s.MaxBody = parent.MaxBody
+	}
+	return s
+}
+
+// policy turns merged settings into the middleware's policy.
+func (s Settings) policy() idem.Policy {
+	p := idem.Policy{ExcludeFields: s.ExcludeFields, MaxRequestBody: DefaultMaxBody}
+	if s.OptionalKey != nil {
+		p.KeyOptional = *s.OptionalKey
+	}
+	if s.Wait != nil {
+		p.Wait = time.Duration(*s.Wait)
+	}
+	if s.Lease != nil {
+		p.Lease = time.Duration(*s.Lease)
+	}
+	if s.Retention != nil {
+		p.Retention = time.Duration(*s.Retention)
+	}
+	if s.MaxBody != nil {
+		p.MaxRequestBody = *s.MaxBody
+		if p.MaxRequestBody == 0 {
+			p.MaxRequestBody = DefaultMaxBody
+		}
+	}
+	if s.ReleaseStatuses != nil {
+		p.ReleaseStatuses = make([]int, len(s.ReleaseStatuses))
+		for i, st := range s.ReleaseStatuses {
+			p.ReleaseStatuses[i] = int(st)
+		}
+	}
+	return p
+}
+
+// LoadConfig reads a YAML configuration file. Unknown fields and invalid
+// values are errors that name the file and line.
+func LoadConfig(path string) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, err
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return Config{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseConfig parses a YAML configuration. It does not fill defaults nor
+// validate cross-field rules; see Config.WithDefaults and Config.Validate.
+func ParseConfig(b []byte) (Config, error) {
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return Config{}, errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+	}
+	for i, r := range c.Routes {
+		if err := r.Settings.validate(); err != nil {
+			return Config{}, fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
+		}
+		if r.Match.Pattern == "" {
+			return Config{}, fmt.Errorf("routes[%d]: a route needs match: (a ServeMux pattern such as \"POST /payments\")", i)
+		}
+	}
+	if err := c.Settings.validate(); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// Duration is a time.Duration written as "30s" or "24h" in YAML.
+type Duration time.Duration
+
+// UnmarshalYAML parses a Go duration string.
+func (d *Duration) UnmarshalYAML(n *yaml.Node) error {
+	v, err := time.ParseDuration(n.Value)
+	if err != nil || n.Kind != yaml.ScalarNode {
+		return fmt.Errorf("line %d: %q is not a duration (use e.g. 30s, 5m, 24h)", n.Line, n.Value)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+func (d Duration) d() time.Duration { return time.Duration(d) }
+
+// String formats d as time.Duration does.
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Status is an HTTP status code between 100 and 599.
+type Status int
+
+// UnmarshalYAML parses and checks a status code.
+func (s *Status) UnmarshalYAML(n *yaml.Node) error {
+	var v int
+	if err := n.Decode(&v); err != nil || v < 100 || v > 599 {
+		return fmt.Errorf("line %d: %q is not an HTTP status code (100-599)", n.Line, n.Value)
+	}
+	*s = Status(v)
+	return nil
+}
+
+// Ambiguous is the policy for an upstream that failed after the request
+// was sent: the operation may or may not have happened.
+type Ambiguous string
+
+// The ambiguous-outcome policies.
+const (
+	// AmbiguousEscalate moves the key to needs_review: retries get 409
+	// until an operator or a resolver decides. The default.
+	AmbiguousEscalate Ambiguous = "escalate"
+	// AmbiguousRelease releases the key, so a retry is forwarded again.
+	// Choose it only for upstreams that are themselves idempotent on the
+	// forwarded Idempotency-Key.
+	AmbiguousRelease Ambiguous = "release"
+)
+
+// UnmarshalYAML checks the policy name.
+func (a *Ambiguous) UnmarshalYAML(n *yaml.Node) error {
+	switch v := Ambiguous(n.Value); v {
+	case AmbiguousEscalate, AmbiguousRelease:
+		*a = v
+		return nil
+	}
+	return fmt.Errorf("line %d: ambiguous must be escalate or release, got %q", n.Line, n.Value)
+}
+
+// Pattern is a ServeMux pattern with the line it was read from.
+type Pattern struct {
+	Pattern string
+	Line    int
+}
+
+// UnmarshalYAML checks the pattern with a ServeMux.
+func (p *Pattern) UnmarshalYAML(n *yaml.Node) error {
+	p.Pattern, p.Line = n.Value, n.Line
+	if err := checkPattern(n.Value); err != nil {
+		return fmt.Errorf("line %d: match %q: %v", n.Line, n.Value, err)
+	}
+	return nil
+}
+
+// checkPattern reports whether ServeMux accepts pattern.
+func checkPattern(pattern string) (err error) {
+	if pattern == "" {
+		return errors.New("empty pattern")
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%v", v)
+		}
+	}()
+	http.NewServeMux().Handle(pattern, http.NotFoundHandler())
+	return nil
+}

@@ -1,0 +1,23 @@
+// Package idemproxy is idem's reverse proxy: it puts the Idempotency-Key
+// guarantee in front of any HTTP API, whatever its language. `idem serve`
+// (internal/cli) runs it.
+//
+// Start with Server, which wires a store, an engine, the listeners, the
+// recovery and purge loops and graceful shutdown; New builds the handler
+// alone. The protocol itself is idem's middleware (idem.NewMiddleware)
+// wrapped around an httputil.ReverseProxy, one middleware per configured
+// route (Config.Routes, matched by an http.ServeMux), all sharing one
+// engine. This package adds only what a proxy must decide:
+//
+//   - the scope: the SHA-256 of a header's value (ScopeFromHeader), never
+//     the credential itself;
+//   - the operation: method and path;
+//   - upstream failures: a request that provably never left (NotSent: dial
+//     or DNS errors) gets 502 and its key is released; one that failed after
+//     it was sent has an unknown outcome, gets 502 (504 on timeout), and its
+//     key goes to needs_review, or is released when the route's Ambiguous
+//     policy says the upstream is itself idempotent;
+//   - shutdown: requests not yet forwarded are released and get 503.
+//
+// The configuration file is YAML (LoadConfig); docs/proxy.md describes it.
+package idemproxy

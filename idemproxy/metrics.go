@@ -1,0 +1,200 @@
+package idemproxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Metrics are the proxy's Prometheus metrics, in their own registry.
+type Metrics struct {
+	// Registry holds the metrics below and the Go runtime collectors.
+	Registry *prometheus.Registry
+
+	outcomes *prometheus.CounterVec
+	store    *prometheus.HistogramVec
+	upstream *prometheus.HistogramVec
+}
+
+// NewMetrics registers the proxy's metrics in a new registry.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		Registry: prometheus.NewRegistry(),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_proxy_requests_total",
+			Help: "Protected requests by outcome (acquired, replayed, mismatch, in_flight, needs_review, missing_key, unavailable, …) and, for acquired ones, settlement (completed, released, escalated, handler, failed).",
+		}, []string{"outcome", "settlement"}),
+		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idem_store_duration_seconds",
+			Help:    "Latency of store calls by operation and result.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}, []string{"op", "result"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "idem_upstream_duration_seconds",
+			Help:    "Time to the upstream's response headers, by status class (2xx … 5xx) or error.",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"code"}),
+	}
+	m.Registry.MustRegister(m.outcomes, m.store, m.upstream,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Handler serves the registry in the Prometheus text format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
+}
+
+func (m *Metrics) observeOutcome(ev idem.Event) {
+	m.outcomes.WithLabelValues(ev.Outcome, ev.Settlement).Inc()
+}
+
+type instrumentedTransport struct {
+	next    http.RoundTripper
+	byClass [6]prometheus.Observer
+	errs    prometheus.Observer
+}
+
+func (m *Metrics) instrumentTransport(next http.RoundTripper) http.RoundTripper {
+	t := &instrumentedTransport{next: next, errs: m.upstream.WithLabelValues("error")}
+	for i := 1; i < 6; i++ {
+		t.byClass[i] = m.upstream.WithLabelValues(strconv.Itoa(i) + "xx")
+	}
+	return t
+}
+
+func (t *instrumentedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	start := time.Now()
+	resp, err := t.next.RoundTrip(r)
+	d := time.Since(start).Seconds()
+	if err != nil || resp.StatusCode < 100 || resp.StatusCode > 599 {
+		t.errs.Observe(d)
+	} else {
+		t.byClass[resp.StatusCode/100].Observe(d)
+	}
+	return resp, err
+}
+
+// InstrumentStore returns s timed into the store latency histogram. The
+// result implements idemstore.Notifier when s does.
+func (m *Metrics) InstrumentStore(s idemstore.Store) idemstore.Store {
+	is := &instrumentedStore{s: s, m: m, obs: map[string][2]prometheus.Observer{}}
+	for _, op := range []string{"reserve", "get", "complete", "release", "escalate", "extend", "takeover", "resolve", "list_expired", "list", "purge"} {
+		is.obs[op] = [2]prometheus.Observer{m.store.WithLabelValues(op, "ok"), m.store.WithLabelValues(op, "error")}
+	}
+	if n, ok := s.(idemstore.Notifier); ok {
+		return &instrumentedNotifier{instrumentedStore: is, n: n}
+	}
+	return is
+}
+
+type instrumentedStore struct {
+	s   idemstore.Store
+	m   *Metrics
+	obs map[string][2]prometheus.Observer
+}
+
+func (is *instrumentedStore) observe(op string, start time.Time, err error) {
+	i := 0
+	if err != nil && !errors.Is(err, idemstore.ErrNotFound) && !errors.Is(err, idemstore.ErrLeaseLost) {
+		i = 1
+	}
+	is.obs[op][i].Observe(time.Since(start).Seconds())
+}
+
+func (is *instrumentedStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	t := time.Now()
+	rec, created, err := is.s.Reserve(ctx, p)
+	is.observe("reserve", t, err)
+	return rec, created, err
+}
+
+func (is *instrumentedStore) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	t := time.Now()
+	rec, err := is.s.Get(ctx, key)
+	is.observe("get", t, err)
+	return rec, err
+}
+
+func (is *instrumentedStore) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	t := time.Now()
+	err := is.s.Complete(ctx, p)
+	is.observe("complete", t, err)
+	return err
+}
+
+func (is *instrumentedStore) Release(ctx context.Context, key idemstore.Key, token string) error {
+	t := time.Now()
+	err := is.s.Release(ctx, key, token)
+	is.observe("release", t, err)
+	return err
+}
+
+func (is *instrumentedStore) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
+	t := time.Now()
+	err := is.s.Escalate(ctx, p)
+	is.observe("escalate", t, err)
+	return err
+}
+
+func (is *instrumentedStore) Extend(ctx context.Context, p idemstore.ExtendParams) error {
+	t := time.Now()
+	err := is.s.Extend(ctx, p)
+	is.observe("extend", t, err)
+	return err
+}
+
+func (is *instrumentedStore) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
+	t := time.Now()
+	err := is.s.Takeover(ctx, p)
+	is.observe("takeover", t, err)
+	return err
+}
+
+func (is *instrumentedStore) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
+	t := time.Now()
+	err := is.s.Resolve(ctx, p)
+	is.observe("resolve", t, err)
+	return err
+}
+
+func (is *instrumentedStore) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+	t := time.Now()
+	recs, err := is.s.ListExpiredLeases(ctx, now, limit)
+	is.observe("list_expired", t, err)
+	return recs, err
+}
+
+func (is *instrumentedStore) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
+	t := time.Now()
+	page, err := is.s.List(ctx, p)
+	is.observe("list", t, err)
+	return page, err
+}
+
+func (is *instrumentedStore) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
+	t := time.Now()
+	n, err := is.s.Purge(ctx, p)
+	is.observe("purge", t, err)
+	return n, err
+}
+
+func (is *instrumentedStore) Capabilities() idemstore.Capabilities { return is.s.Capabilities() }
+
+type instrumentedNotifier struct {
+	*instrumentedStore
+	n idemstore.Notifier
+}
+
+func (in *instrumentedNotifier) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct{}, func(), error) {
+	return in.n.Subscribe(ctx, key)
+}

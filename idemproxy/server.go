@@ -1,0 +1,193 @@
+package idemproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Server runs a Proxy on its listener, the admin listener, and the
+// background recovery and purge loops, until its context ends; then it
+// shuts down gracefully.
+type Server struct {
+	// Config is the proxy configuration (defaults are filled by Run).
+	Config Config
+	// Store is the record store; Run does not close it.
+	Store idemstore.Store
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Transport overrides the upstream transport (see Options.Transport).
+	Transport http.RoundTripper
+	// OnOutcome, if set, sees every protected request.
+	OnOutcome func(idem.Event)
+	// Ready, if set, is called once both listeners accept connections.
+	Ready func(proxy, admin net.Addr)
+}
+
+// readyKey is the sentinel record /readyz reads: cheap, and absent.
+var readyKey = idemstore.Key{Scope: "idem", Operation: "readyz", Key: "readyz"}
+
+// Run serves until ctx ends, then stops accepting, lets in-flight requests
+// finish for up to Config.ShutdownTimeout, and returns.
+func (s *Server) Run(ctx context.Context) error {
+	cfg := s.Config.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	metrics := NewMetrics()
+	store := metrics.InstrumentStore(s.Store)
+	ecfg := idem.EngineConfig{Logger: log}
+	if cfg.Lease != nil {
+		ecfg.Lease = cfg.Lease.d()
+	}
+	if cfg.Retention != nil {
+		ecfg.Retention = cfg.Retention.d()
+	}
+	engine, err := idem.NewEngine(store, ecfg)
+	if err != nil {
+		return err
+	}
+	proxy, err := New(engine, cfg, Options{Logger: log, Metrics: metrics, Transport: s.Transport, OnOutcome: s.OnOutcome})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	srv := &http.Server{
+		Handler:           proxy,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	var (
+		adminLn  net.Listener
+		adminSrv *http.Server
+	)
+	if cfg.Admin != "" {
+		if adminLn, err = net.Listen("tcp", cfg.Admin); err != nil {
+			ln.Close()
+			return fmt.Errorf("listen %s (admin): %w", cfg.Admin, err)
+		}
+		adminSrv = &http.Server{Handler: adminHandler(store, metrics), ReadHeaderTimeout: 10 * time.Second}
+	}
+
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve(ln) }()
+	attrs := []any{slog.String("proxy", ln.Addr().String()), slog.String("upstream", cfg.Upstream)}
+	var adminAddr net.Addr
+	if adminSrv != nil {
+		adminAddr = adminLn.Addr()
+		go func() { errc <- adminSrv.Serve(adminLn) }()
+		attrs = append(attrs, slog.String("admin", adminAddr.String()))
+	}
+	log.Info("idem serve listening", attrs...)
+	if s.Ready != nil {
+		s.Ready(ln.Addr(), adminAddr)
+	}
+
+	loopCtx, stopLoops := context.WithCancel(context.Background())
+	var loops sync.WaitGroup
+	loops.Add(2)
+	go func() {
+		defer loops.Done()
+		every(loopCtx, cfg.RecoverInterval.d(), func() {
+			rep, err := engine.Recover(loopCtx, idem.RecoverOptions{KindOf: func(idem.Key) idem.Kind { return idem.External }})
+			switch {
+			case err != nil && loopCtx.Err() == nil:
+				log.Warn("recovering expired leases failed", slog.Any("error", err))
+			case rep.Escalated > 0:
+				log.Warn("expired leases moved to needs_review", slog.Int("count", rep.Escalated))
+			}
+		})
+	}()
+	go func() {
+		defer loops.Done()
+		every(loopCtx, cfg.PurgeInterval.d(), func() {
+			n, err := engine.Purge(loopCtx, cfg.PurgeBatch)
+			switch {
+			case err != nil && loopCtx.Err() == nil:
+				log.Warn("purging expired records failed", slog.Any("error", err))
+			case n > 0:
+				log.Info("purged expired records", slog.Int("count", n))
+			}
+		})
+	}()
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+	}
+	log.Info("shutting down", slog.Duration("timeout", cfg.ShutdownTimeout.d()))
+	proxy.BeginShutdown()
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout.d())
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("in-flight requests did not finish in time", slog.Any("error", err))
+		srv.Close()
+	}
+	if adminSrv != nil {
+		adminSrv.Shutdown(sctx)
+	}
+	stopLoops()
+	loops.Wait()
+	log.Info("stopped")
+	if runErr != nil && !errors.Is(runErr, http.ErrServerClosed) {
+		return runErr
+	}
+	return nil
+}
+
+// every calls f every d until ctx ends.
+func every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// adminHandler serves /healthz (the process answers), /readyz (the store
+// answers) and /metrics.
+func adminHandler(store idemstore.Store, m *Metrics) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		_, err := store.Get(ctx, readyKey)
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		if err != nil && !errors.Is(err, idemstore.ErrNotFound) {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: store unreachable: %v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	mux.Handle("GET /metrics", m.Handler())
+	return mux
+}

@@ -1,0 +1,168 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/idem-dev/idem/idemproxy"
+	"github.com/idem-dev/idem/internal/storeurl"
+)
+
+func init() { extraCommands = append(extraCommands, newServeCmd) }
+
+// serveFlags are the flags of idem serve; set ones override the file.
+type serveFlags struct {
+	config                                           string
+	upstream, listen, store, admin                   string
+	retention, lease, wait, shutdownTimeout, timeout time.Duration
+	maxBody                                          int64
+	optionalKey                                      bool
+	scopeHeader, logFormat, logLevel                 string
+}
+
+func newServeCmd() *cobra.Command {
+	var f serveFlags
+	cmd := &cobra.Command{
+		Use:   "serve --upstream URL",
+		Short: "Run the idempotency reverse proxy in front of an HTTP API",
+		Long: `serve runs a reverse proxy that makes the upstream's POST and PATCH requests
+safe to retry: the first request with an Idempotency-Key is forwarded, and
+every retry with the same key gets the stored answer (Idempotent-Replayed:
+true). Other methods pass through untouched.
+
+Keys are unique per scope (the SHA-256 of the --scope-header value), operation
+(method and path) and key. A retry with a different body gets 422; one that
+arrives while the first is in flight gets 409 with Retry-After (or, with
+--wait, the first answer once it is ready).
+
+The store may be unreachable at start: the proxy starts anyway, protected
+requests get 503 until the store answers, and /readyz on --admin says so.`,
+		Example: `  # In front of a local API, keys in ./idem.db
+  idem serve --upstream http://127.0.0.1:3000
+
+  # Shared PostgreSQL store, admin API and metrics on :9090
+  idem serve --upstream http://api.internal:8080 --listen :8080 \
+    --store 'postgres://idem:secret@db:5432/idem' --admin 127.0.0.1:9090
+
+  # Settings and per-route policies from a file, the listen address from a flag
+  idem serve --config idem.yaml --listen 127.0.0.1:8081`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.resolve(cmd.Flags())
+			if err != nil {
+				return usageError{err}
+			}
+			log, err := idemproxy.NewLogger(cmd.ErrOrStderr(), cfg.LogFormat, cfg.LogLevel)
+			if err != nil {
+				return usageError{err}
+			}
+			return runServe(cmd.Context(), cfg, log, nil)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.config, "config", "", "YAML configuration file; flags override it")
+	fl.StringVar(&f.upstream, "upstream", "", "the API the proxy protects (required, here or in the config file)")
+	fl.StringVar(&f.listen, "listen", idemproxy.DefaultListen, "where the proxy listens (port 0 picks a free port; the address is logged)")
+	fl.StringVar(&f.store, "store", idemproxy.DefaultStore, "store URL: sqlite://PATH, memory://, postgres://…, mysql://user:pass@tcp(host:port)/db, redis://host:port/N, redis+cluster://h1:p1,h2:p2")
+	fl.StringVar(&f.admin, "admin", "", "admin listener for /healthz, /readyz and /metrics (default off)")
+	fl.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a completed key is kept and replayed")
+	fl.DurationVar(&f.lease, "lease", 30*time.Second, "in-flight lease, renewed while the upstream works")
+	fl.Int64Var(&f.maxBody, "max-body", idemproxy.DefaultMaxBody, "request body limit in bytes for fingerprinting; larger requests get 413")
+	fl.BoolVar(&f.optionalKey, "optional-key", false, "let protected requests without a key through instead of 400")
+	fl.StringVar(&f.scopeHeader, "scope-header", idemproxy.DefaultScopeHeader, "header whose SHA-256 scopes keys; without it, the anonymous scope")
+	fl.DurationVar(&f.wait, "wait", 0, "0: a concurrent duplicate gets 409 at once; >0: it waits up to this long, then replays")
+	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
+	fl.DurationVar(&f.timeout, "upstream-timeout", 60*time.Second, "longest wait for the upstream's response headers (then 504, key needs review)")
+	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug (one line per protected request), info, warn or error")
+	return cmd
+}
+
+// resolve merges the config file and the flags that were set.
+func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
+	var cfg idemproxy.Config
+	if f.config != "" {
+		c, err := idemproxy.LoadConfig(f.config)
+		if err != nil {
+			return cfg, err
+		}
+		cfg = c
+	}
+	set := func(name string) bool { return fl.Changed(name) || f.config == "" }
+	if set("upstream") {
+		cfg.Upstream = f.upstream
+	}
+	if set("listen") {
+		cfg.Listen = f.listen
+	}
+	if set("store") {
+		cfg.Store = f.store
+	}
+	if set("admin") {
+		cfg.Admin = f.admin
+	}
+	dur := func(d time.Duration) *idemproxy.Duration { v := idemproxy.Duration(d); return &v }
+	if set("retention") {
+		cfg.Retention = dur(f.retention)
+	}
+	if set("lease") {
+		cfg.Lease = dur(f.lease)
+	}
+	if set("wait") {
+		cfg.Wait = dur(f.wait)
+	}
+	if set("max-body") {
+		cfg.MaxBody = &f.maxBody
+	}
+	if set("optional-key") {
+		cfg.OptionalKey = &f.optionalKey
+	}
+	if set("scope-header") {
+		cfg.ScopeHeader = f.scopeHeader
+	}
+	if set("shutdown-timeout") {
+		cfg.ShutdownTimeout = idemproxy.Duration(f.shutdownTimeout)
+	}
+	if set("upstream-timeout") {
+		cfg.UpstreamTimeout = idemproxy.Duration(f.timeout)
+	}
+	if set("log-format") {
+		cfg.LogFormat = f.logFormat
+	}
+	if set("log-level") {
+		cfg.LogLevel = f.logLevel
+	}
+	cfg = cfg.WithDefaults()
+	return cfg, cfg.Validate()
+}
+
+// runServe opens the store lazily (the proxy starts even when it is down)
+// and runs the proxy until ctx ends.
+func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak func(*idemproxy.Server)) error {
+	redis.SetLogger(redisLogger{log})
+	store, closeStore, err := storeurl.Open(ctx, cfg.Store, storeurl.Options{Lazy: true, Migrate: true, Logger: log})
+	if err != nil {
+		return usageError{err}
+	}
+	defer closeStore()
+	log.Info("store", slog.String("url", storeurl.Redact(cfg.Store)))
+	srv := &idemproxy.Server{Config: cfg, Store: store, Logger: log}
+	if tweak != nil {
+		tweak(srv)
+	}
+	return srv.Run(ctx)
+}
+
+// redisLogger sends go-redis's own messages (reconnection attempts) to the
+// debug log instead of stderr.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.Debug("redis: " + fmt.Sprintf(format, v...))
+}
