@@ -81,13 +81,19 @@ var (
 // New returns a Store that keeps its records through client, which may be a
 // *redis.Client, a *redis.ClusterClient or a failover client. The caller
 // keeps ownership of client and closes it after the last use of the Store.
-// A *redis.Ring is refused: a record's scripts need one node.
+// A *redis.Ring is refused (a record's scripts need one node), and so is a
+// ClusterClient that reads from replicas, which lag behind their master.
 func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("idemredis: nil client")
 	}
 	if _, ok := client.(*redis.Ring); ok {
 		return nil, errors.New("idemredis: *redis.Ring is not supported; use a Cluster")
+	}
+	if cc, ok := client.(*redis.ClusterClient); ok {
+		if o := cc.Options(); o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
+			return nil, errors.New("idemredis: the ClusterClient must not route reads to replicas (ReadOnly, RouteByLatency, RouteRandomly): a replica can return a stale record")
+		}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

@@ -84,6 +84,11 @@ func TestConfig(t *testing.T) {
 	if _, err := New(nil, Config{}); err == nil {
 		t.Error("New(nil) accepted")
 	}
+	replicaReads := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadOnly: true})
+	defer replicaReads.Close()
+	if _, err := New(replicaReads, Config{}); err == nil {
+		t.Error("New(ClusterClient with ReadOnly) accepted")
+	}
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	defer ring.Close()
 	if _, err := New(ring, Config{}); err == nil {
