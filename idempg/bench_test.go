@@ -1,7 +1,7 @@
 package idempg_test
 
 import (
-	"strconv"
+	"crypto/rand"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,7 +32,6 @@ func benchReserveComplete(b *testing.B, cfg idempg.Config) {
 	s := newStore(b, pool, cfg)
 	ctx := b.Context()
 	resp := &idemstore.Response{Status: 201, Body: []byte(`{"id":"ord_123","status":"paid"}`)}
-	run := strconv.FormatInt(time.Now().UnixNano(), 36)
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
 	b.ReportAllocs()
@@ -46,7 +45,8 @@ func benchReserveComplete(b *testing.B, cfg idempg.Config) {
 					return
 				}
 				now := time.Now()
-				k := idemstore.Key{Scope: "bench", Operation: "POST /orders", Key: run + "-" + strconv.FormatInt(i, 10)}
+				// Random keys, as clients send (and as pgbench.sql does).
+				k := idemstore.Key{Scope: "bench", Operation: "POST /orders", Key: rand.Text()}
 				tok := "tok-" + k.Key
 				_, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(30 * time.Second), Now: now})
 				if err == nil {

@@ -2,9 +2,9 @@
 # run.sh compares idemmysql's BenchmarkReserveComplete at 16 goroutines with
 # (a) a raw database/sql loop of the same INSERT + UPDATE at 16 goroutines,
 # in the same go test run, and (b) mysqlslap running the same two
-# statements as text at 16 clients (mysqlslap.sql: a per-connection counter
-# @n gives each pair a fresh key; the response bytes are those the Go
-# benchmark stores).
+# statements as text at 16 clients (mysqlslap.sql: each pair's key is a
+# fresh UUID() kept in the session variable @k; the response bytes are those
+# the Go benchmark stores). Keys are random on both sides, as clients send.
 #
 #   eval "$(scripts/services.sh --bench)"; idemmysql/bench/run.sh
 #
