@@ -19,10 +19,11 @@
 // makes takeover of an expired lease safe for transactional operations.
 //
 // The store implements idemstore.Notifier with LISTEN/NOTIFY: completing,
-// releasing, escalating, resolving or taking over a record sends a
-// pg_notify in the same statement (delivered at commit), and one dedicated
-// connection per Store wakes the waiters of that key. See
-// Config.DisableNotify for the throughput this costs.
+// releasing, escalating, resolving or taking over a record that a waiter
+// subscribed to sends a pg_notify in the same statement (delivered at
+// commit), and one dedicated connection per Store wakes the waiters of that
+// key. Records nobody waits for are not announced, because PostgreSQL
+// serialises the commits of notifying transactions.
 //
 // Native errors become the idemstore sentinels: serialization failures and
 // deadlocks are idemstore.ErrRetryable, connection failures

@@ -39,11 +39,12 @@ type Config struct {
 	// cut to 63 bytes.
 	Channel string
 
-	// DisableNotify turns off pg_notify on state changes. PostgreSQL
-	// serialises the commits of notifying transactions, so a deployment
-	// whose waiters are content with polling can trade the wake-ups for
-	// commit throughput. Capabilities then reports Notify false and
-	// Subscribe fails. Defaults to false (notifications on).
+	// DisableNotify turns off LISTEN/NOTIFY: state changes never call
+	// pg_notify, Capabilities reports Notify false and Subscribe fails, so
+	// the engine's waiters poll. Only records with a subscribed waiter are
+	// ever announced, so notifications cost little; this is for servers or
+	// poolers without LISTEN support (e.g. PgBouncer in transaction mode).
+	// Defaults to false (notifications on).
 	DisableNotify bool
 
 	// ReserveRetries is how many times Reserve repeats an insert that the
