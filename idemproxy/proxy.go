@@ -288,4 +288,3 @@ func (w bufferedWriter) FlushError() error {
 }
 
 func (w bufferedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-

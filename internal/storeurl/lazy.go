@@ -39,8 +39,37 @@ func newLazy(t *Target, opts Options) *lazy {
 	l := &lazy{t: t, opts: opts, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	err := error(errNotYet)
 	l.lastErr.Store(&err)
+	// The first attempt is made before returning, so that a store that is
+	// up (a local SQLite file, a reachable server) serves the very first
+	// request; it is bounded, so that a store that is down does not hold up
+	// the start.
+	if l.attempt(ctx, firstAttemptTimeout) {
+		close(l.done)
+		return l
+	}
+	l.opts.Logger.Warn("store unreachable; protected requests get 503 until it answers",
+		slog.String("store", t.Redacted), slog.Any("error", *l.lastErr.Load()))
 	go l.connectLoop()
 	return l
+}
+
+// firstAttemptTimeout bounds the connection attempt made by Open.
+const firstAttemptTimeout = 3 * time.Second
+
+// attempt tries to connect once; it reports success.
+func (l *lazy) attempt(parent context.Context, timeout time.Duration) bool {
+	ctx, cancel := context.WithTimeout(parent, timeout)
+	defer cancel()
+	s, closeFn, err := l.t.Connect(ctx, l.opts.Migrate)
+	if err != nil {
+		l.lastErr.Store(&err)
+		return false
+	}
+	l.mu.Lock()
+	l.closeFn = closeFn
+	l.mu.Unlock()
+	l.inner.Store(&s)
+	return true
 }
 
 var errNotYet = errors.New("not connected yet")
@@ -48,34 +77,20 @@ var errNotYet = errors.New("not connected yet")
 func (l *lazy) connectLoop() {
 	defer close(l.done)
 	pause := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		ctx, cancel := context.WithTimeout(l.ctx, 10*time.Second)
-		s, closeFn, err := l.t.Connect(ctx, l.opts.Migrate)
-		cancel()
-		if err == nil {
-			l.mu.Lock()
-			l.closeFn = closeFn
-			l.mu.Unlock()
-			l.inner.Store(&s)
-			if attempt > 1 {
-				l.opts.Logger.Info("store reachable", slog.String("store", l.t.Redacted), slog.Int("attempts", attempt))
-			}
-			return
-		}
-		l.lastErr.Store(&err)
-		if l.ctx.Err() != nil {
-			return
-		}
-		if attempt == 1 {
-			l.opts.Logger.Warn("store unreachable; protected requests get 503 until it answers",
-				slog.String("store", l.t.Redacted), slog.Any("error", err))
-		}
+	for attempt := 2; ; attempt++ {
 		select {
 		case <-l.ctx.Done():
 			return
 		case <-time.After(pause):
 		}
 		pause = min(2*pause, l.opts.RetryInterval)
+		if l.attempt(l.ctx, 10*time.Second) {
+			l.opts.Logger.Info("store reachable", slog.String("store", l.t.Redacted), slog.Int("attempts", attempt))
+			return
+		}
+		if l.ctx.Err() != nil {
+			return
+		}
 	}
 }
 

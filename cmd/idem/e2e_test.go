@@ -1,0 +1,552 @@
+package main_test
+
+// End-to-end tests: they build the real idem binary once, start it with
+// flags against an httptest upstream that counts executions, and check what
+// clients see and what the upstream ran.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idem-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "idem")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building idem: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// upstream is an API that counts how often each path ran.
+type upstream struct {
+	*httptest.Server
+	mu    sync.Mutex
+	count map[string]int
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{count: map[string]int{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		n := u.inc(r.URL.Path)
+		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
+			time.Sleep(d)
+		}
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/status/"):
+			var code int
+			fmt.Sscanf(strings.TrimPrefix(r.URL.Path, "/status/"), "%d", &code)
+			w.WriteHeader(code)
+			fmt.Fprintf(w, "status %d, run %d", code, n)
+		case r.URL.Path == "/reset":
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.(*net.TCPConn).SetLinger(0)
+				conn.Close()
+			}
+		default:
+			http.SetCookie(w, &http.Cookie{Name: "session", Value: "s3cr3t"})
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Got-Key", r.Header.Get("Idempotency-Key"))
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"method":%q,"run":%d}`, r.Method, n)
+		}
+	})
+	u.Server = httptest.NewServer(mux)
+	t.Cleanup(u.Close)
+	return u
+}
+
+func (u *upstream) inc(path string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.count[path]++
+	return u.count[path]
+}
+
+func (u *upstream) runs(path string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.count[path]
+}
+
+// proxy is a running idem serve process.
+type proxy struct {
+	cmd         *exec.Cmd
+	addr, admin string
+	mu          sync.Mutex
+	stderr      bytes.Buffer
+	exited      chan error
+}
+
+var listenRE = regexp.MustCompile(`msg="idem serve listening" proxy=(\S+)(?:.* admin=(\S+))?`)
+
+// startProxy runs the binary with args plus --listen 127.0.0.1:0 and waits
+// for the address it logs.
+func startProxy(t *testing.T, args ...string) *proxy {
+	t.Helper()
+	p := &proxy{exited: make(chan error, 1)}
+	p.cmd = exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--shutdown-timeout", "5s"}, args...)...)
+	pr, pw := io.Pipe()
+	p.cmd.Stderr = pw
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := make(chan [2]string, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			line := sc.Text()
+			p.mu.Lock()
+			p.stderr.WriteString(line + "\n")
+			p.mu.Unlock()
+			if m := listenRE.FindStringSubmatch(line); m != nil {
+				ready <- [2]string{m[1], m[2]}
+			}
+		}
+	}()
+	go func() { p.exited <- p.cmd.Wait(); pw.Close() }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("idem serve stderr:\n%s", p.log())
+		}
+	})
+	select {
+	case a := <-ready:
+		p.addr, p.admin = a[0], a[1]
+	case err := <-p.exited:
+		t.Fatalf("idem serve exited before listening: %v\n%s", err, p.log())
+	case <-time.After(30 * time.Second):
+		t.Fatalf("idem serve did not log its address:\n%s", p.log())
+	}
+	return p
+}
+
+func (p *proxy) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (a answer) problemType() string {
+	var pd struct{ Type string }
+	json.Unmarshal([]byte(a.body), &pd)
+	if i := strings.IndexByte(pd.Type, '#'); i >= 0 {
+		return pd.Type[i+1:]
+	}
+	return pd.Type
+}
+
+// do sends one request; key "" sends no Idempotency-Key.
+func do(t *testing.T, method, url, key, body string, hdr ...string) answer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, resp.Header, string(b)}
+}
+
+func want(t *testing.T, what string, got, wantV any) {
+	t.Helper()
+	if got != wantV {
+		t.Errorf("%s = %v, want %v", what, got, wantV)
+	}
+}
+
+func sqliteStore(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "idem.db") }
+
+func TestProtocol(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--max-body", "64")
+	base := "http://" + p.addr
+
+	t.Run("first call", func(t *testing.T) {
+		a := do(t, "POST", base+"/pay", "k1", `{"amount":100}`)
+		want(t, "status", a.status, 201)
+		want(t, "body", a.body, `{"method":"POST","run":1}`)
+		want(t, "forwarded key", a.header.Get("X-Got-Key"), "k1")
+		if a.header.Get("Set-Cookie") == "" {
+			t.Error("the first answer lost its Set-Cookie")
+		}
+	})
+	t.Run("replay", func(t *testing.T) {
+		a := do(t, "POST", base+"/pay", "k1", `{ "amount" : 100 }`)
+		want(t, "status", a.status, 201)
+		want(t, "body", a.body, `{"method":"POST","run":1}`)
+		want(t, "Idempotent-Replayed", a.header.Get("Idempotent-Replayed"), "true")
+		want(t, "Set-Cookie", a.header.Get("Set-Cookie"), "")
+		want(t, "upstream runs", up.runs("/pay"), 1)
+	})
+	t.Run("mismatch 422", func(t *testing.T) {
+		a := do(t, "POST", base+"/pay", "k1", `{"amount":200}`)
+		want(t, "status", a.status, 422)
+		want(t, "problem", a.problemType(), "key-reused")
+		want(t, "upstream runs", up.runs("/pay"), 1)
+	})
+	t.Run("missing key 400", func(t *testing.T) {
+		a := do(t, "POST", base+"/pay", "", `{}`)
+		want(t, "status", a.status, 400)
+		want(t, "problem", a.problemType(), "missing-key")
+	})
+	t.Run("invalid key 400", func(t *testing.T) {
+		a := do(t, "POST", base+"/pay", "", `{}`, "Idempotency-Key", "a", "Idempotency-Key", "b")
+		want(t, "status", a.status, 400)
+		want(t, "problem", a.problemType(), "invalid-key")
+		want(t, "upstream runs", up.runs("/pay"), 1)
+	})
+	t.Run("body over --max-body 413", func(t *testing.T) {
+		a := do(t, "POST", base+"/big", "k-big", `{"pad":"`+strings.Repeat("x", 100)+`"}`)
+		want(t, "status", a.status, 413)
+		want(t, "upstream runs", up.runs("/big"), 0)
+	})
+	t.Run("GET passes through", func(t *testing.T) {
+		for i := 1; i <= 2; i++ {
+			a := do(t, "GET", base+"/items", "k-get", "")
+			want(t, "status", a.status, 201)
+			want(t, "Idempotent-Replayed", a.header.Get("Idempotent-Replayed"), "")
+		}
+		want(t, "upstream runs", up.runs("/items"), 2)
+	})
+	t.Run("upstream 429 and 503 release the key", func(t *testing.T) {
+		for _, code := range []string{"429", "503"} {
+			for i := 0; i < 2; i++ {
+				a := do(t, "POST", base+"/status/"+code, "k-"+code, `{}`)
+				want(t, "status", fmt.Sprint(a.status), code)
+			}
+			want(t, "upstream runs of "+code, up.runs("/status/"+code), 2)
+		}
+	})
+	t.Run("upstream 500 is stored and replayed", func(t *testing.T) {
+		first := do(t, "POST", base+"/status/500", "k-500", `{}`)
+		second := do(t, "POST", base+"/status/500", "k-500", `{}`)
+		want(t, "status", first.status, 500)
+		want(t, "replayed status", second.status, 500)
+		want(t, "replayed body", second.body, first.body)
+		want(t, "Idempotent-Replayed", second.header.Get("Idempotent-Replayed"), "true")
+		want(t, "upstream runs", up.runs("/status/500"), 1)
+	})
+	t.Run("in flight 409 with Retry-After", func(t *testing.T) {
+		done := make(chan answer)
+		go func() { done <- do(t, "POST", base+"/slow?sleep=1500ms", "k-slow", `{}`) }()
+		waitRuns(t, up, "/slow", 1)
+		a := do(t, "POST", base+"/slow?sleep=1500ms", "k-slow", `{}`)
+		want(t, "status", a.status, 409)
+		want(t, "problem", a.problemType(), "in-flight")
+		if a.header.Get("Retry-After") == "" {
+			t.Error("409 without Retry-After")
+		}
+		want(t, "first status", (<-done).status, 201)
+		want(t, "upstream runs", up.runs("/slow"), 1)
+	})
+}
+
+// waitRuns waits until the upstream ran path n times.
+func waitRuns(t *testing.T, up *upstream, path string, n int) {
+	t.Helper()
+	for i := 0; up.runs(path) < n; i++ {
+		if i > 1000 {
+			t.Fatalf("the upstream never ran %s", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestWaitReplays(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--wait", "10s")
+	url := "http://" + p.addr + "/slow?sleep=700ms"
+	done := make(chan answer)
+	go func() { done <- do(t, "POST", url, "k", `{}`) }()
+	waitRuns(t, up, "/slow", 1)
+	a := do(t, "POST", url, "k", `{}`)
+	first := <-done
+	want(t, "waiting duplicate status", a.status, 201)
+	want(t, "waiting duplicate body", a.body, first.body)
+	want(t, "Idempotent-Replayed", a.header.Get("Idempotent-Replayed"), "true")
+	want(t, "upstream runs", up.runs("/slow"), 1)
+}
+
+func TestOptionalKey(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--optional-key")
+	for i := 0; i < 2; i++ {
+		a := do(t, "POST", "http://"+p.addr+"/pay", "", `{}`)
+		want(t, "status", a.status, 201)
+	}
+	want(t, "upstream runs without a key", up.runs("/pay"), 2)
+	do(t, "POST", "http://"+p.addr+"/pay", "k", `{}`)
+	do(t, "POST", "http://"+p.addr+"/pay", "k", `{}`)
+	want(t, "upstream runs with a key", up.runs("/pay"), 3)
+}
+
+func TestUpstreamRefusedReleases(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	p := startProxy(t, "--upstream", dead, "--store", sqliteStore(t))
+	for i := 0; i < 2; i++ {
+		// The second attempt is forwarded again (502, not 409): the key was
+		// released because nothing was sent.
+		a := do(t, "POST", "http://"+p.addr+"/pay", "k", `{}`)
+		want(t, "status", a.status, 502)
+		want(t, "problem", a.problemType(), "upstream-unreachable")
+	}
+}
+
+func TestResetAfterSendNeedsReview(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t))
+	a := do(t, "POST", "http://"+p.addr+"/reset", "k", `{"amount":1}`)
+	want(t, "status", a.status, 502)
+	want(t, "problem", a.problemType(), "upstream-failed")
+	a = do(t, "POST", "http://"+p.addr+"/reset", "k", `{"amount":1}`)
+	want(t, "retry status", a.status, 409)
+	want(t, "retry problem", a.problemType(), "needs-review")
+	want(t, "upstream runs", up.runs("/reset"), 1)
+}
+
+func TestConcurrentDuplicates(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t))
+	statuses := concurrently(t, 50, func(int) string { return "http://" + p.addr + "/pay?sleep=200ms" })
+	want(t, "upstream runs", up.runs("/pay"), 1)
+	if statuses[201] < 1 || statuses[201]+statuses[409] != 50 {
+		t.Errorf("statuses = %v, want one or more 201 (replays) and the rest 409", statuses)
+	}
+}
+
+func TestTwoProcessesShareSQLite(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	store := sqliteStore(t)
+	p1 := startProxy(t, "--upstream", up.URL, "--store", store)
+	p2 := startProxy(t, "--upstream", up.URL, "--store", store)
+	statuses := concurrently(t, 20, func(i int) string {
+		if i%2 == 0 {
+			return "http://" + p1.addr + "/pay?sleep=200ms"
+		}
+		return "http://" + p2.addr + "/pay?sleep=200ms"
+	})
+	want(t, "upstream runs", up.runs("/pay"), 1)
+	if statuses[201]+statuses[409] != 20 {
+		t.Errorf("statuses = %v, want only 201 and 409", statuses)
+	}
+}
+
+// concurrently sends n POSTs with one key at once and counts the statuses.
+func concurrently(t *testing.T, n int, url func(i int) string) map[int]int {
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		statuses = map[int]int{}
+		start    = make(chan struct{})
+	)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			a := do(t, "POST", url(i), "same-key", `{"amount":5}`)
+			mu.Lock()
+			statuses[a.status]++
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return statuses
+}
+
+func TestStoreUnreachable(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	for _, store := range []string{"postgres://idem:pw@127.0.0.1:1/x?connect_timeout=1", "redis://127.0.0.1:1/0"} {
+		p := startProxy(t, "--upstream", up.URL, "--store", store, "--admin", "127.0.0.1:0")
+		a := do(t, "POST", "http://"+p.addr+"/pay", "k", `{}`)
+		want(t, store+": status", a.status, 503)
+		want(t, store+": problem", a.problemType(), "store-unavailable")
+		a = do(t, "GET", "http://"+p.addr+"/items", "", "")
+		want(t, store+": GET status", a.status, 201)
+		a = do(t, "GET", "http://"+p.admin+"/readyz", "", "")
+		want(t, store+": /readyz", a.status, 503)
+		a = do(t, "GET", "http://"+p.admin+"/healthz", "", "")
+		want(t, store+": /healthz", a.status, 200)
+		if strings.Contains(p.log(), ":pw@") {
+			t.Errorf("%s: the log shows the store password", store)
+		}
+	}
+	want(t, "upstream runs of the protected path", up.runs("/pay"), 0)
+	want(t, "upstream runs of the GET", up.runs("/items"), 2)
+}
+
+func TestCredentialsNotStored(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "idem.db")
+	p := startProxy(t, "--upstream", up.URL, "--store", "sqlite://"+db)
+	const secret = "sk_live_4f9a7c1e0b2d"
+	for i := 0; i < 2; i++ {
+		do(t, "POST", "http://"+p.addr+"/pay", "k", `{}`, "Authorization", "Bearer "+secret)
+	}
+	// Another credential is another scope: the key runs again.
+	do(t, "POST", "http://"+p.addr+"/pay", "k", `{}`, "Authorization", "Bearer other")
+	want(t, "upstream runs", up.runs("/pay"), 2)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.exited
+	files, _ := filepath.Glob(db + "*")
+	if len(files) == 0 {
+		t.Fatal("no SQLite files")
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, []byte(secret)) {
+			t.Errorf("%s holds the Authorization value in clear text", f)
+		}
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	tests := []struct{ name, yaml, want string }{
+		{"unknown field", "upstream: http://127.0.0.1:1\nlisten: 127.0.0.1:0\nretension: 24h\n", "line 3"},
+		{"bad duration", "upstream: http://127.0.0.1:1\nroutes:\n  - match: POST /payments\n    wait: soon\n", `line 4: "soon" is not a duration`},
+		{"bad pattern", "upstream: http://127.0.0.1:1\nroutes:\n  - match: POST payments\n", "line 3: match"},
+		{"bad policy", "upstream: http://127.0.0.1:1\nambiguous: retry\n", "line 2: ambiguous must be escalate or release"},
+		{"bad status", "upstream: http://127.0.0.1:1\nrelease_statuses: [429, 42]\n", `line 2: "42" is not an HTTP status code`},
+		{"no upstream", "listen: 127.0.0.1:0\n", "upstream is required"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			path := filepath.Join(dir, strings.ReplaceAll(tt.name, " ", "-")+".yaml")
+			os.WriteFile(path, []byte(tt.yaml), 0o600)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, binary, "serve", "--config", path).CombinedOutput()
+			if err == nil {
+				t.Fatalf("idem serve started with an invalid file:\n%s", out)
+			}
+			if !strings.Contains(string(out), tt.want) {
+				t.Errorf("output %q does not contain %q", out, tt.want)
+			}
+		})
+	}
+}
+
+func TestConfigRoutes(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	path := filepath.Join(t.TempDir(), "idem.yaml")
+	os.WriteFile(path, []byte(fmt.Sprintf(`upstream: %s
+store: %s
+routes:
+  - match: POST /webhooks/
+    disabled: true
+  - match: PUT /items/{id}
+    exclude_fields: [/ts]
+`, up.URL, sqliteStore(t))), 0o600)
+	p := startProxy(t, "--config", path)
+	base := "http://" + p.addr
+	do(t, "POST", base+"/webhooks/a", "", `{}`)
+	do(t, "POST", base+"/webhooks/a", "", `{}`)
+	want(t, "disabled route runs", up.runs("/webhooks/a"), 2)
+	a := do(t, "PUT", base+"/items/7", "k", `{"v":1,"ts":1}`)
+	b := do(t, "PUT", base+"/items/7", "k", `{"v":1,"ts":2}`)
+	want(t, "PUT first", a.status, 201)
+	want(t, "PUT retry with an excluded field changed", b.header.Get("Idempotent-Replayed"), "true")
+	want(t, "PUT runs", up.runs("/items/7"), 1)
+	want(t, "PUT without key", do(t, "PUT", base+"/items/8", "", `{}`).status, 400)
+	want(t, "default route still protected", do(t, "POST", base+"/pay", "", `{}`).status, 400)
+}
+
+func TestSIGTERMFinishesInFlight(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t))
+	done := make(chan answer)
+	go func() { done <- do(t, "POST", "http://"+p.addr+"/slow?sleep=700ms", "k", `{}`) }()
+	waitRuns(t, up, "/slow", 1)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	a := <-done
+	want(t, "in-flight status", a.status, 201)
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("idem serve exited with %v after SIGTERM", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("idem serve did not exit after SIGTERM")
+	}
+	if !strings.Contains(p.log(), "msg=stopped") {
+		t.Error("no graceful stop in the log")
+	}
+}
+
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(binary, "version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "idem ") || !strings.Contains(string(out), "go1") {
+		t.Errorf("idem version = %q, %v", out, err)
+	}
+}
