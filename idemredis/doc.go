@@ -9,7 +9,10 @@
 //	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 //	store, err := idemredis.New(rdb, idemredis.Config{Prefix: "payments"})
 //
-// then hand the store to the engine (idem.NewEngine). The rest of this
+// then hand the store to the engine (idem.NewEngine). Every command goes to
+// the master that owns the record's slot: New refuses a ClusterClient set to
+// read from replicas (ReadOnly, RouteByLatency, RouteRandomly), whose
+// answers can lag behind a completed record. The rest of this
 // comment explains how records are kept, what listing costs, and, before you
 // put payments on it, how durable Redis is.
 //
@@ -19,7 +22,7 @@
 // SHA-256 of the length-prefixed scope, operation and key, so client strings
 // containing '|', '{' or '}' can neither collide nor break the tag, and a
 // Cluster spreads records evenly over its slots. The original scope,
-// operation and key are kept as fields (and checked on every read). The
+// operation and key are kept as fields (and checked whenever a record is read by key). The
 // record's notification channel, "<prefix>:{<tag>}:n", shares the tag and
 // therefore the slot, so nothing the store does ever crosses slots.
 //
@@ -37,6 +40,12 @@
 // not shorten retention. Purge removes completed records whose expires_at
 // has passed; the TTL cleans up after stores nobody purges. Pending and
 // needs_review records never expire on their own.
+//
+// A reserve and a complete are two round trips and two scripts. On the
+// server a script costs more than a plain command (the reserve script runs
+// at about two thirds of the SET NX rate under redis-benchmark), so a
+// single Redis node completes roughly a third as many reserve+complete
+// pairs per second as it answers SET NX; see BENCHMARKS.md.
 //
 // # Listing and its cost
 //
