@@ -3,9 +3,6 @@ package idemmem
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"fmt"
 	"slices"
 	"time"
 
@@ -44,7 +41,7 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	p = p.Normalize()
 	var after *idemstore.Key
 	if p.Cursor != "" {
-		k, err := decodeCursor(p.Cursor)
+		k, err := idemstore.DecodeKeyCursor(p.Cursor)
 		if err != nil {
 			return idemstore.ListPage{}, err
 		}
@@ -56,27 +53,10 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	var page idemstore.ListPage
 	if len(recs) > p.Limit {
 		recs = recs[:p.Limit]
-		page.NextCursor = encodeCursor(recs[len(recs)-1].Key)
+		page.NextCursor = idemstore.EncodeKeyCursor(recs[len(recs)-1].Key)
 	}
 	page.Records = recs
 	return page, nil
-}
-
-func encodeCursor(k idemstore.Key) string {
-	b, _ := json.Marshal([3]string{k.Scope, k.Operation, k.Key})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeCursor(c string) (idemstore.Key, error) {
-	var parts [3]string
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err == nil {
-		err = json.Unmarshal(b, &parts)
-	}
-	if err != nil {
-		return idemstore.Key{}, fmt.Errorf("idemmem: invalid list cursor %q", c)
-	}
-	return idemstore.Key{Scope: parts[0], Operation: parts[1], Key: parts[2]}, nil
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired

@@ -94,21 +94,6 @@ func TestSplitStatements(t *testing.T) {
 	}
 }
 
-func TestCursorRoundTrip(t *testing.T) {
-	t.Parallel()
-	for _, k := range []idemstore.Key{{}, {Scope: "a", Operation: "POST /x", Key: "k"}, {Scope: "a\x00b\xff", Operation: "", Key: "é"}} {
-		got, err := decodeCursor(encodeCursor(k))
-		if err != nil || got != k {
-			t.Errorf("cursor round trip of %q = %q, %v", k, got, err)
-		}
-	}
-	for _, bad := range []string{"!!", "AQ", encodeCursor(idemstore.Key{Key: "x"}) + "AA"} {
-		if _, err := decodeCursor(bad); err == nil {
-			t.Errorf("decodeCursor(%q) = nil error", bad)
-		}
-	}
-}
-
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	if c := (Config{}).withDefaults(); c.ReserveRetries != 3 || c.validate() != nil {

@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/hex"
 	"net"
-	"os"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 
 	"github.com/idem-dev/idem/idemmysql"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 const dsnEnv = "IDEM_TEST_MYSQL_DSN"
@@ -22,13 +22,7 @@ const dsnEnv = "IDEM_TEST_MYSQL_DSN"
 // set (failing instead when CI=true).
 func testDSN(tb testing.TB) *mysql.Config {
 	tb.Helper()
-	dsn := os.Getenv(dsnEnv)
-	if dsn == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("%s is not set (CI=true); run: eval \"$(scripts/services.sh)\"", dsnEnv)
-		}
-		tb.Skipf("%s is not set; run: eval \"$(scripts/services.sh)\" to test against MySQL/MariaDB", dsnEnv)
-	}
+	dsn := testenv.Getenv(tb, dsnEnv)
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		tb.Fatalf("%s: %v", dsnEnv, err)

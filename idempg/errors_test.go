@@ -89,18 +89,3 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 		t.Error("New(nil pool) = nil error")
 	}
 }
-
-func TestCursorRoundTrip(t *testing.T) {
-	t.Parallel()
-	for _, k := range []idemstore.Key{{}, {Scope: "a", Operation: "POST /x", Key: "k"}, {Scope: "a\x00b", Operation: "", Key: "é"}} {
-		got, err := decodeCursor(encodeCursor(k))
-		if err != nil || got != k {
-			t.Errorf("cursor round trip of %q = %q, %v", k, got, err)
-		}
-	}
-	for _, bad := range []string{"!!", "AQ", encodeCursor(idemstore.Key{Key: "x"}) + "AA"} {
-		if _, err := decodeCursor(bad); err == nil {
-			t.Errorf("decodeCursor(%q) = nil error", bad)
-		}
-	}
-}

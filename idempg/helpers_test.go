@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/idem-dev/idem/idempg"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 const urlEnv = "IDEM_TEST_POSTGRES_URL"
@@ -23,14 +23,7 @@ const urlEnv = "IDEM_TEST_POSTGRES_URL"
 // (failing instead when CI=true).
 func testURL(tb testing.TB) string {
 	tb.Helper()
-	u := os.Getenv(urlEnv)
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			tb.Fatalf("%s is not set (CI=true); run: eval \"$(scripts/services.sh)\"", urlEnv)
-		}
-		tb.Skipf("%s is not set; run: eval \"$(scripts/services.sh)\" to test against PostgreSQL", urlEnv)
-	}
-	return u
+	return testenv.Getenv(tb, urlEnv)
 }
 
 var (

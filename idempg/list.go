@@ -2,9 +2,6 @@ package idempg
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
@@ -23,7 +20,7 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 		args  []any
 	)
 	if p.Cursor != "" {
-		after, err := decodeCursor(p.Cursor)
+		after, err := idemstore.DecodeKeyCursor(p.Cursor)
 		if err != nil {
 			return idemstore.ListPage{}, err
 		}
@@ -43,7 +40,7 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	var page idemstore.ListPage
 	if len(recs) > p.Limit {
 		recs = recs[:p.Limit]
-		page.NextCursor = encodeCursor(recs[len(recs)-1].Key)
+		page.NextCursor = idemstore.EncodeKeyCursor(recs[len(recs)-1].Key)
 	}
 	page.Records = recs
 	return page, nil
@@ -89,35 +86,4 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 			return total, nil
 		}
 	}
-}
-
-// encodeCursor packs a key as three length-prefixed strings, base64url.
-func encodeCursor(k idemstore.Key) string {
-	var b []byte
-	for _, part := range [3]string{k.Scope, k.Operation, k.Key} {
-		b = binary.AppendUvarint(b, uint64(len(part)))
-		b = append(b, part...)
-	}
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-func decodeCursor(c string) (idemstore.Key, error) {
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	var parts [3]string
-	for i := 0; err == nil && i < 3; i++ {
-		n, w := binary.Uvarint(b)
-		if w <= 0 || n > uint64(len(b)-w) {
-			err = errors.New("bad length")
-			break
-		}
-		parts[i] = string(b[w : w+int(n)])
-		b = b[w+int(n):]
-	}
-	if err == nil && len(b) != 0 {
-		err = errors.New("trailing bytes")
-	}
-	if err != nil {
-		return idemstore.Key{}, fmt.Errorf("idempg: list: invalid cursor: %w", err)
-	}
-	return idemstore.Key{Scope: parts[0], Operation: parts[1], Key: parts[2]}, nil
 }

@@ -2,8 +2,6 @@ package idemsqlite
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
 	"time"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -18,9 +16,13 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	if p.State != "" && !p.State.Valid() {
 		return idemstore.ListPage{}, errorf("List: unknown state %q", p.State)
 	}
-	after, err := decodeCursor(p.Cursor)
-	if err != nil {
-		return idemstore.ListPage{}, err
+	var after *idemstore.Key
+	if p.Cursor != "" {
+		k, err := idemstore.DecodeKeyCursor(p.Cursor)
+		if err != nil {
+			return idemstore.ListPage{}, err
+		}
+		after = &k
 	}
 	q := `SELECT ` + recordColumns + ` FROM idem_records WHERE 1 = 1`
 	var args []any
@@ -41,7 +43,7 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	page := idemstore.ListPage{Records: recs}
 	if len(recs) > p.Limit {
 		page.Records = recs[:p.Limit]
-		page.NextCursor = encodeCursor(recs[p.Limit-1].Key)
+		page.NextCursor = idemstore.EncodeKeyCursor(recs[p.Limit-1].Key)
 	}
 	return page, nil
 }
@@ -79,26 +81,4 @@ func (s *Store) query(ctx context.Context, q string, args ...any) (recs []*idems
 		return nil, interpretError(ctx, err)
 	}
 	return recs, nil
-}
-
-// encodeCursor turns the last key of a page into an opaque cursor.
-func encodeCursor(k idemstore.Key) string {
-	b, _ := json.Marshal([3]string{k.Scope, k.Operation, k.Key})
-	return base64.RawURLEncoding.EncodeToString(b)
-}
-
-// decodeCursor reverses encodeCursor; an empty cursor is the beginning.
-func decodeCursor(c string) (*idemstore.Key, error) {
-	if c == "" {
-		return nil, nil
-	}
-	b, err := base64.RawURLEncoding.DecodeString(c)
-	if err != nil {
-		return nil, errorf("List: malformed cursor")
-	}
-	var parts [3]string
-	if err := json.Unmarshal(b, &parts); err != nil {
-		return nil, errorf("List: malformed cursor")
-	}
-	return &idemstore.Key{Scope: parts[0], Operation: parts[1], Key: parts[2]}, nil
 }

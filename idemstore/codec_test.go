@@ -83,3 +83,21 @@ func TestStateValid(t *testing.T) {
 		t.Error(`"done" valid`)
 	}
 }
+
+func TestKeyCursor(t *testing.T) {
+	t.Parallel()
+	for _, k := range []idemstore.Key{{}, {Scope: "a|b", Operation: "c", Key: "d"}, {Scope: "a", Operation: "b|c", Key: "\x00é"}} {
+		got, err := idemstore.DecodeKeyCursor(idemstore.EncodeKeyCursor(k))
+		if err != nil || got != k {
+			t.Fatalf("round trip %+v: %+v, %v", k, got, err)
+		}
+	}
+	if idemstore.EncodeKeyCursor(idemstore.Key{Scope: "a|b", Operation: "c"}) == idemstore.EncodeKeyCursor(idemstore.Key{Scope: "a", Operation: "b|c"}) {
+		t.Fatal("cursors collide")
+	}
+	for _, c := range []string{"!!!", "AQ", idemstore.EncodeKeyCursor(idemstore.Key{Key: "x"}) + "AA"} {
+		if _, err := idemstore.DecodeKeyCursor(c); !errors.Is(err, idemstore.ErrBadCursor) {
+			t.Errorf("DecodeKeyCursor(%q) err = %v", c, err)
+		}
+	}
+}

@@ -1,0 +1,38 @@
+package testenv_test
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/idem-dev/idem/internal/testenv"
+)
+
+// TestGetenv runs the helper in a child process, so that a failing or
+// skipping test can be observed from outside.
+func TestGetenv(t *testing.T) {
+	if os.Getenv("TESTENV_CHILD") == "1" {
+		t.Log("value:", testenv.Getenv(t, "TESTENV_PROBE"))
+		return
+	}
+	cases := []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"TESTENV_PROBE=x", "CI=true"}, "value: x"},
+		{[]string{"CI=false"}, "SKIP"},
+		{[]string{"CI=true"}, "FAIL"},
+	}
+	for _, tc := range cases {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestGetenv$", "-test.v")
+		cmd.Env = append(os.Environ(), append(tc.env, "TESTENV_CHILD=1", "TESTENV_PROBE=")...)
+		if strings.HasPrefix(tc.env[0], "TESTENV_PROBE=") {
+			cmd.Env = append(os.Environ(), append([]string{"TESTENV_CHILD=1"}, tc.env...)...)
+		}
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("env %v: output lacks %q:\n%s", tc.env, tc.want, out)
+		}
+	}
+}
