@@ -67,7 +67,8 @@
 //     key name), not sorted by scope, operation and key. As with SCAN itself,
 //     a record that exists for the whole listing is returned, a record
 //     created or deleted meanwhile may or may not be, and a failover or
-//     resharding during a listing can repeat or skip records.
+//     resharding during a listing can make it repeat or skip records, or
+//     fail (the caller starts again).
 //
 // # Notifications
 //

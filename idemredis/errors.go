@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -37,6 +38,11 @@ func interpretError(ctx context.Context, err error) error {
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("idemredis: %w: %w", ctxErr, err)
+	}
+	// go-redis sets the connection deadline from ctx, so the read can time
+	// out a moment before ctx reports its own expiry.
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) && isNetError(err) {
+		return fmt.Errorf("idemredis: %w: %w", context.DeadlineExceeded, err)
 	}
 	switch {
 	case errors.Is(err, redis.Nil):

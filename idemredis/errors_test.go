@@ -9,6 +9,7 @@ import (
 	"os"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -45,6 +46,7 @@ func TestInterpretError(t *testing.T) {
 		{"canceled", context.Background(), context.Canceled, []error{context.Canceled}, []error{idemstore.ErrUnavailable}},
 		{"deadline", context.Background(), fmt.Errorf("dial: %w", context.DeadlineExceeded), []error{context.DeadlineExceeded}, []error{idemstore.ErrUnavailable}},
 		{"timeout after cancel", cancelled, timeout, []error{context.Canceled}, []error{idemstore.ErrUnavailable}},
+		{"timeout at the deadline", pastDeadline{context.Background()}, timeout, []error{context.DeadlineExceeded}, []error{idemstore.ErrUnavailable}},
 		{"script error", context.Background(), errors.New("ERR user_script:1: Script attempted to access nonexistent global variable"), nil,
 			[]error{idemstore.ErrUnavailable, idemstore.ErrNotFound, idemstore.ErrRetryable, idemstore.ErrLeaseLost}},
 	}
@@ -74,3 +76,10 @@ func TestInterpretError(t *testing.T) {
 		})
 	}
 }
+
+// pastDeadline is a context whose deadline has passed but whose Err is not
+// set yet: the moment between a connection deadline taken from ctx firing
+// and ctx's own timer.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
