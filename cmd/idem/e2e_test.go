@@ -550,3 +550,47 @@ func TestVersion(t *testing.T) {
 		t.Errorf("idem version = %q, %v", out, err)
 	}
 }
+
+func TestDemoShowsFiveBehaviours(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, "demo", "--exit", "--listen", "127.0.0.1:0").CombinedOutput()
+	if err != nil {
+		t.Fatalf("idem demo --exit: %v\n%s", err, out)
+	}
+	s := string(out)
+	for _, w := range []string{
+		"HTTP 201 Created\nIdempotency-Outcome: acquired",
+		"Idempotent-Replayed: true",
+		"HTTP 422 Unprocessable Entity",
+		"HTTP 409 Conflict\nIdempotency-Outcome: in_flight\nRetry-After:",
+		"HTTP 400 Bad Request\nIdempotency-Outcome: missing_key",
+		"The payments API ran 2 times for these 6 requests.",
+	} {
+		if !strings.Contains(s, w) {
+			t.Errorf("demo output lacks %q:\n%s", w, s)
+		}
+	}
+}
+
+func TestMigrateAndPurge(t *testing.T) {
+	t.Parallel()
+	store := sqliteStore(t)
+	out, err := exec.Command(binary, "migrate", "--store", store).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "schema up to date") {
+		t.Fatalf("idem migrate: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "purge", "--store", store, "--batch", "10").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "purged 0 expired records") {
+		t.Fatalf("idem purge: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "migrate", "--store", "redis://127.0.0.1:6379/0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "nothing to migrate") {
+		t.Errorf("idem migrate on Redis: %v\n%s", err, out)
+	}
+	out, err = exec.Command(binary, "purge", "--store", "nosuch://x").CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "unknown scheme") {
+		t.Errorf("idem purge with a bad URL: %v\n%s", err, out)
+	}
+}
