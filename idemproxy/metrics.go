@@ -87,9 +87,9 @@ func (t *instrumentedTransport) RoundTrip(r *http.Request) (*http.Response, erro
 // InstrumentStore returns s timed into the store latency histogram. The
 // result implements idemstore.Notifier when s does.
 func (m *Metrics) InstrumentStore(s idemstore.Store) idemstore.Store {
-	is := &instrumentedStore{s: s, m: m, obs: map[string][2]prometheus.Observer{}}
-	for _, op := range []string{"reserve", "get", "complete", "release", "escalate", "extend", "takeover", "resolve", "list_expired", "list", "purge"} {
-		is.obs[op] = [2]prometheus.Observer{m.store.WithLabelValues(op, "ok"), m.store.WithLabelValues(op, "error")}
+	is := &instrumentedStore{s: s, m: m}
+	for op, name := range opNames {
+		is.obs[op] = [2]prometheus.Observer{m.store.WithLabelValues(name, "ok"), m.store.WithLabelValues(name, "error")}
 	}
 	if n, ok := s.(idemstore.Notifier); ok {
 		return &instrumentedNotifier{instrumentedStore: is, n: n}
@@ -97,13 +97,31 @@ func (m *Metrics) InstrumentStore(s idemstore.Store) idemstore.Store {
 	return is
 }
 
+// Store operations, as labelled in idem_store_duration_seconds.
+const (
+	opReserve = iota
+	opGet
+	opComplete
+	opRelease
+	opEscalate
+	opExtend
+	opTakeover
+	opResolve
+	opListExpired
+	opList
+	opPurge
+	numOps
+)
+
+var opNames = [numOps]string{"reserve", "get", "complete", "release", "escalate", "extend", "takeover", "resolve", "list_expired", "list", "purge"}
+
 type instrumentedStore struct {
 	s   idemstore.Store
 	m   *Metrics
-	obs map[string][2]prometheus.Observer
+	obs [numOps][2]prometheus.Observer
 }
 
-func (is *instrumentedStore) observe(op string, start time.Time, err error) {
+func (is *instrumentedStore) observe(op int, start time.Time, err error) {
 	i := 0
 	if err != nil && !errors.Is(err, idemstore.ErrNotFound) && !errors.Is(err, idemstore.ErrLeaseLost) {
 		i = 1
@@ -114,77 +132,77 @@ func (is *instrumentedStore) observe(op string, start time.Time, err error) {
 func (is *instrumentedStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	t := time.Now()
 	rec, created, err := is.s.Reserve(ctx, p)
-	is.observe("reserve", t, err)
+	is.observe(opReserve, t, err)
 	return rec, created, err
 }
 
 func (is *instrumentedStore) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
 	t := time.Now()
 	rec, err := is.s.Get(ctx, key)
-	is.observe("get", t, err)
+	is.observe(opGet, t, err)
 	return rec, err
 }
 
 func (is *instrumentedStore) Complete(ctx context.Context, p idemstore.CompleteParams) error {
 	t := time.Now()
 	err := is.s.Complete(ctx, p)
-	is.observe("complete", t, err)
+	is.observe(opComplete, t, err)
 	return err
 }
 
 func (is *instrumentedStore) Release(ctx context.Context, key idemstore.Key, token string) error {
 	t := time.Now()
 	err := is.s.Release(ctx, key, token)
-	is.observe("release", t, err)
+	is.observe(opRelease, t, err)
 	return err
 }
 
 func (is *instrumentedStore) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
 	t := time.Now()
 	err := is.s.Escalate(ctx, p)
-	is.observe("escalate", t, err)
+	is.observe(opEscalate, t, err)
 	return err
 }
 
 func (is *instrumentedStore) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 	t := time.Now()
 	err := is.s.Extend(ctx, p)
-	is.observe("extend", t, err)
+	is.observe(opExtend, t, err)
 	return err
 }
 
 func (is *instrumentedStore) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
 	t := time.Now()
 	err := is.s.Takeover(ctx, p)
-	is.observe("takeover", t, err)
+	is.observe(opTakeover, t, err)
 	return err
 }
 
 func (is *instrumentedStore) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	t := time.Now()
 	err := is.s.Resolve(ctx, p)
-	is.observe("resolve", t, err)
+	is.observe(opResolve, t, err)
 	return err
 }
 
 func (is *instrumentedStore) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
 	t := time.Now()
 	recs, err := is.s.ListExpiredLeases(ctx, now, limit)
-	is.observe("list_expired", t, err)
+	is.observe(opListExpired, t, err)
 	return recs, err
 }
 
 func (is *instrumentedStore) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
 	t := time.Now()
 	page, err := is.s.List(ctx, p)
-	is.observe("list", t, err)
+	is.observe(opList, t, err)
 	return page, err
 }
 
 func (is *instrumentedStore) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	t := time.Now()
 	n, err := is.s.Purge(ctx, p)
-	is.observe("purge", t, err)
+	is.observe(opPurge, t, err)
 	return n, err
 }
 
