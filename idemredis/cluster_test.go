@@ -122,7 +122,7 @@ func TestClusterFailover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replicas, err := master.ClusterSlaves(ctx, id).Result()
+	replicas, err := clusterReplicas(ctx, master, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,10 +202,10 @@ func failover(t *testing.T, cc *redis.ClusterClient, node *redis.Client, key str
 		return r
 	}
 	for attempt := 0; attempt < 5; attempt++ {
-		// Wait until the replica's link to its master is up and the master
-		// counts it among its replicas.
+		// Wait until the replica's link to its master is up and every
+		// master counts it as a replica.
 		for range 100 {
-			if r := role(); len(r) >= 4 && (r[0] == "master" || r[3] == "connected" && knownReplica(ctx, node, r)) {
+			if r := role(); len(r) >= 4 && (r[0] == "master" || r[3] == "connected" && knownReplica(ctx, cc, node)) {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -229,26 +229,35 @@ func failover(t *testing.T, cc *redis.ClusterClient, node *redis.Client, key str
 	t.Fatalf("%s did not become master after 5 CLUSTER FAILOVER requests", addr)
 }
 
-// knownReplica reports whether the master named in the replica's ROLE reply
-// lists the replica among its own replicas.
-func knownReplica(ctx context.Context, node *redis.Client, role []any) bool {
-	host, _ := role[1].(string)
-	port, _ := role[2].(int64)
-	m := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("%s:%d", host, port)})
-	defer m.Close()
-	mid, err1 := m.ClusterMyID(ctx).Result()
-	id, err2 := node.ClusterMyID(ctx).Result()
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	replicas, err := m.ClusterSlaves(ctx, mid).Result()
+// knownReplica reports whether every master sees node as a replica. The
+// masters vote in the failover election and refuse a node they still take
+// for a master, and a refused election can only be retried after twice
+// the cluster node timeout.
+func knownReplica(ctx context.Context, cc *redis.ClusterClient, node *redis.Client) bool {
+	id, err := node.ClusterMyID(ctx).Result()
 	if err != nil {
 		return false
 	}
-	for _, r := range replicas {
-		if strings.HasPrefix(r, id+" ") {
-			return true
+	err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		nodes, err := m.ClusterNodes(ctx).Result()
+		if err != nil {
+			return err
 		}
-	}
-	return false
+		for _, line := range strings.Split(nodes, "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == id {
+				if strings.Contains(f[2], "slave") {
+					return nil
+				}
+				break
+			}
+		}
+		return fmt.Errorf("%s does not see %s as a replica yet", m.Options().Addr, id)
+	})
+	return err == nil
+}
+
+// clusterReplicas runs CLUSTER REPLICAS (go-redis only has the deprecated
+// CLUSTER SLAVES).
+func clusterReplicas(ctx context.Context, c *redis.Client, id string) ([]string, error) {
+	return c.Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
 }
