@@ -54,6 +54,18 @@ for m in $(masters); do cleanup "${m%:*}" "${m##*:}"; done
 echo "redis-benchmark SET NX standalone: $native_std requests/s"
 echo "redis-benchmark SET NX cluster:    $native_cl requests/s"
 
+# The server-side ceiling: the reserve script alone (a copy of reserveScript
+# in ../scripts.go), driven by redis-benchmark's C client on the standalone
+# server. A pair runs two scripts, so pairs/s cannot exceed about half this.
+reserve='if redis.call("EXISTS", KEYS[1]) == 1 then return redis.call("HMGET", KEYS[1], "s", "o", "k", "fp", "st", "tok", "lu", "resp", "rsn", "ca", "ea") end
+redis.call("HSET", KEYS[1], "s", ARGV[1], "o", ARGV[2], "k", ARGV[3], "fp", ARGV[4], "st", "pending", "tok", ARGV[5], "lu", ARGV[6], "ca", ARGV[7])
+return 1'
+sha=$(redis-cli -h "$host" -p "$port" script load "$reserve")
+native_script=$(rate -h "$host" -p "$port" EVALSHA "$sha" 1 'idembench:{__rand_int__}:r' \
+	tenant 'POST /charges' key fp tok 1796000000000000 1796000000000000)
+cleanup "$host" "$port"
+echo "redis-benchmark EVALSHA reserve script standalone: $native_script requests/s"
+
 out=$(go test -run '^$' -bench '^BenchmarkReserveComplete$' -benchmem -count 1 \
 	-benchtime "${BENCHTIME:-5s}" ./idemredis/)
 echo "$out" | grep '^Benchmark'
@@ -62,4 +74,5 @@ pairs() { echo "$out" | awk -v name="$1" '$1 ~ name { for (i = 1; i < NF; i++) i
 std=$(pairs 'standalone')
 cl=$(pairs 'cluster')
 awk -v p="$std" -v n="$native_std" 'BEGIN { printf "standalone: %.0f pairs/s / %.0f SET NX/s = %.3f (target >= 0.45)\n", p, n, p / n }'
+awk -v s="$native_script" -v n="$native_std" 'BEGIN { printf "server ceiling: %.0f scripts/s / 2 / %.0f SET NX/s = %.3f\n", s, n, s / 2 / n }'
 awk -v p="$cl" -v n="$native_cl" 'BEGIN { printf "cluster:    %.0f pairs/s / %.0f SET NX/s = %.3f (target >= 0.45)\n", p, n, p / n }'
