@@ -237,8 +237,9 @@ type Result struct {
 	Lease *Lease
 	// Response is set when Outcome is Replayed.
 	Response *Response
-	// RetryAfter is set when Outcome is InFlight: when the holder's lease
-	// runs out, at least one second.
+	// RetryAfter is set when Outcome is InFlight: about as long as the
+	// first request has been running, at least one second and at most until
+	// its lease runs out.
 	RetryAfter time.Duration
 	// Record is the existing record for every outcome but Acquired.
 	Record *idemstore.Record
@@ -371,11 +372,19 @@ func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Recor
 }
 
 func (e *Engine) inFlight(rec *idemstore.Record) Result {
-	ra := rec.LeaseUntil.Sub(e.cfg.Now())
+	// Suggest a retry after about as long as the first request has been
+	// running (a quick operation is retried soon, a slow one less often),
+	// at least a second and at most until its lease would run out.
+	now := e.cfg.Now()
+	ra := now.Sub(rec.CreatedAt)
+	if left := rec.LeaseUntil.Sub(now); ra > left {
+		ra = left
+	}
+	ra = ra.Round(time.Second)
 	if ra < time.Second {
 		ra = time.Second
 	}
-	return Result{Outcome: InFlight, RetryAfter: ra.Round(time.Second), Record: rec}
+	return Result{Outcome: InFlight, RetryAfter: ra, Record: rec}
 }
 
 // Get returns the record for key, or an error wrapping

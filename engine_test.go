@@ -73,8 +73,8 @@ func TestBeginOutcomes(t *testing.T) {
 	}
 	// A duplicate while the first runs is in flight, with a Retry-After.
 	inf := mustBegin(t, e, req("k1"), idem.InFlight)
-	if inf.RetryAfter < time.Second || inf.RetryAfter > 30*time.Second {
-		t.Fatalf("RetryAfter = %v", inf.RetryAfter)
+	if inf.RetryAfter != time.Second {
+		t.Fatalf("RetryAfter of a fresh request = %v, want 1s", inf.RetryAfter)
 	}
 	// Another request under the same key is a mismatch, even while in flight.
 	other := req("k1")
@@ -150,8 +150,15 @@ func TestExpiredLeaseTakeoverTransactional(t *testing.T) {
 	if err := first.Lease.Extend(ctx); err != nil {
 		t.Fatal(err)
 	}
+	// Running for 5s, 10s of lease left: retry in about 5s.
+	if got := mustBegin(t, e, r, idem.InFlight); got.RetryAfter != 5*time.Second {
+		t.Fatalf("RetryAfter = %v, want 5s", got.RetryAfter)
+	}
 	clk.Advance(9 * time.Second) // alive thanks to Extend
-	mustBegin(t, e, r, idem.InFlight)
+	// Running for 14s with 1s of lease left: retry when the lease ends.
+	if got := mustBegin(t, e, r, idem.InFlight); got.RetryAfter != time.Second {
+		t.Fatalf("RetryAfter = %v, want 1s", got.RetryAfter)
+	}
 	clk.Advance(2 * time.Second)
 	second := mustBegin(t, e, r, idem.Acquired)
 	if !second.TookOver {
