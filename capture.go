@@ -90,7 +90,9 @@ func (c *captureWriter) send() {
 	for k, v := range c.header {
 		h[k] = v
 	}
-	h[outcomeHeader] = valAcquired
+	if _, ok := c.header[outcomeHeader]; !ok {
+		h[outcomeHeader] = valAcquired
+	}
 	c.w.WriteHeader(c.status)
 }
 
