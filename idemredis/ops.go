@@ -10,8 +10,6 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-var fieldNames = []string{"s", "o", "k", "fp", "st", "tok", "lu", "resp", "rsn", "ca", "ea"}
-
 // Reserve creates a pending record unless one exists, in one atomic script
 // that also returns the existing record. The script cannot see a record
 // vanish between the failed insert and the read, so it never needs the
@@ -46,7 +44,7 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 
 // Get returns the record for key, or an error wrapping idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
-	vals, err := s.client.HMGet(ctx, s.recordKey(key), fieldNames...).Result()
+	vals, err := s.client.HMGet(ctx, s.recordKey(key), fieldNames[:]...).Result()
 	if err != nil {
 		return nil, interpretError(ctx, err)
 	}

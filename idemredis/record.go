@@ -38,37 +38,37 @@ func (s *Store) ttlMillis(now, expiresAt time.Time) int64 {
 	return (d + time.Millisecond - 1).Milliseconds()
 }
 
-// decodeRecord turns the values of HMGET <recordFields> into a Record. It
+// decodeRecord turns the values read in fieldNames order into a Record. It
 // returns (nil, nil) when the hash does not exist.
 func decodeRecord(vals []any) (*idemstore.Record, error) {
-	if len(vals) != 11 {
-		return nil, fmt.Errorf("idemredis: record has %d fields, want 11", len(vals))
+	if len(vals) != numFields {
+		return nil, fmt.Errorf("idemredis: record has %d fields, want %d", len(vals), numFields)
+	}
+	if vals[fState] == nil {
+		return nil, nil
 	}
 	str := func(i int) string {
 		s, _ := vals[i].(string)
 		return s
 	}
-	if vals[4] == nil {
-		return nil, nil
-	}
 	rec := &idemstore.Record{
-		Key:         idemstore.Key{Scope: str(0), Operation: str(1), Key: str(2)},
-		Fingerprint: str(3),
-		State:       idemstore.State(str(4)),
-		Token:       str(5),
-		Reason:      str(8),
+		Key:         idemstore.Key{Scope: str(fScope), Operation: str(fOperation), Key: str(fKey)},
+		Fingerprint: str(fFingerprint),
+		State:       idemstore.State(str(fState)),
+		Token:       str(fToken),
+		Reason:      str(fReason),
 	}
 	var err error
-	if rec.LeaseUntil, err = parseMicros(str(6)); err != nil {
+	if rec.LeaseUntil, err = parseMicros(str(fLeaseUntil)); err != nil {
 		return nil, fmt.Errorf("idemredis: bad lease_until: %w", err)
 	}
-	if rec.CreatedAt, err = parseMicros(str(9)); err != nil {
+	if rec.CreatedAt, err = parseMicros(str(fCreatedAt)); err != nil {
 		return nil, fmt.Errorf("idemredis: bad created_at: %w", err)
 	}
-	if rec.ExpiresAt, err = parseMicros(str(10)); err != nil {
+	if rec.ExpiresAt, err = parseMicros(str(fExpiresAt)); err != nil {
 		return nil, fmt.Errorf("idemredis: bad expires_at: %w", err)
 	}
-	if rec.Response, err = idemstore.DecodeResponse([]byte(str(7))); err != nil {
+	if rec.Response, err = idemstore.DecodeResponse([]byte(str(fResponse))); err != nil {
 		return nil, err
 	}
 	return rec, nil

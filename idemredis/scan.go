@@ -146,7 +146,7 @@ func (s *Store) read(ctx context.Context, c redis.Cmdable, keys []string) ([]*id
 	pipe := c.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HMGet(ctx, k, fieldNames...)
+		cmds[i] = pipe.HMGet(ctx, k, fieldNames[:]...)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, interpretError(ctx, err)

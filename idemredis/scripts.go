@@ -1,6 +1,10 @@
 package idemredis
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
 
 // A record is one hash, <prefix>:{<tag>}:r, with these fields:
 //
@@ -19,8 +23,27 @@ import "github.com/redis/go-redis/v9"
 // script touches only KEYS[1] and the record's channel, which share a hash
 // tag and therefore a Cluster slot.
 
-// recordFields is the HMGET order that decodeRecord expects.
-const recordFields = "'s', 'o', 'k', 'fp', 'st', 'tok', 'lu', 'resp', 'rsn', 'ca', 'ea'"
+// Positions of the fields in fieldNames, the order in which Get, the
+// listing and the reserve script read them and decodeRecord expects them.
+const (
+	fScope = iota
+	fOperation
+	fKey
+	fFingerprint
+	fState
+	fToken
+	fLeaseUntil
+	fResponse
+	fReason
+	fCreatedAt
+	fExpiresAt
+	numFields
+)
+
+var fieldNames = [numFields]string{"s", "o", "k", "fp", "st", "tok", "lu", "resp", "rsn", "ca", "ea"}
+
+// recordFields is fieldNames as Lua arguments: 's', 'o', ...
+var recordFields = "'" + strings.Join(fieldNames[:], "', '") + "'"
 
 // reserveScript creates the record only if the key is absent (SET NX
 // semantics). It returns 1 when it created the record, else the existing
