@@ -19,7 +19,8 @@ import (
 
 // Listing works by SCAN with MATCH "<prefix>:{*}:r" and TYPE hash on every
 // master (on a Cluster, the masters from ForEachMaster, in address order),
-// followed by one pipelined HMGET per SCAN batch. There is no index, so the
+// followed by one pipelined HMGET of state and lease per SCAN batch, and
+// one of the whole records for those returned. There is no index, so the
 // scripts that change records stay single-key and single-round-trip; the
 // price is that List, ListExpiredLeases and Purge read through every key of
 // every master (see doc.go).
@@ -90,12 +91,26 @@ func decodePosition(cursor string) (position, error) {
 	return position{node: n, cursor: c, key: parts[2]}, nil
 }
 
+// summary is what the first, cheap pass of a listing reads of a record.
+type summary struct {
+	state      idemstore.State
+	leaseUntil time.Time
+}
+
+// hit is a record the first pass selected.
+type hit struct {
+	pos  position
+	node redis.Cmdable
+}
+
 // walk visits the store's records from pos on, node by node and SCAN batch
-// by batch, each batch in key order, until fn returns false or the last node
-// is done. A record may be visited twice if SCAN returns it twice (it can
-// while the keyspace is rehashed); records created during the walk may or
-// may not be visited.
-func (s *Store) walk(ctx context.Context, from position, fn func(position, *idemstore.Record) bool) error {
+// by batch, each batch in key order. For each batch it reads only the state
+// and lease deadline of each record (one pipelined HMGET), and calls fn for
+// those keep accepts, until fn returns false or the last node is done. A
+// record may be visited twice if SCAN returns it twice (it can while the
+// keyspace is rehashed); records created during the walk may or may not be
+// visited.
+func (s *Store) walk(ctx context.Context, from position, keep func(summary) bool, fn func(hit) bool) error {
 	nodes, err := s.masters(ctx)
 	if err != nil {
 		return err
@@ -119,12 +134,15 @@ func (s *Store) walk(ctx context.Context, from position, fn func(position, *idem
 				}
 				keys = keys[j:]
 			}
-			recs, err := s.read(ctx, nodes[i].client, keys)
+			sums, err := s.summaries(ctx, nodes[i].client, keys)
 			if err != nil {
 				return err
 			}
-			for j, rec := range recs {
-				if rec != nil && !fn(position{node: i, cursor: cursor, key: keys[j]}, rec) {
+			for j, sum := range sums {
+				if sum == nil || !keep(*sum) {
+					continue
+				}
+				if !fn(hit{pos: position{node: i, cursor: cursor, key: keys[j]}, node: nodes[i].client}) {
 					return nil
 				}
 			}
@@ -137,34 +155,74 @@ func (s *Store) walk(ctx context.Context, from position, fn func(position, *idem
 	return nil
 }
 
-// read fetches the records under keys in one pipeline; a key that vanished
-// since the SCAN yields nil.
-func (s *Store) read(ctx context.Context, c redis.Cmdable, keys []string) ([]*idemstore.Record, error) {
+// summaries reads the state and lease deadline of the records under keys in
+// one pipeline; a key that vanished since the SCAN yields nil.
+func (s *Store) summaries(ctx context.Context, c redis.Cmdable, keys []string) ([]*summary, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
 	pipe := c.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HMGet(ctx, k, fieldNames[:]...)
+		cmds[i] = pipe.HMGet(ctx, k, fieldNames[fState], fieldNames[fLeaseUntil])
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, interpretError(ctx, err)
 	}
-	recs := make([]*idemstore.Record, len(keys))
+	out := make([]*summary, len(keys))
 	for i, cmd := range cmds {
-		rec, err := decodeRecord(cmd.Val())
-		if err != nil {
-			return nil, fmt.Errorf("%w (key %s)", err, keys[i])
+		v := cmd.Val()
+		st, ok := v[0].(string)
+		if !ok {
+			continue
 		}
-		recs[i] = rec
+		lu, _ := v[1].(string)
+		lease, err := parseMicros(lu)
+		if err != nil {
+			return nil, fmt.Errorf("idemredis: bad lease_until in %s: %w", keys[i], err)
+		}
+		out[i] = &summary{state: idemstore.State(st), leaseUntil: lease}
 	}
-	return recs, nil
+	return out, nil
+}
+
+// fetch reads the whole records of hits, one pipeline per run of hits on the
+// same node, and keeps those that still exist and that keep still accepts
+// (a record can change between the two passes).
+func (s *Store) fetch(ctx context.Context, hits []hit, keep func(summary) bool) ([]*idemstore.Record, error) {
+	var out []*idemstore.Record
+	for len(hits) > 0 {
+		n := 1
+		for n < len(hits) && hits[n].pos.node == hits[0].pos.node {
+			n++
+		}
+		pipe := hits[0].node.Pipeline()
+		cmds := make([]*redis.SliceCmd, n)
+		for i, h := range hits[:n] {
+			cmds[i] = pipe.HMGet(ctx, h.pos.key, fieldNames[:]...)
+		}
+		if _, err := pipe.Exec(ctx); err != nil {
+			return nil, interpretError(ctx, err)
+		}
+		for i, cmd := range cmds {
+			rec, err := decodeRecord(cmd.Val())
+			if err != nil {
+				return nil, fmt.Errorf("%w (key %s)", err, hits[i].pos.key)
+			}
+			if rec != nil && keep(summary{state: rec.State, leaseUntil: rec.LeaseUntil}) {
+				out = append(out, rec)
+			}
+		}
+		hits = hits[n:]
+	}
+	return out, nil
 }
 
 // List pages through the store's records, optionally filtered by state.
 // Records come in SCAN order (by node, then by batch, then by key), which
-// is stable while the keyspace does not change; the cursor is opaque.
+// is stable while the keyspace does not change; the cursor is opaque. A
+// page reads the state of every record it passes over but the whole record
+// only of those it returns.
 func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
 	p = p.Normalize()
 	if p.State != "" && !p.State.Valid() {
@@ -174,44 +232,49 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	if err != nil {
 		return idemstore.ListPage{}, err
 	}
-	var (
-		page idemstore.ListPage
-		last position
-		more bool
-	)
-	err = s.walk(ctx, from, func(pos position, rec *idemstore.Record) bool {
-		if p.State != "" && rec.State != p.State {
-			return true
+	keep := func(sum summary) bool { return p.State == "" || sum.state == p.State }
+	for {
+		var hits []hit
+		err = s.walk(ctx, from, keep, func(h hit) bool {
+			hits = append(hits, h)
+			return len(hits) <= p.Limit // one more than a page says whether more follow
+		})
+		if err != nil {
+			return idemstore.ListPage{}, err
 		}
-		if len(page.Records) == p.Limit {
-			more = true
-			return false
+		var page idemstore.ListPage
+		if len(hits) > p.Limit {
+			hits = hits[:p.Limit]
+			page.NextCursor = hits[len(hits)-1].pos.encode()
+			from = hits[len(hits)-1].pos
 		}
-		page.Records = append(page.Records, rec)
-		last = pos
-		return true
-	})
-	if err != nil {
-		return idemstore.ListPage{}, err
+		if page.Records, err = s.fetch(ctx, hits, keep); err != nil {
+			return idemstore.ListPage{}, err
+		}
+		// Every record of the page changed between the passes: go on
+		// rather than return an empty page that is not the last.
+		if len(page.Records) > 0 || page.NextCursor == "" {
+			return page, nil
+		}
 	}
-	if more {
-		page.NextCursor = last.encode()
-	}
-	return page, nil
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired
 // at or before now. A limit of zero or less means 100.
 func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
 	limit = idemstore.ListParams{Limit: limit}.Normalize().Limit
-	var out []*idemstore.Record
-	err := s.walk(ctx, position{}, func(_ position, rec *idemstore.Record) bool {
-		if rec.State == idemstore.StatePending && !rec.LeaseUntil.After(now) {
-			out = append(out, rec)
-		}
-		return len(out) < limit
+	keep := func(sum summary) bool {
+		return sum.state == idemstore.StatePending && !sum.leaseUntil.After(now)
+	}
+	var hits []hit
+	err := s.walk(ctx, position{}, keep, func(h hit) bool {
+		hits = append(hits, h)
+		return len(hits) < limit
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	return s.fetch(ctx, hits, keep)
 }
 
 // Purge deletes completed records whose expires_at is at or before
