@@ -50,15 +50,18 @@
 // # Listing and its cost
 //
 // List, ListExpiredLeases and Purge SCAN every master (ForEachMaster on a
-// Cluster) with MATCH "<prefix>:{*}:r" and TYPE hash, and read each batch
-// with one pipelined HMGET. There is no index: an index key cannot share the
-// slot of every record, so keeping one would need a second round trip per
-// state change and could drift from the records after a crash. The cost
-// falls on the listing side instead:
+// Cluster) with MATCH "<prefix>:{*}:r" and TYPE hash. The listings read each
+// batch's states and lease deadlines with one pipelined HMGET, and whole
+// records (responses included) only for those they return; Purge sends one
+// conditional-delete script per scanned key, pipelined in BatchSize chunks.
+// There is no index: an index key cannot share the slot of every record, so
+// keeping one would need a second round trip per state change and could
+// drift from the records after a crash. The cost falls on the listing side
+// instead:
 //
 //   - SCAN walks every key of every master, idem's or not; MATCH filters on
 //     the server. A full pass over N keys takes about N/ScanCount SCAN calls
-//     per master plus one HMGET pipeline per batch.
+//     per master plus one small pipeline per batch.
 //   - ListExpiredLeases and Purge make one full pass (ListExpiredLeases stops
 //     early once it has limit records). Run them from one recovery loop, not
 //     per request.
