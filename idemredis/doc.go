@@ -125,4 +125,14 @@
 // client, a refused connection, CLUSTERDOWN, LOADING, READONLY (a write that
 // reached a demoted master) and similar are idemstore.ErrUnavailable.
 // Context cancellation and deadlines remain recognisable with errors.Is.
+//
+// go-redis resends a command when the connection breaks before the reply
+// arrives (Options.MaxRetries, 3 by default), so a script can run twice for
+// one call. Reserve and Takeover recognise their own earlier run by its
+// unique token and report success. Complete, Release and Escalate cannot
+// (a second Complete with the same token must fail), so after a broken
+// connection they may return ErrLeaseLost although the first run applied the
+// change: a caller that sees ErrLeaseLost can Get the record and find it
+// completed (or escalated) under its own token. Set MaxRetries to -1 on the
+// client to get ErrUnavailable instead of a resend.
 package idemredis

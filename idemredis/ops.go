@@ -14,6 +14,11 @@ import (
 // that also returns the existing record. The script cannot see a record
 // vanish between the failed insert and the read, so it never needs the
 // contract's retry loop.
+//
+// go-redis resends a command whose connection broke before the reply came
+// back, so the script may run twice for one call. An existing pending record
+// that carries p.Token and p.Fingerprint can only be this call's own insert
+// (tokens are unique per attempt), and Reserve reports it as created.
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	res, err := reserveScript.Run(ctx, s.client, []string{s.recordKey(p.Key)},
 		p.Key.Scope, p.Key.Operation, p.Key.Key, p.Fingerprint, p.Token,
@@ -29,7 +34,9 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 		if rec == nil {
 			return nil, false, errors.New("idemredis: reserve found a record without state")
 		}
-		return rec, false, nil
+		mine := p.Token != "" && rec.Token == p.Token && rec.Fingerprint == p.Fingerprint &&
+			rec.State == idemstore.StatePending
+		return rec, mine, nil
 	}
 	rec := &idemstore.Record{
 		Key:         p.Key,
@@ -95,7 +102,9 @@ func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 }
 
 // Takeover gives a pending record whose lease expired at or before p.Now a
-// new token and lease deadline.
+// new token and lease deadline. A pending record that already carries
+// p.NewToken was taken over by this call (a resent script, see Reserve), so
+// that counts as success.
 func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
 	return s.fenced(ctx, takeoverScript, p.Key, p.OldToken,
 		micros(p.Now), p.NewToken, micros(p.LeaseUntil))

@@ -98,8 +98,13 @@ return 1
 `)
 
 // takeoverScript gives a record whose lease has expired a new token and
-// lease. ARGV[4] now, ARGV[5] new token, ARGV[6] new lease_until.
-var takeoverScript = redis.NewScript(fence + `
+// lease. ARGV[4] now, ARGV[5] new token, ARGV[6] new lease_until. A record
+// already pending under the new token was taken over by an earlier run of
+// the same call, whose reply was lost: that is success, not a lost lease.
+var takeoverScript = redis.NewScript(`
+local cur = redis.call('HMGET', KEYS[1], 'st', 'tok')
+if ARGV[5] ~= '' and cur[1] == 'pending' and cur[2] == ARGV[5] then return 1 end
+` + fence + `
 local lu = tonumber(redis.call('HGET', KEYS[1], 'lu'))
 if lu and lu > tonumber(ARGV[4]) then return 0 end
 redis.call('HSET', KEYS[1], 'tok', ARGV[5], 'lu', ARGV[6])

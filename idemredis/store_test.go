@@ -1,6 +1,7 @@
 package idemredis
 
 import (
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -149,5 +150,48 @@ func TestPositionRoundTrip(t *testing.T) {
 		if _, err := decodePosition(bad); err == nil {
 			t.Errorf("decodePosition(%q) accepted", bad)
 		}
+	}
+}
+
+// TestResentScripts runs Reserve and Takeover twice with the same
+// arguments, as go-redis does when a connection breaks after the script ran
+// but before its reply arrived: the second run must report the first run's
+// success, not a conflict.
+func TestResentScripts(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, standaloneClient(t, 0))
+	ctx := t.Context()
+	now := time.Now().UTC()
+	k := idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: "resent"}
+	p := idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: now.Add(time.Minute), Now: now}
+	for i := range 2 {
+		rec, created, err := s.Reserve(ctx, p)
+		if err != nil || !created || rec.Token != p.Token {
+			t.Fatalf("Reserve run %d: created %v, record %+v, %v; want created with %q", i+1, created, rec, err, p.Token)
+		}
+	}
+	// Another caller with another token still sees a conflict, and so does
+	// one that reuses the token for another request.
+	for _, other := range []idemstore.ReserveParams{
+		{Key: k, Fingerprint: "fp", Token: "tok-2", LeaseUntil: now.Add(time.Minute), Now: now},
+		{Key: k, Fingerprint: "other", Token: "tok-1", LeaseUntil: now.Add(time.Minute), Now: now},
+	} {
+		if rec, created, err := s.Reserve(ctx, other); err != nil || created || rec.Token != "tok-1" {
+			t.Fatalf("Reserve(%q, %q) = created %v, %+v, %v; want the existing record", other.Token, other.Fingerprint, created, rec, err)
+		}
+	}
+
+	tp := idemstore.TakeoverParams{Key: k, OldToken: "tok-1", NewToken: "tok-3", LeaseUntil: now.Add(3 * time.Minute), Now: now.Add(2 * time.Minute)}
+	for i := range 2 {
+		if err := s.Takeover(ctx, tp); err != nil {
+			t.Fatalf("Takeover run %d: %v", i+1, err)
+		}
+	}
+	tp.NewToken = "tok-4"
+	if err := s.Takeover(ctx, tp); !errors.Is(err, idemstore.ErrLeaseLost) {
+		t.Fatalf("Takeover with the old token after it was taken over: %v, want ErrLeaseLost", err)
+	}
+	if rec, err := s.Get(ctx, k); err != nil || rec.Token != "tok-3" {
+		t.Fatalf("Get = %+v, %v; want token tok-3", rec, err)
 	}
 }
