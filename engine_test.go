@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -458,5 +459,51 @@ func TestLeaseHeartbeat(t *testing.T) {
 	time.Sleep(150 * time.Millisecond)
 	if got := mustBegin(t, e, r, idem.Acquired); !got.TookOver {
 		t.Fatal("expected a takeover once the heartbeat stopped")
+	}
+}
+
+// lostReplyStore applies Complete and Escalate, then reports an error, as a
+// store whose reply was lost after the commit would.
+type lostReplyStore struct{ *idemmem.Store }
+
+func (s lostReplyStore) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	if err := s.Store.Complete(ctx, p); err != nil {
+		return err
+	}
+	return fmt.Errorf("read tcp: connection reset by peer: %w", idemstore.ErrUnavailable)
+}
+
+func (s lostReplyStore) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
+	if err := s.Store.Escalate(ctx, p); err != nil {
+		return err
+	}
+	return idemstore.ErrLeaseLost // as a resent command finds it done
+}
+
+func TestLostReplyCountsAsApplied(t *testing.T) {
+	t.Parallel()
+	mem := idemmem.MustNew(idemmem.Config{})
+	defer mem.Close()
+	e, err := idem.NewEngine(lostReplyStore{mem}, idem.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	res := mustBegin(t, e, req("a"), idem.Acquired)
+	if err := res.Lease.Complete(ctx, &idem.Response{Status: 201}); err != nil {
+		t.Fatalf("Complete whose reply was lost: %v", err)
+	}
+	res = mustBegin(t, e, req("b"), idem.Acquired)
+	if err := res.Lease.Escalate(ctx, "unknown"); err != nil {
+		t.Fatalf("Escalate whose reply was lost: %v", err)
+	}
+	// A Complete that really lost its lease still fails.
+	stale := mustBegin(t, e, req("c"), idem.Acquired)
+	if err := stale.Lease.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mustBegin(t, e, req("c"), idem.Acquired)
+	if err := stale.Lease.Complete(ctx, &idem.Response{Status: 200}); !errors.Is(err, idem.ErrLeaseLost) {
+		t.Fatalf("stale Complete err = %v", err)
 	}
 }

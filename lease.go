@@ -91,10 +91,22 @@ func (l *Lease) Complete(ctx context.Context, resp *Response) error {
 	}
 	p := l.completeParams(resp)
 	err := l.e.store.Complete(ctx, p)
+	if err != nil && l.applied(ctx, idemstore.StateCompleted) {
+		err = nil
+	}
 	if err == nil {
 		l.setState(leaseCompleted)
 	}
 	return err
+}
+
+// applied reports whether a change that returned an error was applied all
+// the same: a reply lost after the store committed, or a client library
+// that resent a command whose first attempt had gone through. The record
+// then shows this lease's token in the state the change was to produce.
+func (l *Lease) applied(ctx context.Context, want idemstore.State) bool {
+	rec, err := l.e.store.Get(context.WithoutCancel(ctx), l.key)
+	return err == nil && rec.State == want && rec.Token == l.token
 }
 
 // PrepareTxComplete implements idemstore.TxLease for the stores' CompleteTx:
@@ -155,6 +167,9 @@ func (l *Lease) Release(ctx context.Context) error {
 // NeedsReview until then.
 func (l *Lease) Escalate(ctx context.Context, reason string) error {
 	err := l.e.store.Escalate(ctx, idemstore.EscalateParams{Key: l.key, Token: l.token, Reason: reason, Now: l.e.cfg.Now()})
+	if err != nil && l.applied(ctx, idemstore.StateNeedsReview) {
+		err = nil
+	}
 	if err == nil {
 		l.setState(leaseEscalated)
 	}
