@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemmem"
@@ -94,6 +95,21 @@ func BenchmarkMiddleware(b *testing.B) {
 	b.Run("acquire", func(b *testing.B) {
 		reqs := benchRequests(b.N, http.MethodPost, func(i int) string { return "key-" + strconv.Itoa(i) })
 		runBench(b, benchMiddleware(b), reqs)
+	})
+	b.Run("acquire-steady", func(b *testing.B) {
+		// A store of constant size: 4096 keys cycle and expire (see
+		// BenchmarkEngineSteadyState), instead of one new record per request.
+		const ring = 4096
+		clk := newClock()
+		st := idemmem.MustNew(idemmem.Config{})
+		b.Cleanup(func() { st.Close() })
+		e, err := idem.NewEngine(st, idem.EngineConfig{Retention: ring * time.Second,
+			Now: func() time.Time { clk.Advance(time.Second); return clk.Now() }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h := idem.Middleware(e, idem.Config{Scope: idem.GlobalScope})(benchHandler)
+		runBench(b, h, benchRequests(ring, http.MethodPost, func(i int) string { return "key-" + strconv.Itoa(i) }))
 	})
 	b.Run("replay", func(b *testing.B) {
 		h := benchMiddleware(b)
