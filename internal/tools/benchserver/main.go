@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
+	"runtime/pprof"
 	"path/filepath"
 
 	"github.com/idem-dev/idem"
@@ -21,7 +23,25 @@ import (
 func main() {
 	addr := flag.String("addr", "127.0.0.1:18080", "listen address")
 	mode := flag.String("mode", "bare", "bare, memory or sqlite")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until SIGINT")
 	flag.Parse()
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+		sig := make(chan os.Signal, 1)
+		signal.Notify(sig, os.Interrupt)
+		go func() {
+			<-sig
+			pprof.StopCPUProfile()
+			f.Close()
+			os.Exit(0)
+		}()
+	}
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
