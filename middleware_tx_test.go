@@ -134,7 +134,7 @@ func TestMiddlewareCompleteTxDifferentAnswerIsLogged(t *testing.T) {
 		t.Fatalf("first %d", w.Code)
 	}
 	// Retries get what committed, and the difference was reported.
-	if w := f.post("k", "commit"); w.Code != 201 || w.Body.String() != `{"order":"stored"}` {
+	if w := f.post("k", "lie"); w.Code != 201 || w.Body.String() != `{"order":"stored"}` {
 		t.Fatalf("replay %d %q", w.Code, w.Body)
 	}
 	if !strings.Contains(f.logs.String(), "answered differently from what it stored") {
