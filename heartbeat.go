@@ -10,8 +10,9 @@ import (
 
 // heartbeat renews the leases of running operations: each is extended when
 // a third of its duration has passed since it was taken or last renewed. One
-// goroutine per engine serves every lease, and exits when none is left, so
-// a short request costs no timer and no goroutine of its own.
+// goroutine per engine serves every lease, and exits once none has been left
+// for heartbeatLinger, so a short request costs no timer and no goroutine of
+// its own, and an idle engine holds no goroutine.
 type heartbeat struct {
 	e       *Engine
 	mu      sync.Mutex
@@ -20,6 +21,10 @@ type heartbeat struct {
 	next    time.Time // when the loop plans to wake
 	wake    chan struct{}
 }
+
+// heartbeatLinger is how long the loop stays after the last lease left, so
+// that requests arriving one after another do not each start a goroutine.
+const heartbeatLinger = 100 * time.Millisecond
 
 // start begins renewing l until stop(l).
 func (h *heartbeat) start(l *Lease) {
@@ -54,10 +59,11 @@ func (h *heartbeat) start(l *Lease) {
 func (h *heartbeat) stop(l *Lease) {
 	h.mu.Lock()
 	delete(h.leases, l)
-	idle := len(h.leases) == 0 && h.running
+	// With nothing left, make sure the loop wakes within the linger time to
+	// exit; it is already planned to when h.next is that close.
+	idle := len(h.leases) == 0 && h.running && time.Until(h.next) > heartbeatLinger
 	h.mu.Unlock()
 	if idle {
-		// Let the loop see it has nothing left, and exit.
 		select {
 		case h.wake <- struct{}{}:
 		default:
@@ -68,14 +74,29 @@ func (h *heartbeat) stop(l *Lease) {
 func (h *heartbeat) loop() {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
+	var idleSince time.Time
 	for {
 		now := time.Now()
 		h.mu.Lock()
 		if len(h.leases) == 0 {
-			h.running = false
+			if idleSince.IsZero() {
+				idleSince = now
+			}
+			if now.Sub(idleSince) >= heartbeatLinger {
+				h.running = false
+				h.mu.Unlock()
+				return
+			}
+			h.next = idleSince.Add(heartbeatLinger)
 			h.mu.Unlock()
-			return
+			t.Reset(h.next.Sub(now))
+			select {
+			case <-t.C:
+			case <-h.wake:
+			}
+			continue
 		}
+		idleSince = time.Time{}
 		next := now.Add(time.Hour)
 		for l := range h.leases {
 			switch {

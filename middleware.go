@@ -246,7 +246,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	key, err := ParseKeyHeader(r.Header.Values(HeaderName))
+	key, err := ParseKeyHeader(r.Header[HeaderName]) // HeaderName is canonical
 	if err != nil {
 		if errors.Is(err, ErrMissingKey) && pol.KeyOptional {
 			ev.Outcome = "no_key"
@@ -309,7 +309,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	buf := &st.reqBuf
 	fp, err := Fingerprint(FingerprintInput{
 		Method: r.Method, Operation: op, Path: r.URL.Path, Query: r.URL.RawQuery,
-		ContentType: r.Header.Get("Content-Type"), Body: buf.Bytes(),
+		ContentType: firstValue(r.Header["Content-Type"]), Body: buf.Bytes(),
 	}, FingerprintOptions{ExcludeFields: pol.ExcludeFields})
 	if err != nil { // validated at construction; kept for safety
 		panic(err)
@@ -357,6 +357,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Status = m.problem(w, ev.Outcome, Problem{Type: ProblemNeedsReview, Title: "Request outcome under review", Status: http.StatusConflict, Key: key,
 			Detail: "An earlier request with this Idempotency-Key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer."})
 	}
+}
+
+func firstValue(vs []string) string {
+	if len(vs) == 0 {
+		return ""
+	}
+	return vs[0]
 }
 
 func tooLarge(limit int64, key string) Problem {
