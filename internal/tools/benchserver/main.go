@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/pprof"
+	"time"
 	"path/filepath"
 
 	"github.com/idem-dev/idem"
@@ -24,6 +25,7 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:18080", "listen address")
 	mode := flag.String("mode", "bare", "bare, memory or sqlite")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until SIGINT")
+	retention := flag.Duration("retention", 24*time.Hour, "how long completed keys are kept")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -70,7 +72,7 @@ func main() {
 		default:
 			log.Fatalf("benchserver: unknown mode %q", *mode)
 		}
-		e, err := idem.NewEngine(store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+		e, err := idem.NewEngine(store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler), Retention: *retention})
 		if err != nil {
 			log.Fatal(err)
 		}
