@@ -11,9 +11,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/pprof"
 	"time"
-	"path/filepath"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemmem"
