@@ -14,9 +14,8 @@ services: ## Start PostgreSQL, MariaDB and Redis (standalone + Cluster) on loopb
 	@scripts/services.sh
 
 .PHONY: test
-test: ## Run every test CI runs (starts the services it needs)
+test: lint ## Run every check and test CI runs (starts the services it needs)
 	@set -euo pipefail; eval "$$(scripts/services.sh)"; \
-	$(GO) vet ./...; \
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 
 .PHONY: test-short
