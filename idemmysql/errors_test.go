@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/idem-dev/idem/internal/migrations"
+
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -88,9 +90,9 @@ func TestSplitStatements(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0], "CREATE TABLE a") || got[1] != "CREATE INDEX i ON a (x)" {
 		t.Fatalf("splitStatements = %q", got)
 	}
-	ms, err := loadMigrations()
-	if err != nil || len(ms) == 0 || ms[0].version != 1 || len(ms[0].statements) != 1 {
-		t.Fatalf("loadMigrations = %+v, %v", ms, err)
+	ms, err := migrations.Load(migrationFS, "migrations")
+	if err != nil || len(ms) == 0 || ms[0].Version != 1 || len(splitStatements(ms[0].SQL)) != 1 {
+		t.Fatalf("migrations.Load = %+v, %v", ms, err)
 	}
 }
 

@@ -6,46 +6,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/idem-dev/idem/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
-
-// migration is one embedded migrations/NNN_name.sql file, split into
-// statements (MySQL runs one statement per call unless the DSN sets
-// multiStatements, which New does not require).
-type migration struct {
-	version    int
-	name       string
-	statements []string
-}
-
-func loadMigrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, f := range files {
-		base := strings.TrimSuffix(strings.TrimPrefix(f, "migrations/"), ".sql")
-		num, name, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("idemmysql: migration %s: no version number", f)
-		}
-		b, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, statements: splitStatements(string(b))})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
 
 // splitStatements splits a migration file at lines ending in ";", dropping
 // "--" comment lines. Migrations must not put ";" at a line end elsewhere.
@@ -88,7 +55,7 @@ func Migrate(ctx context.Context, db *sql.DB, cfg Config) (err error) {
 			err = fmt.Errorf("idemmysql: migrate: %w", interpretError(ctx, err))
 		}
 	}()
-	ms, err := loadMigrations()
+	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
 		return err
 	}
@@ -135,15 +102,15 @@ func Migrate(ctx context.Context, db *sql.DB, cfg Config) (err error) {
 		return err
 	}
 	for _, m := range ms {
-		if done[m.version] {
+		if done[m.Version] {
 			continue
 		}
-		for _, stmt := range m.statements {
+		for _, stmt := range splitStatements(m.SQL) {
 			if _, err := conn.ExecContext(ctx, stmt); err != nil {
-				return fmt.Errorf("migration %d_%s: %w", m.version, m.name, err)
+				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 		}
-		if _, err := conn.ExecContext(ctx, "INSERT INTO idem_schema_migrations (version, name) VALUES (?, ?)", m.version, m.name); err != nil {
+		if _, err := conn.ExecContext(ctx, "INSERT INTO idem_schema_migrations (version, name) VALUES (?, ?)", m.Version, m.Name); err != nil {
 			return err
 		}
 	}

@@ -5,10 +5,9 @@ import (
 	"embed"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
-	"sort"
-	"strconv"
 	"strings"
+
+	"github.com/idem-dev/idem/internal/migrations"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -16,36 +15,6 @@ import (
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
-
-// migration is one embedded migrations/NNN_name.sql file.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-func loadMigrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, f := range files {
-		base := strings.TrimSuffix(strings.TrimPrefix(f, "migrations/"), ".sql")
-		num, name, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("idempg: migration %s: no version number", f)
-		}
-		b, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
 
 // Migrate creates cfg.Schema if needed and applies the embedded migrations
 // that the schema's idem_schema_migrations table does not list yet, all in
@@ -57,7 +26,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	ms, err := loadMigrations()
+	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
 		return err
 	}
@@ -87,15 +56,15 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 			done[int(v)] = true
 		}
 		for _, m := range ms {
-			if done[m.version] {
+			if done[m.Version] {
 				continue
 			}
 			// No arguments: the simple protocol runs the whole file.
-			if _, err := tx.Exec(ctx, strings.ReplaceAll(m.sql, "{schema}", schema)); err != nil {
-				return fmt.Errorf("migration %d_%s: %w", m.version, m.name, err)
+			if _, err := tx.Exec(ctx, strings.ReplaceAll(m.SQL, "{schema}", schema)); err != nil {
+				return fmt.Errorf("migration %s: %w", m.Name, err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO `+schema+`.idem_schema_migrations (version, name) VALUES ($1, $2)`,
-				m.version, m.name); err != nil {
+				m.Version, m.Name); err != nil {
 				return err
 			}
 		}

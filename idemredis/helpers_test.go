@@ -5,26 +5,18 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
-	"os"
 	"strings"
 	"testing"
+
+	"github.com/idem-dev/idem/internal/testenv"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// Tests that need a server read its address from the environment, set by
-// `eval "$(scripts/redis.sh)"`. They skip without it, except under CI=true.
-
+// requireEnv returns the server address the test needs; see testenv.Getenv.
 func requireEnv(t testing.TB, name string) string {
 	t.Helper()
-	v := os.Getenv(name)
-	if v == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is not set (CI=true); run: eval \"$(scripts/redis.sh)\"", name)
-		}
-		t.Skipf("%s is not set; run: eval \"$(scripts/redis.sh)\" to test against Redis", name)
-	}
-	return v
+	return testenv.Getenv(t, name)
 }
 
 // standaloneClient connects to IDEM_TEST_REDIS_URL.

@@ -6,49 +6,13 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/idem-dev/idem/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
-
-// migration is one embedded schema change, named NNNN_description.sql.
-type migration struct {
-	version int
-	name    string
-	sql     string
-}
-
-// loadMigrations reads the embedded migrations in version order.
-func loadMigrations() ([]migration, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		name := e.Name()
-		prefix, _, ok := strings.Cut(name, "_")
-		if !ok || !strings.HasSuffix(name, ".sql") {
-			return nil, fmt.Errorf("idemsqlite: bad migration name %q", name)
-		}
-		v, err := strconv.Atoi(prefix)
-		if err != nil {
-			return nil, fmt.Errorf("idemsqlite: bad migration name %q: %w", name, err)
-		}
-		body, err := fs.ReadFile(migrationFS, "migrations/"+name)
-		if err != nil {
-			return nil, err
-		}
-		ms = append(ms, migration{version: v, name: name, sql: string(body)})
-	}
-	sort.Slice(ms, func(i, j int) bool { return ms[i].version < ms[j].version })
-	return ms, nil
-}
 
 // Migrate brings the schema in db up to date, applying every embedded
 // migration not yet recorded in the idem_schema_migrations table. It is safe
@@ -58,7 +22,7 @@ func loadMigrations() ([]migration, error) {
 // this build does not know (written by a newer idem) is refused. New calls it
 // unless Config.SkipMigrate is set.
 func Migrate(ctx context.Context, db *sql.DB) (err error) {
-	ms, err := loadMigrations()
+	ms, err := migrations.Load(migrationFS, "migrations")
 	if err != nil {
 		return err
 	}
@@ -105,7 +69,7 @@ func Migrate(ctx context.Context, db *sql.DB) (err error) {
 	}
 	known := map[int]bool{}
 	for _, m := range ms {
-		known[m.version] = true
+		known[m.Version] = true
 	}
 	for v := range applied {
 		if !known[v] {
@@ -113,15 +77,15 @@ func Migrate(ctx context.Context, db *sql.DB) (err error) {
 		}
 	}
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
-		if _, err := conn.ExecContext(ctx, m.sql); err != nil {
-			return fmt.Errorf("idemsqlite: migration %s: %w", m.name, interpretError(ctx, err))
+		if _, err := conn.ExecContext(ctx, m.SQL); err != nil {
+			return fmt.Errorf("idemsqlite: migration %s: %w", m.Name, interpretError(ctx, err))
 		}
 		if _, err := conn.ExecContext(ctx,
 			"INSERT INTO idem_schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-			m.version, m.name, time.Now().UnixMilli()); err != nil {
+			m.Version, m.Name, time.Now().UnixMilli()); err != nil {
 			return interpretError(ctx, err)
 		}
 	}
