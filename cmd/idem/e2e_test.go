@@ -594,3 +594,27 @@ func TestMigrateAndPurge(t *testing.T) {
 		t.Errorf("idem purge with a bad URL: %v\n%s", err, out)
 	}
 }
+
+func TestAdminMetricsAndReadiness(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--admin", "127.0.0.1:0")
+	base := "http://" + p.addr
+	do(t, "POST", base+"/pay", "m1", `{}`)
+	do(t, "POST", base+"/pay", "m1", `{}`)
+	do(t, "POST", base+"/pay", "", `{}`)
+	want(t, "/readyz", do(t, "GET", "http://"+p.admin+"/readyz", "", "").status, 200)
+	m := do(t, "GET", "http://"+p.admin+"/metrics", "", "")
+	want(t, "/metrics status", m.status, 200)
+	for _, series := range []string{
+		`idem_proxy_requests_total{outcome="acquired"`,
+		`idem_proxy_requests_total{outcome="replayed"`,
+		`idem_proxy_requests_total{outcome="missing_key"`,
+		`idem_store_duration_seconds_bucket`,
+		`idem_upstream_duration_seconds_bucket`,
+	} {
+		if !strings.Contains(m.body, series) {
+			t.Errorf("/metrics lacks %s:\n%s", series, m.body)
+		}
+	}
+}
