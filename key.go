@@ -35,6 +35,7 @@ type KeyError struct {
 	err    error
 }
 
+// Error describes the refusal: the sentinel's text and the reason.
 func (e *KeyError) Error() string { return e.err.Error() + ": " + e.Reason }
 
 // Unwrap returns ErrMissingKey or ErrInvalidKey.

@@ -34,6 +34,7 @@ type ScopeError struct {
 	Detail string
 }
 
+// Error describes the refusal.
 func (e *ScopeError) Error() string { return "idem: scope refused: " + e.Detail }
 
 // Policy is how a route is protected.

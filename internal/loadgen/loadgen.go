@@ -52,6 +52,7 @@ type Result struct {
 	PerSecond float64
 }
 
+// String formats the result on one line, as the load scripts print it.
 func (r Result) String() string {
 	codes := make([]int, 0, len(r.Statuses))
 	for c := range r.Statuses {
