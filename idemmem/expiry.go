@@ -66,7 +66,7 @@ func (sh *shard) evictExpired(s *Store, now time.Time) {
 	for len(sh.expiry) > 0 && sh.expiry[0].at <= n {
 		it := sh.expiry.pop()
 		if rec, ok := sh.recs[it.key]; ok && expired(rec, now) {
-			sh.remove(s, it.key)
+			sh.drop(s, it.key)
 		}
 	}
 }

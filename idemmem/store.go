@@ -195,13 +195,12 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.evictExpired(s, now)
-	if old, ok := sh.recs[p.Key]; ok {
-		if !expired(old, now) {
-			return copyRecord(old), false, false
-		}
-		sh.remove(s, p.Key)
+	old, replacing := sh.recs[p.Key]
+	if replacing && !expired(old, now) {
+		return copyRecord(old), false, false
 	}
-	if s.cfg.MaxRecords > 0 {
+	// An expired record is overwritten in place; the count is unchanged.
+	if s.cfg.MaxRecords > 0 && !replacing {
 		if s.count.Add(1) > int64(s.cfg.MaxRecords) {
 			s.count.Add(-1)
 			return nil, false, true
@@ -249,9 +248,14 @@ func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, 
 
 // remove deletes the record for k. The caller holds sh.mu.
 func (sh *shard) remove(s *Store, k idemstore.Key) {
-	if _, ok := sh.recs[k]; !ok {
-		return
+	if _, ok := sh.recs[k]; ok {
+		sh.drop(s, k)
 	}
+}
+
+// drop deletes the record for k, which the caller knows is there. The
+// caller holds sh.mu.
+func (sh *shard) drop(s *Store, k idemstore.Key) {
 	delete(sh.recs, k)
 	if s.cfg.MaxRecords > 0 {
 		s.count.Add(-1)
