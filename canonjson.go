@@ -267,6 +267,15 @@ func (c *canonicalizer) str(dst []byte) ([]byte, error) {
 	c.pos++ // opening quote
 	dst = append(dst, '"')
 	for {
+		// Copy the run of bytes that need no escaping in one go.
+		start := c.pos
+		for c.pos < len(c.src) {
+			if ch := c.src[c.pos]; ch < 0x20 || ch == '"' || ch == '\\' || ch >= utf8.RuneSelf {
+				break
+			}
+			c.pos++
+		}
+		dst = append(dst, c.src[start:c.pos]...)
 		if c.pos >= len(c.src) {
 			return dst, c.fail("unterminated string")
 		}
