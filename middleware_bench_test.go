@@ -23,8 +23,9 @@ var benchHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request)
 
 const benchBody = `{"amount":1000,"currency":"usd","customer":"cus_123"}`
 
-// discardWriter is a reusable ResponseWriter, so that the benchmarks
-// measure the middleware rather than httptest.ResponseRecorder.
+// discardWriter is a light ResponseWriter, so that the benchmarks measure
+// the middleware rather than httptest.ResponseRecorder. Like net/http's, it
+// has a fresh header map for every request.
 type discardWriter struct {
 	h      http.Header
 	status int
@@ -35,7 +36,7 @@ func (d *discardWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (d *discardWriter) WriteHeader(s int)           { d.status = s }
 
 func (d *discardWriter) reset() {
-	clear(d.h)
+	d.h = make(http.Header)
 	d.status = 0
 }
 
