@@ -1,42 +1,27 @@
 package idemmem
 
-import "github.com/idem-dev/idem/idemstore"
+import (
+	"fmt"
 
-// recordWithResponse lets copyRecord allocate a record and its response in
-// one go.
-type recordWithResponse struct {
-	rec  idemstore.Record
-	resp idemstore.Response
-}
+	"github.com/idem-dev/idem/idemstore"
+)
 
-// copyRecord returns a deep copy of rec that shares nothing mutable with
-// it.
-func copyRecord(rec *idemstore.Record) *idemstore.Record {
-	if rec.Response == nil {
-		out := *rec
+// copyRecord returns a copy of e's record, with its answer decoded, that
+// shares nothing mutable with the store.
+func copyRecord(e *entry) *idemstore.Record {
+	if e.resp == nil {
+		out := e.rec
 		return &out
 	}
-	both := &recordWithResponse{rec: *rec}
-	copyResponseInto(&both.resp, rec.Response)
-	both.rec.Response = &both.resp
-	return &both.rec
-}
-
-// copyResponse returns a deep copy of r.
-func copyResponse(r *idemstore.Response) *idemstore.Response {
-	if r == nil {
-		return nil
+	resp, err := idemstore.DecodeResponse(e.resp)
+	if err != nil {
+		// The store encoded it itself; failing to decode is a bug.
+		panic(fmt.Sprintf("idemmem: stored response does not decode: %v", err))
 	}
-	out := new(idemstore.Response)
-	copyResponseInto(out, r)
-	return out
-}
-
-// copyResponseInto makes dst a deep copy of src. A nil body becomes an
-// empty one, as it reads back from every other store.
-func copyResponseInto(dst, src *idemstore.Response) {
-	*dst = *src
-	dst.Header = src.Header.Clone()
-	dst.Body = make([]byte, len(src.Body))
-	copy(dst.Body, src.Body)
+	if resp.Body == nil {
+		resp.Body = []byte{}
+	}
+	out := e.rec
+	out.Response = resp
+	return &out
 }

@@ -3,7 +3,8 @@
 //
 // Start with [New]:
 //
-//	store := idemmem.New(idemmem.Config{})
+//	store, err := idemmem.New(idemmem.Config{})
+//	...
 //	eng, err := idem.NewEngine(store, idem.EngineConfig{})
 //
 // Records live in a sharded map guarded by mutexes, so the at-most-once
@@ -12,8 +13,9 @@
 // Use idemsqlite, idempg, idemmysql or idemredis for that.
 //
 // The store copies records in and out, so callers cannot change what it
-// keeps, with one documented exception on the hot path: [Store.Complete]
-// takes ownership of the response it is given.
+// keeps. A completed record keeps its answer encoded in one pointer-free
+// block (idemstore.EncodeResponse), so that a store holding a day of answers
+// costs the garbage collector little to scan.
 //
 // Completed records past their ExpiresAt are evicted without a background
 // goroutine: a Reserve at time Now first evicts records of its shard that

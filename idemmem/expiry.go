@@ -65,7 +65,7 @@ func (sh *shard) evictExpired(s *Store, now time.Time) {
 	n := now.UnixNano()
 	for len(sh.expiry) > 0 && sh.expiry[0].at <= n {
 		it := sh.expiry.pop()
-		if rec, ok := sh.recs[it.key]; ok && expired(rec, now) {
+		if e, ok := sh.recs[it.key]; ok && expired(e, now) {
 			sh.drop(s, it.key)
 		}
 	}

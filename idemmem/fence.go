@@ -11,18 +11,18 @@ import (
 // and wakes the key's waiters. The change runs under the shard lock. It
 // returns idemstore.ErrLeaseLost when the record is missing or not pending
 // under token.
-func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, change func(sh *shard, rec *idemstore.Record)) error {
+func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, change func(sh *shard, e *entry)) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
 	sh := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	rec, ok := sh.recs[key]
-	if !ok || rec.State != idemstore.StatePending || rec.Token != token {
+	e, ok := sh.recs[key]
+	if !ok || e.rec.State != idemstore.StatePending || e.rec.Token != token {
 		return idemstore.ErrLeaseLost
 	}
-	change(sh, rec)
+	change(sh, e)
 	sh.wake(key)
 	return nil
 }
@@ -30,36 +30,35 @@ func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, cha
 var errNilResponse = errors.New("idemmem: Complete needs a response")
 
 // Complete stores p.Response and moves the record to completed, fenced by
-// p.Token. The lease deadline is not checked: the token alone fences.
-//
-// Complete takes ownership of p.Response: the caller must not change it, its
-// header map or its body afterwards. (The engine never does; this saves a
-// copy on every request.) Readers always get a copy.
+// p.Token. The lease deadline is not checked: the token alone fences. The
+// answer is kept encoded, so the caller may reuse p.Response afterwards;
+// readers always get a copy.
 func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
 	if p.Response == nil {
 		return errNilResponse
 	}
-	return s.fenced(ctx, p.Key, p.Token, func(sh *shard, rec *idemstore.Record) {
-		rec.State = idemstore.StateCompleted
-		rec.Response = p.Response
-		rec.ExpiresAt = p.ExpiresAt.UTC()
-		sh.expiry.push(expiryItem{at: rec.ExpiresAt.UnixNano(), key: p.Key})
+	resp := idemstore.EncodeResponse(p.Response) // outside the lock
+	return s.fenced(ctx, p.Key, p.Token, func(sh *shard, e *entry) {
+		e.rec.State = idemstore.StateCompleted
+		e.resp = resp
+		e.rec.ExpiresAt = p.ExpiresAt.UTC()
+		sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), key: p.Key})
 	})
 }
 
 // Release deletes the record if it is still pending under token.
 func (s *Store) Release(ctx context.Context, key idemstore.Key, token string) error {
-	return s.fenced(ctx, key, token, func(sh *shard, _ *idemstore.Record) {
-		sh.remove(s, key)
+	return s.fenced(ctx, key, token, func(sh *shard, _ *entry) {
+		sh.drop(s, key)
 	})
 }
 
 // Escalate moves a pending record to needs_review with p.Reason, fenced by
 // p.Token.
 func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
-	return s.fenced(ctx, p.Key, p.Token, func(_ *shard, rec *idemstore.Record) {
-		rec.State = idemstore.StateNeedsReview
-		rec.Reason = p.Reason
+	return s.fenced(ctx, p.Key, p.Token, func(_ *shard, e *entry) {
+		e.rec.State = idemstore.StateNeedsReview
+		e.rec.Reason = p.Reason
 	})
 }
 
@@ -71,12 +70,12 @@ func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 	sh := s.shardFor(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	rec, ok := sh.recs[p.Key]
-	if !ok || rec.State != idemstore.StatePending || rec.Token != p.Token {
+	e, ok := sh.recs[p.Key]
+	if !ok || e.rec.State != idemstore.StatePending || e.rec.Token != p.Token {
 		return idemstore.ErrLeaseLost
 	}
 	// Nothing a waiter cares about changed, so nobody is woken.
-	rec.LeaseUntil = p.LeaseUntil.UTC()
+	e.rec.LeaseUntil = p.LeaseUntil.UTC()
 	return nil
 }
 
@@ -89,18 +88,18 @@ func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error 
 	sh := s.shardFor(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	rec, ok := sh.recs[p.Key]
-	if !ok || rec.State != idemstore.StatePending || rec.Token != p.OldToken || rec.LeaseUntil.After(p.Now) {
+	e, ok := sh.recs[p.Key]
+	if !ok || e.rec.State != idemstore.StatePending || e.rec.Token != p.OldToken || e.rec.LeaseUntil.After(p.Now) {
 		return idemstore.ErrLeaseLost
 	}
-	rec.Token = p.NewToken
-	rec.LeaseUntil = p.LeaseUntil.UTC()
+	e.rec.Token = p.NewToken
+	e.rec.LeaseUntil = p.LeaseUntil.UTC()
 	sh.wake(p.Key)
 	return nil
 }
 
-// Resolve settles a needs_review record: it completes it with a copy of
-// p.Response or deletes it.
+// Resolve settles a needs_review record: it completes it with p.Response
+// (kept encoded) or deletes it.
 func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	if err := s.check(ctx); err != nil {
 		return err
@@ -117,23 +116,23 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	sh := s.shardFor(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	rec, ok := sh.recs[p.Key]
+	e, ok := sh.recs[p.Key]
 	if !ok {
 		return idemstore.ErrNotFound
 	}
-	if rec.State != idemstore.StateNeedsReview {
+	if e.rec.State != idemstore.StateNeedsReview {
 		return idemstore.ErrNotNeedsReview
 	}
 	if p.Action == idemstore.ResolveRelease {
-		sh.remove(s, p.Key)
+		sh.drop(s, p.Key)
 	} else {
-		rec.State = idemstore.StateCompleted
-		rec.Response = copyResponse(p.Response)
-		rec.ExpiresAt = p.ExpiresAt.UTC()
+		e.rec.State = idemstore.StateCompleted
+		e.resp = idemstore.EncodeResponse(p.Response)
+		e.rec.ExpiresAt = p.ExpiresAt.UTC()
 		if p.Reason != "" {
-			rec.Reason = p.Reason
+			e.rec.Reason = p.Reason
 		}
-		sh.expiry.push(expiryItem{at: rec.ExpiresAt.UnixNano(), key: p.Key})
+		sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), key: p.Key})
 	}
 	sh.wake(p.Key)
 	return nil

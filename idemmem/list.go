@@ -21,9 +21,9 @@ func (s *Store) collect(keep func(*idemstore.Record) bool) []*idemstore.Record {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, rec := range sh.recs {
-			if keep(rec) {
-				out = append(out, copyRecord(rec))
+		for _, e := range sh.recs {
+			if keep(&e.rec) {
+				out = append(out, copyRecord(e))
 			}
 		}
 		sh.mu.Unlock()
@@ -93,8 +93,8 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 			sh.mu.Lock()
 			for n < p.BatchSize && len(sh.expiry) > 0 && sh.expiry[0].at <= before {
 				it := sh.expiry.pop()
-				if rec, ok := sh.recs[it.key]; ok && expired(rec, p.Before) {
-					sh.remove(s, it.key)
+				if e, ok := sh.recs[it.key]; ok && expired(e, p.Before) {
+					sh.drop(s, it.key)
 					n++
 				}
 			}

@@ -73,7 +73,7 @@ type Store struct {
 // shard is one locked partition of the store.
 type shard struct {
 	mu      sync.Mutex
-	recs    map[idemstore.Key]*idemstore.Record
+	recs    map[idemstore.Key]*entry
 	expiry  expiryHeap
 	waiters map[idemstore.Key][]chan struct{}
 	_       [64]byte // keep neighbouring shards' locks off one cache line
@@ -87,7 +87,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, seed: maphash.MakeSeed(), shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1)}
 	for i := range s.shards {
-		s.shards[i].recs = make(map[idemstore.Key]*idemstore.Record)
+		s.shards[i].recs = make(map[idemstore.Key]*entry)
 	}
 	return s, nil
 }
@@ -162,10 +162,19 @@ func (s *Store) check(ctx context.Context) error {
 	return nil
 }
 
-// expired reports whether rec is a completed record that may be evicted at
+// entry is a stored record. A completed record keeps its answer encoded
+// (idemstore.EncodeResponse) in resp rather than as a Response with a
+// header map: one pointer-free block that the garbage collector need not
+// scan, which matters when a store holds a day of answers.
+type entry struct {
+	rec  idemstore.Record // Response is always nil here
+	resp []byte
+}
+
+// expired reports whether e is a completed record that may be evicted at
 // now.
-func expired(rec *idemstore.Record, now time.Time) bool {
-	return rec.State == idemstore.StateCompleted && !rec.ExpiresAt.IsZero() && !rec.ExpiresAt.After(now)
+func expired(e *entry, now time.Time) bool {
+	return e.rec.State == idemstore.StateCompleted && !e.rec.ExpiresAt.IsZero() && !e.rec.ExpiresAt.After(now)
 }
 
 // Reserve inserts a pending record for p.Key unless one exists, in which
@@ -206,19 +215,20 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 			return nil, false, true
 		}
 	}
-	// One allocation holds the stored record and the caller's copy.
-	pair := new([2]idemstore.Record)
-	pair[0] = idemstore.Record{
+	// The stored entry and the caller's copy are separate allocations, so
+	// that the copy, usually dropped at once, does not live as long as the
+	// record.
+	e := &entry{rec: idemstore.Record{
 		Key:         p.Key,
 		Fingerprint: p.Fingerprint,
 		State:       idemstore.StatePending,
 		Token:       p.Token,
 		LeaseUntil:  p.LeaseUntil.UTC(),
 		CreatedAt:   now,
-	}
-	pair[1] = pair[0]
-	sh.recs[p.Key] = &pair[0]
-	return &pair[1], true, false
+	}}
+	sh.recs[p.Key] = e
+	out := e.rec
+	return &out, true, false
 }
 
 // evictAll evicts expired completed records from every shard.
@@ -239,18 +249,11 @@ func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, 
 	sh := s.shardFor(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	rec, ok := sh.recs[key]
+	e, ok := sh.recs[key]
 	if !ok {
 		return nil, idemstore.ErrNotFound
 	}
-	return copyRecord(rec), nil
-}
-
-// remove deletes the record for k. The caller holds sh.mu.
-func (sh *shard) remove(s *Store, k idemstore.Key) {
-	if _, ok := sh.recs[k]; ok {
-		sh.drop(s, k)
-	}
+	return copyRecord(e), nil
 }
 
 // drop deletes the record for k, which the caller knows is there. The

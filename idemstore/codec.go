@@ -24,7 +24,8 @@ func EncodeResponse(r *Response) []byte {
 	if r == nil {
 		return nil
 	}
-	names := make([]string, 0, len(r.Header))
+	// Header names are sorted on the stack for the usual handful of headers.
+	names := make([]string, 0, 16)
 	size := 1 + 3*binary.MaxVarintLen64 + len(r.NotReplayable) + len(r.Body)
 	for name, values := range r.Header {
 		names = append(names, name)
