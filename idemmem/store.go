@@ -215,20 +215,22 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 			return nil, false, true
 		}
 	}
-	// The stored entry and the caller's copy are separate allocations, so
-	// that the copy, usually dropped at once, does not live as long as the
-	// record.
-	e := &entry{rec: idemstore.Record{
+	// One allocation holds the stored entry and the caller's copy.
+	pair := new(struct {
+		stored entry
+		out    idemstore.Record
+	})
+	pair.stored.rec = idemstore.Record{
 		Key:         p.Key,
 		Fingerprint: p.Fingerprint,
 		State:       idemstore.StatePending,
 		Token:       p.Token,
 		LeaseUntil:  p.LeaseUntil.UTC(),
 		CreatedAt:   now,
-	}}
-	sh.recs[p.Key] = e
-	out := e.rec
-	return &out, true, false
+	}
+	pair.out = pair.stored.rec
+	sh.recs[p.Key] = &pair.stored
+	return &pair.out, true, false
 }
 
 // evictAll evicts expired completed records from every shard.
