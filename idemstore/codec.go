@@ -63,6 +63,10 @@ func appendString(b []byte, s string) []byte {
 var ErrCorruptResponse = errors.New("idem: corrupt stored response")
 
 // DecodeResponse reverses EncodeResponse. Empty input decodes as nil.
+//
+// It allocates little whatever the number of headers: every header name and
+// value is a substring of one string copied from b, and all values share
+// one slice.
 func DecodeResponse(b []byte) (*Response, error) {
 	if len(b) == 0 {
 		return nil, nil
@@ -70,36 +74,64 @@ func DecodeResponse(b []byte) (*Response, error) {
 	if b[0] != responseCodecV1 {
 		return nil, fmt.Errorf("%w: unknown format %d", ErrCorruptResponse, b[0])
 	}
+	// First pass: validate, count the values and find where the headers
+	// start and end, so that the second pass allocates exactly.
 	d := decoder{b: b[1:]}
-	r := &Response{}
-	r.Status = int(d.uvarint())
-	r.NotReplayable = d.string()
+	d.uvarint()
+	d.skip()
 	n := d.uvarint()
 	if n > maxDecodedHeaders {
 		return nil, fmt.Errorf("%w: %d headers", ErrCorruptResponse, n)
 	}
-	if n > 0 {
-		r.Header = make(http.Header, n)
-	}
+	headStart := len(b) - len(d.b)
+	var values uint64
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		name := d.string()
+		d.skip()
 		nv := d.uvarint()
-		if nv > maxDecodedHeaders {
-			return nil, fmt.Errorf("%w: %d header values", ErrCorruptResponse, nv)
+		if nv > maxDecodedHeaders || values+nv > maxDecodedHeaders {
+			return nil, fmt.Errorf("%w: %d header values", ErrCorruptResponse, values+nv)
 		}
-		values := make([]string, 0, nv)
+		values += nv
 		for j := uint64(0); j < nv && d.err == nil; j++ {
-			values = append(values, d.string())
+			d.skip()
 		}
-		r.Header[name] = values
 	}
-	r.Body = d.bytes()
+	headEnd := len(b) - len(d.b)
+	d.skip()
 	if d.err != nil {
 		return nil, d.err
 	}
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: %d trailing bytes", ErrCorruptResponse, len(d.b))
 	}
+
+	// Second pass, over valid input.
+	d = decoder{b: b[1:]}
+	r := &Response{Status: int(d.uvarint())}
+	r.NotReplayable = string(d.bytes())
+	d.uvarint()
+	head := string(b[headStart:headEnd])
+	next := func() string { // the next string, as a substring of head
+		l := int(d.uvarint())
+		off := len(b) - len(d.b) - headStart
+		d.b = d.b[l:]
+		return head[off : off+l]
+	}
+	if n > 0 {
+		r.Header = make(http.Header, n)
+		all := make([]string, values)
+		for i := uint64(0); i < n; i++ {
+			name := next()
+			nv := d.uvarint()
+			vs := all[:nv:nv]
+			all = all[nv:]
+			for j := range vs {
+				vs[j] = next()
+			}
+			r.Header[name] = vs
+		}
+	}
+	r.Body = d.bytes()
 	return r, nil
 }
 
@@ -137,3 +169,16 @@ func (d *decoder) bytes() []byte {
 }
 
 func (d *decoder) string() string { return string(d.bytes()) }
+
+// skip passes over one length-prefixed string.
+func (d *decoder) skip() {
+	n := d.uvarint()
+	if d.err != nil {
+		return
+	}
+	if n > uint64(len(d.b)) {
+		d.err = fmt.Errorf("%w: truncated", ErrCorruptResponse)
+		return
+	}
+	d.b = d.b[n:]
+}

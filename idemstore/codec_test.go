@@ -101,3 +101,20 @@ func TestKeyCursor(t *testing.T) {
 		}
 	}
 }
+
+func FuzzDecodeResponse(f *testing.F) {
+	f.Add(idemstore.EncodeResponse(&idemstore.Response{Status: 201, Header: http.Header{"A": {"1", "2"}, "B": {""}}, Body: []byte("x")}))
+	f.Add(idemstore.EncodeResponse(&idemstore.Response{Status: 200, NotReplayable: "streamed"}))
+	f.Add([]byte{1, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		r, err := idemstore.DecodeResponse(b)
+		if err != nil || r == nil {
+			return
+		}
+		// Whatever decodes, encodes and decodes back the same.
+		again, err := idemstore.DecodeResponse(idemstore.EncodeResponse(r))
+		if err != nil || !reflect.DeepEqual(again, r) {
+			t.Fatalf("round trip of %x: %+v -> %+v, %v", b, r, again, err)
+		}
+	})
+}
