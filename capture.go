@@ -35,15 +35,23 @@ const maxPooledBuffer = 1 << 20
 func getState() *reqState { return statePool.Get().(*reqState) }
 
 func putState(s *reqState) {
-	if s.reqBuf.Cap() > maxPooledBuffer || s.respBuf.Cap() > maxPooledBuffer {
+	if s.reqBuf.Cap() > maxPooledBuffer || s.respBuf.Cap() > maxPooledBuffer || len(s.cw.header) > maxPooledHeaders {
 		return
 	}
 	s.reqBuf.Reset()
 	s.respBuf.Reset()
 	s.body = bodyReader{}
-	s.cw = captureWriter{}
+	// The header map is reused: stores do not keep a response's header
+	// (idemstore.CompleteParams), and the real response holds only its
+	// value slices, which are never written again.
+	h := s.cw.header
+	clear(h)
+	s.cw = captureWriter{header: h}
 	statePool.Put(s)
 }
+
+// maxPooledHeaders keeps unusually large header maps out of the pool.
+const maxPooledHeaders = 64
 
 // bodyReader gives the handler the request body the middleware read.
 type bodyReader struct{ bytes.Reader }
@@ -66,6 +74,7 @@ type captureWriter struct {
 	limit int // bytes that may be buffered; negative: no limit
 
 	header        http.Header
+	resp          Response // what response() returns; pooled with the writer
 	status        int
 	buf           *bytes.Buffer
 	passthrough   bool
@@ -186,17 +195,20 @@ func (c *captureWriter) finalStatus() int {
 	return c.status
 }
 
-// response returns what the handler answered, for storing. The header map
-// goes with it: the handler has returned and no longer writes it.
+// response returns what the handler answered, for storing. It shares the
+// capture's header map and buffer, which stay untouched until the request
+// state goes back to the pool; a store copies or encodes what it keeps.
 func (c *captureWriter) response() *Response {
 	if c.notReplayable != "" {
-		return &Response{Status: c.finalStatus(), NotReplayable: c.notReplayable}
+		c.resp = Response{Status: c.finalStatus(), NotReplayable: c.notReplayable}
+		return &c.resp
 	}
-	body := bytes.Clone(c.buf.Bytes())
+	body := c.buf.Bytes()
 	if body == nil {
 		body = []byte{}
 	}
-	return &Response{Status: c.finalStatus(), Header: c.header, Body: body}
+	c.resp = Response{Status: c.finalStatus(), Header: c.header, Body: body}
+	return &c.resp
 }
 
 // finish sends the buffered answer to the client.

@@ -83,8 +83,8 @@ func (l *Lease) Deadline() time.Time {
 
 // Complete stores resp as the answer every retry will get, and ends the
 // lease. Headers that must not be replayed are dropped, and a body over
-// EngineConfig.MaxResponseBody is recorded as not replayable. Complete takes
-// ownership of resp: do not change it afterwards.
+// EngineConfig.MaxResponseBody is recorded as not replayable. Stores copy or
+// encode what they keep, so resp may be reused once Complete returns.
 func (l *Lease) Complete(ctx context.Context, resp *Response) error {
 	if resp == nil {
 		return errors.New("idem: Complete needs a response")

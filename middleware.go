@@ -400,7 +400,7 @@ func (m *middleware) replay(w http.ResponseWriter, resp *Response, key string) i
 // run calls the handler under the lease, then stores, releases or escalates.
 func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol *Policy, st *reqState) (status int, settlement string) {
 	m := h.m
-	st.cw = captureWriter{w: w, limit: m.e.cfg.MaxResponseBody, buf: &st.respBuf}
+	st.cw.w, st.cw.limit, st.cw.buf = w, m.e.cfg.MaxResponseBody, &st.respBuf
 	cw := &st.cw
 	ctx := r.Context()
 	m.e.hb.start(lease)

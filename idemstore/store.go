@@ -28,7 +28,9 @@ type Store interface {
 	Get(ctx context.Context, key Key) (*Record, error)
 
 	// Complete stores the response and moves the record to completed.
-	// Fenced by p.Token.
+	// Fenced by p.Token. The store must not keep p.Response, its Header or
+	// its Body after the call returns: it encodes or copies what it keeps
+	// (callers reuse their buffers).
 	Complete(ctx context.Context, p CompleteParams) error
 
 	// Release deletes the record if it is still pending under token
@@ -52,7 +54,8 @@ type Store interface {
 	Takeover(ctx context.Context, p TakeoverParams) error
 
 	// Resolve settles a needs_review record: it completes it with p.Response
-	// or deletes it (release). Records in any other state are left alone and
+	// (which, as with Complete, the store must not keep) or deletes it
+	// (release). Records in any other state are left alone and
 	// ErrNotNeedsReview (or ErrNotFound) is returned.
 	Resolve(ctx context.Context, p ResolveParams) error
 

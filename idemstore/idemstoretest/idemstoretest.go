@@ -37,6 +37,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"List", testList},
 		{"Purge", testPurge},
 		{"Payload", testPayload},
+		{"ResponseNotKept", testResponseNotKept},
 		{"Keys", testKeys},
 		{"Errors", testErrors},
 		{"Unavailable", testUnavailable},

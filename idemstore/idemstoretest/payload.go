@@ -77,6 +77,24 @@ func testPayload(t *testing.T, h Harness) {
 	}
 }
 
+// testResponseNotKept checks that a store copies or encodes the response it
+// completes with: callers reuse their buffers and header maps afterwards.
+func testResponseNotKept(t *testing.T, h Harness) {
+	f := newFixture(t, h.New(t))
+	resp := &idemstore.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
+	rec := f.reserve(f.key("reused"), leaseLong)
+	f.complete(rec, resp, expireLater)
+	// The caller reuses everything.
+	resp.Status = 500
+	resp.Body[2] = 'X'
+	resp.Header["Content-Type"][0] = "text/plain"
+	resp.Header.Set("X-Later", "1")
+	want := &idemstore.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
+	if d := diffResponse(f.get(rec.Key).Response, want); d != "" {
+		t.Fatalf("the store kept the caller's response instead of a copy: %s", d)
+	}
+}
+
 // visibleASCII returns n bytes of visible ASCII (0x21..0x7e), cycling so
 // every such character appears.
 func visibleASCII(n int) string {
