@@ -1,15 +1,13 @@
 package idemmysql_test
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"errors"
-	"net"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idem-dev/idem/internal/dropproxy"
 
 	"github.com/go-sql-driver/mysql"
 
@@ -120,99 +118,6 @@ func TestCompleteTxAtomicity(t *testing.T) {
 	}
 }
 
-// dropProxy forwards TCP between a client and addr. Once armed, it passes
-// the next COMMIT to the server, waits for the server's answer, and drops
-// the connection instead of forwarding that answer: the transaction
-// committed, but the client never hears so.
-type dropProxy struct {
-	ln    net.Listener
-	addr  string
-	armed atomic.Bool
-	wg    sync.WaitGroup
-}
-
-func newDropProxy(t *testing.T, addr string) *dropProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{ln: ln, addr: addr}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
-	return p
-}
-
-func (p *dropProxy) serve() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", p.addr)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		p.wg.Add(2)
-		commitSent := make(chan struct{})
-		var once sync.Once
-		closeBoth := func() { _ = client.Close(); _ = server.Close() }
-		go func() { // client → server
-			defer p.wg.Done()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := client.Read(buf)
-				if n > 0 {
-					chunk := buf[:n]
-					if p.armed.Load() && bytes.Contains(bytes.ToUpper(chunk), []byte("COMMIT")) {
-						// Leave the connection open so the server runs
-						// the COMMIT; the other direction drops it once
-						// the answer comes.
-						p.armed.Store(false)
-						close(commitSent)
-						_, _ = server.Write(chunk)
-						return
-					}
-					if _, werr := server.Write(chunk); werr != nil {
-						once.Do(closeBoth)
-						return
-					}
-				}
-				if err != nil {
-					once.Do(closeBoth)
-					return
-				}
-			}
-		}()
-		go func() { // server → client
-			defer p.wg.Done()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := server.Read(buf)
-				select {
-				case <-commitSent:
-					once.Do(closeBoth) // swallow the COMMIT's answer
-					return
-				default:
-				}
-				if n > 0 {
-					if _, werr := client.Write(buf[:n]); werr != nil {
-						once.Do(closeBoth)
-						return
-					}
-				}
-				if err != nil {
-					once.Do(closeBoth)
-					return
-				}
-			}
-		}()
-	}
-}
-
 // TestCompleteTxLostAcknowledgement commits a business transaction whose
 // acknowledgement never reaches the client. The caller, seeing an error,
 // releases the key; the release must leave the completed record alone.
@@ -220,9 +125,9 @@ func TestCompleteTxLostAcknowledgement(t *testing.T) {
 	t.Parallel()
 	s, db, cfg := newOrdersStore(t)
 	ctx := t.Context()
-	proxy := newDropProxy(t, cfg.Addr)
+	proxy := dropproxy.New(t, cfg.Addr)
 	viaCfg := cfg.Clone()
-	viaCfg.Addr = proxy.ln.Addr().String()
+	viaCfg.Addr = proxy.Addr()
 	viaProxy := openDB(t, viaCfg)
 
 	base := time.Now().UTC().Truncate(time.Millisecond)
@@ -237,7 +142,7 @@ func TestCompleteTxLostAcknowledgement(t *testing.T) {
 	if err := purchase(ctx, s, tx, txLease{key: k, token: "tok-1", now: base, expiresAt: base.Add(24 * time.Hour)}, "committed answer"); err != nil {
 		t.Fatal(err)
 	}
-	proxy.armed.Store(true)
+	proxy.DropNextCommit()
 	if err := tx.Commit(); err == nil {
 		t.Fatal("Commit reported success; the proxy should have dropped its acknowledgement")
 	}

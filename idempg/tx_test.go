@@ -1,17 +1,16 @@
 package idempg_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/idem-dev/idem/internal/dropproxy"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -127,100 +126,6 @@ func TestCompleteTxAtomicity(t *testing.T) {
 	}
 }
 
-// dropProxy forwards TCP between a client and addr. Once armed, it passes
-// the next COMMIT to the server, waits for the server's answer, and drops
-// the connection instead of forwarding that answer: the transaction
-// committed, but the client never hears so.
-type dropProxy struct {
-	ln    net.Listener
-	addr  string
-	armed atomic.Bool
-	wg    sync.WaitGroup
-}
-
-func newDropProxy(t *testing.T, addr string) *dropProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &dropProxy{ln: ln, addr: addr}
-	p.wg.Add(1)
-	go p.serve()
-	t.Cleanup(func() { _ = ln.Close(); p.wg.Wait() })
-	return p
-}
-
-func (p *dropProxy) serve() {
-	defer p.wg.Done()
-	for {
-		client, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", p.addr)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		p.wg.Add(2)
-		commitSent := make(chan struct{})
-		var once sync.Once
-		closeBoth := func() { _ = client.Close(); _ = server.Close() }
-		go func() { // client → server
-			defer p.wg.Done()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := client.Read(buf)
-				if n > 0 {
-					chunk := buf[:n]
-					if p.armed.Load() && bytes.Contains(bytes.ToLower(chunk), []byte("commit")) {
-						// Leave the connection open: the server must
-						// receive and run the COMMIT; the other
-						// direction closes it once the answer comes.
-						p.armed.Store(false)
-						close(commitSent)
-						_, _ = server.Write(chunk)
-						return
-					}
-					if _, werr := server.Write(chunk); werr != nil {
-						once.Do(closeBoth)
-						return
-					}
-				}
-				if err != nil {
-					once.Do(closeBoth)
-					return
-				}
-			}
-		}()
-		go func() { // server → client
-			defer p.wg.Done()
-			buf := make([]byte, 32<<10)
-			for {
-				n, err := server.Read(buf)
-				select {
-				case <-commitSent:
-					// The server answered the COMMIT: swallow it and drop.
-					once.Do(closeBoth)
-					return
-				default:
-				}
-				if n > 0 {
-					if _, werr := client.Write(buf[:n]); werr != nil {
-						once.Do(closeBoth)
-						return
-					}
-				}
-				if err != nil {
-					once.Do(closeBoth)
-					return
-				}
-			}
-		}()
-	}
-}
-
 // TestCompleteTxLostAcknowledgement commits a business transaction whose
 // acknowledgement never reaches the client. The caller, seeing an error,
 // releases the key; the release must leave the completed record alone.
@@ -232,8 +137,8 @@ func TestCompleteTxLostAcknowledgement(t *testing.T) {
 	ctx := t.Context()
 
 	cfg := pool.Config().ConnConfig
-	proxy := newDropProxy(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
-	viaProxy, err := pgxpool.New(ctx, strings.Replace(testURL(t), net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), proxy.ln.Addr().String(), 1))
+	proxy := dropproxy.New(t, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))))
+	viaProxy, err := pgxpool.New(ctx, strings.Replace(testURL(t), net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), proxy.Addr(), 1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +158,7 @@ func TestCompleteTxLostAcknowledgement(t *testing.T) {
 	if err := purchase(ctx, s, tx, orders, lease, "committed answer"); err != nil {
 		t.Fatal(err)
 	}
-	proxy.armed.Store(true)
+	proxy.DropNextCommit()
 	err = tx.Commit(ctx)
 	if err == nil {
 		t.Fatal("Commit reported success; the proxy should have dropped its acknowledgement")
