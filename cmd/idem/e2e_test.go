@@ -23,6 +23,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 var binary string
@@ -615,6 +617,21 @@ func TestAdminMetricsAndReadiness(t *testing.T) {
 	} {
 		if !strings.Contains(m.body, series) {
 			t.Errorf("/metrics lacks %s:\n%s", series, m.body)
+		}
+	}
+}
+
+func TestMigrateServerStores(t *testing.T) {
+	t.Parallel()
+	pg := testenv.Getenv(t, "IDEM_TEST_POSTGRES_URL")
+	my := "mysql://" + testenv.Getenv(t, "IDEM_TEST_MYSQL_DSN")
+	for _, store := range []string{pg, my} {
+		// Twice: migrating an up-to-date schema is a no-op.
+		for i := 0; i < 2; i++ {
+			out, err := exec.Command(binary, "migrate", "--store", store).CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "schema up to date") {
+				t.Fatalf("idem migrate --store %s: %v\n%s", store, err, out)
+			}
 		}
 	}
 }
