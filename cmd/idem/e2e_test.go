@@ -635,3 +635,53 @@ func TestMigrateServerStores(t *testing.T) {
 		}
 	}
 }
+
+// TestReviewListAndResolve settles keys the proxy sent to review, with the
+// operator commands, while the proxy runs on the same SQLite file.
+func TestReviewListAndResolve(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	store := sqliteStore(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", store)
+	base := "http://" + p.addr
+	for _, k := range []string{"lost", "charged"} {
+		want(t, "status of "+k, do(t, "POST", base+"/reset", k, `{}`).status, 502)
+	}
+	out, err := exec.Command(binary, "review", "list", "--store", store, "--json").CombinedOutput()
+	if err != nil {
+		t.Fatalf("review list: %v\n%s", err, out)
+	}
+	var rows []struct{ Scope, Operation, Key, Reason string }
+	if err := json.Unmarshal(out, &rows); err != nil || len(rows) != 2 {
+		t.Fatalf("review list: %v, %d rows\n%s", err, len(rows), out)
+	}
+	if rows[0].Operation != "POST /reset" || rows[0].Reason == "" {
+		t.Fatalf("review list row %+v", rows[0])
+	}
+	scope := rows[0].Scope
+	resolve := func(args ...string) {
+		t.Helper()
+		cmd := append([]string{"review", "resolve", "--store", store, "--scope", scope, "--operation", "POST /reset"}, args...)
+		if out, err := exec.Command(binary, cmd...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", cmd, err, out)
+		}
+	}
+	resolve("--key", "lost", "--release", "--reason", "never reached the provider")
+	resolve("--key", "charged", "--status", "201", "--header", "Content-Type: application/json", "--body", `{"charge":"ch_1"}`)
+
+	// Released: the retry is forwarded again (and fails again on /reset).
+	want(t, "released retry", do(t, "POST", base+"/reset", "lost", `{}`).status, 502)
+	want(t, "upstream runs", up.runs("/reset"), 3)
+	// Completed by the operator: the retry gets that answer.
+	a := do(t, "POST", base+"/reset", "charged", `{}`)
+	want(t, "resolved status", a.status, 201)
+	want(t, "resolved body", a.body, `{"charge":"ch_1"}`)
+	want(t, "Idempotent-Replayed", a.header.Get("Idempotent-Replayed"), "true")
+	want(t, "upstream runs", up.runs("/reset"), 3)
+
+	// Usage errors exit 2.
+	err = exec.Command(binary, "review", "resolve", "--store", store, "--scope", scope, "--operation", "POST /reset", "--key", "x").Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("resolve without --release or --status: %v", err)
+	}
+}
