@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 )
 
@@ -78,6 +79,7 @@ type captureWriter struct {
 	status        int
 	buf           *bytes.Buffer
 	passthrough   bool
+	bufferFlushes bool // Policy.BufferFlushes
 	sent          bool // status line and headers went out
 	notReplayable string
 }
@@ -162,6 +164,9 @@ func (c *captureWriter) Flush() { _ = c.FlushError() }
 
 // FlushError is Flush for http.ResponseController.
 func (c *captureWriter) FlushError() error {
+	if c.bufferFlushes && !c.passthrough && !strings.HasPrefix(firstValue(c.header["Content-Type"]), "text/event-stream") {
+		return nil // Policy.BufferFlushes: keep buffering
+	}
 	if c.status == 0 {
 		c.WriteHeader(http.StatusOK)
 	}

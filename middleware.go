@@ -62,6 +62,12 @@ type Policy struct {
 	Lease time.Duration
 	// Retention overrides EngineConfig.Retention when positive.
 	Retention time.Duration
+	// BufferFlushes makes a handler's Flush a no-op while its answer is
+	// buffered, so that handlers (and reverse proxies) that flush out of
+	// habit stay replayable. Server-sent event streams (text/event-stream)
+	// still stream. Defaults to false: a Flush streams the answer, which is
+	// then recorded as not replayable.
+	BufferFlushes bool
 	// ReleaseStatuses are the statuses that mean "nothing happened, try
 	// again": the key is released instead of storing the answer. Defaults to
 	// 429 and 503; an empty non-nil slice releases on none.
@@ -401,6 +407,7 @@ func (m *middleware) replay(w http.ResponseWriter, resp *Response, key string) i
 func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol *Policy, st *reqState) (status int, settlement string) {
 	m := h.m
 	st.cw.w, st.cw.limit, st.cw.buf = w, m.e.cfg.MaxResponseBody, &st.respBuf
+	st.cw.bufferFlushes = pol.BufferFlushes
 	cw := &st.cw
 	ctx := r.Context()
 	m.e.hb.start(lease)

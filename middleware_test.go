@@ -647,3 +647,33 @@ func TestMiddlewareConcurrentDuplicates(t *testing.T) {
 		}
 	}
 }
+
+func TestMiddlewareBufferFlushes(t *testing.T) {
+	t.Parallel()
+	for _, ct := range []string{"application/json", "text/event-stream"} {
+		f := newFixture(t, idem.Config{Policy: idem.Policy{BufferFlushes: true}}, idem.EngineConfig{}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", ct)
+			io.WriteString(w, "part 1;")
+			w.(http.Flusher).Flush()
+			io.WriteString(w, "part 2")
+		})
+		first := f.do(call{key: "k"})
+		again := f.do(call{key: "k"})
+		if first.Body.String() != "part 1;part 2" {
+			t.Fatalf("%s: first body %q", ct, first.Body)
+		}
+		if ct == "text/event-stream" {
+			// An event stream streams, and cannot be replayed.
+			if !first.Flushed || again.Code != 409 || problemType(t, again) != idem.ProblemNotReplayable {
+				t.Fatalf("event stream: flushed=%v, retry %d", first.Flushed, again.Code)
+			}
+			continue
+		}
+		if first.Flushed || again.Code != 200 || again.Body.String() != "part 1;part 2" || again.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("buffered flushes: flushed=%v, retry %d %q", first.Flushed, again.Code, again.Body)
+		}
+		if f.runs.Load() != 1 {
+			t.Fatalf("runs %d", f.runs.Load())
+		}
+	}
+}

@@ -238,7 +238,10 @@ func (s Settings) merge(parent Settings) Settings {
 
 // policy turns merged settings into the middleware's policy.
 func (s Settings) policy() idem.Policy {
-	p := idem.Policy{ExcludeFields: s.ExcludeFields, MaxRequestBody: DefaultMaxBody}
+	// A ReverseProxy flushes every answer without a Content-Length as it
+	// copies it; buffering those flushes keeps ordinary chunked answers
+	// replayable (event streams still stream).
+	p := idem.Policy{ExcludeFields: s.ExcludeFields, MaxRequestBody: DefaultMaxBody, BufferFlushes: true}
 	if s.OptionalKey != nil {
 		p.KeyOptional = *s.OptionalKey
 	}

@@ -202,7 +202,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			Detail: "The proxy is shutting down and did not forward this request; retry with the same key."})
 		return
 	}
-	f.rp.ServeHTTP(bufferedWriter{w}, r)
+	f.rp.ServeHTTP(w, r)
 }
 
 // rewrite points the request at the upstream. A protected request is
@@ -273,18 +273,3 @@ func (f *forwarder) upstreamError(w http.ResponseWriter, r *http.Request, err er
 	w.Header().Set("Idempotency-Outcome", "upstream_error")
 	idem.WriteProblem(w, prob)
 }
-
-// bufferedWriter hides Flush from the ReverseProxy on protected requests:
-// the proxy flushes answers without a Content-Length as they come, which
-// the middleware would take for streaming and not store. Server-sent event
-// streams still flush (and are not replayable).
-type bufferedWriter struct{ http.ResponseWriter }
-
-func (w bufferedWriter) FlushError() error {
-	if strings.HasPrefix(w.Header().Get("Content-Type"), "text/event-stream") {
-		return http.NewResponseController(w.ResponseWriter).Flush()
-	}
-	return nil
-}
-
-func (w bufferedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

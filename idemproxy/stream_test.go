@@ -1,0 +1,71 @@
+package idemproxy_test
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemproxy"
+)
+
+// TestChunkedAnswersReplay checks that an upstream answer without a
+// Content-Length, which ReverseProxy flushes as it copies, is still stored
+// and replayed, while an event stream streams and is not replayable.
+func TestChunkedAnswersReplay(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		if r.URL.Path == "/events" {
+			w.Header().Set("Content-Type", "text/event-stream")
+		}
+		io.WriteString(w, "chunk 1\n")
+		w.(http.Flusher).Flush() // no Content-Length: chunked
+		io.WriteString(w, "chunk 2\n")
+	}))
+	defer api.Close()
+	store := idemmem.MustNew(idemmem.Config{})
+	defer store.Close()
+	engine, err := idem.NewEngine(store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := idemproxy.New(engine, idemproxy.Config{Upstream: api.URL}, idemproxy.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	front := httptest.NewServer(proxy)
+	defer front.Close()
+	post := func(path string) (int, string, http.Header) {
+		req, _ := http.NewRequest("POST", front.URL+path, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k"+path)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	for i := 0; i < 2; i++ {
+		code, body, h := post("/chunked")
+		if code != 200 || body != "chunk 1\nchunk 2\n" || (i == 1) != (h.Get("Idempotent-Replayed") == "true") {
+			t.Fatalf("chunked answer, call %d: %d %q %v", i+1, code, body, h)
+		}
+	}
+	if code, body, _ := post("/events"); code != 200 || body != "chunk 1\nchunk 2\n" {
+		t.Fatalf("event stream: %d %q", code, body)
+	}
+	if code, _, h := post("/events"); code != 409 || h.Get("Idempotency-Outcome") != "not_replayable" {
+		t.Fatalf("event stream retry: %d %v", code, h)
+	}
+	if runs.Load() != 2 {
+		t.Fatalf("upstream ran %d times, want 2", runs.Load())
+	}
+}
