@@ -448,15 +448,17 @@ func TestOutcomeAndKindStrings(t *testing.T) {
 
 func TestLeaseHeartbeat(t *testing.T) {
 	t.Parallel()
-	e, _ := newEngine(t, idem.EngineConfig{Lease: 60 * time.Millisecond})
+	// Generous durations: the heartbeat renews every 100ms, so a loaded CI
+	// machine has 200ms of slack before the lease could lapse.
+	e, _ := newEngine(t, idem.EngineConfig{Lease: 300 * time.Millisecond})
 	r := req("job")
 	r.Kind = idem.Transactional
 	res := mustBegin(t, e, r, idem.Acquired)
 	stop := res.Lease.Heartbeat()
-	time.Sleep(200 * time.Millisecond) // more than three lease durations
+	time.Sleep(time.Second) // more than three lease durations
 	mustBegin(t, e, r, idem.InFlight)
 	stop()
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(700 * time.Millisecond)
 	if got := mustBegin(t, e, r, idem.Acquired); !got.TookOver {
 		t.Fatal("expected a takeover once the heartbeat stopped")
 	}

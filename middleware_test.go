@@ -564,7 +564,7 @@ func TestMiddlewareHandlerSettlesLease(t *testing.T) {
 func TestMiddlewareHeartbeat(t *testing.T) {
 	t.Parallel()
 	entered, release := make(chan struct{}), make(chan struct{})
-	f := newFixture(t, idem.Config{Policy: idem.Policy{Kind: idem.Transactional}}, idem.EngineConfig{Lease: 60 * time.Millisecond}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
+	f := newFixture(t, idem.Config{Policy: idem.Policy{Kind: idem.Transactional}}, idem.EngineConfig{Lease: 300 * time.Millisecond}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
 		if f.runs.Load() == 1 {
 			close(entered)
 			<-release
@@ -576,7 +576,7 @@ func TestMiddlewareHeartbeat(t *testing.T) {
 	<-entered
 	// Well past the lease: without the heartbeat a duplicate would take the
 	// key over and run the handler a second time.
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(time.Second)
 	if w := f.do(call{key: "k"}); w.Code != 409 {
 		t.Fatalf("duplicate during a long handler: %d", w.Code)
 	}
