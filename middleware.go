@@ -91,8 +91,10 @@ type Event struct {
 	Operation string
 	// Outcome is what happened: "acquired", "replayed", "mismatch",
 	// "in_flight", "needs_review", "not_replayable", "missing_key",
-	// "invalid_key", "scope_denied", "body_too_large", "unavailable",
-	// "fail_open" or "no_key" (an optional key not sent).
+	// "invalid_key", "scope_denied", "body_too_large", "body_unreadable",
+	// "unavailable", "fail_open", "no_key" (an optional key not sent) or
+	// "canceled" (the client left while the key was being checked; Status
+	// is then 499 and nothing was written).
 	Outcome string
 	// Settlement says, after an acquired request, what became of its key:
 	// "completed", "completed_tx", "not_replayable", "released",
@@ -244,14 +246,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	start := time.Now()
 	ev := Event{Request: r, Operation: op}
-	defer func() {
-		if m.cfg.OnOutcome != nil {
+	if m.cfg.OnOutcome != nil {
+		start := time.Now()
+		defer func() {
 			ev.Duration = time.Since(start)
 			m.cfg.OnOutcome(ev)
-		}
-	}()
+		}()
+	}
 
 	key, err := ParseKeyHeader(r.Header[HeaderName]) // HeaderName is canonical
 	if err != nil {
