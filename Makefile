@@ -28,9 +28,10 @@ bench: ## Run the Go benchmarks (servers started as for make test)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
 .PHONY: fuzz
-fuzz: ## Fuzz key parsing and JSON canonicalisation for 30s each
-	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime 30s .
+fuzz: ## Fuzz key parsing, JSON canonicalisation and stored-response decoding, 30s each
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKeyHeader$$' -fuzztime 30s .
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime 30s .
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime 30s ./idemstore
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
