@@ -50,13 +50,7 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	recs := s.collect(func(r *idemstore.Record) bool {
 		return (p.State == "" || r.State == p.State) && (after == nil || compareKeys(r.Key, *after) > 0)
 	})
-	var page idemstore.ListPage
-	if len(recs) > p.Limit {
-		recs = recs[:p.Limit]
-		page.NextCursor = idemstore.EncodeKeyCursor(recs[len(recs)-1].Key)
-	}
-	page.Records = recs
-	return page, nil
+	return idemstore.KeyPage(recs, p.Limit), nil
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired

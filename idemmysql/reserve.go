@@ -31,22 +31,9 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 		return nil, false, fmt.Errorf("idemmysql: fingerprint (%d bytes) or token (%d bytes) too long, at most %d and %d fit",
 			len(p.Fingerprint), len(p.Token), MaxFingerprintLen, MaxTokenLen)
 	}
-	retries := 0
-	for attempt := 0; attempt < idemstore.MaxReserveAttempts; {
-		rec, created, err := s.reserveOnce(ctx, p)
-		switch {
-		case err == nil && rec != nil:
-			return rec, created, nil
-		case err == nil: // duplicate, then the row vanished: insert again
-			attempt++
-		case errors.Is(err, idemstore.ErrRetryable) && retries < s.cfg.ReserveRetries:
-			retries++
-		default:
-			return nil, false, err
-		}
-	}
-	return nil, false, fmt.Errorf("%w: idemmysql: reserve: key kept vanishing after %d attempts",
-		idemstore.ErrRetryable, idemstore.MaxReserveAttempts)
+	return idemstore.ReserveLoop("idemmysql", s.cfg.ReserveRetries, func() (*idemstore.Record, bool, error) {
+		return s.reserveOnce(ctx, p)
+	})
 }
 
 // reserveOnce makes one insert and, on a duplicate key, one read. It

@@ -3,7 +3,6 @@ package idempg
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -18,22 +17,9 @@ import (
 // idemstore.MaxReserveAttempts) and when the server aborted it for
 // contention (up to Config.ReserveRetries).
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
-	retries := 0
-	for attempt := 0; attempt < idemstore.MaxReserveAttempts; {
-		rec, created, err := s.reserveOnce(ctx, p)
-		switch {
-		case err == nil && rec != nil:
-			return rec, created, nil
-		case err == nil: // conflict, then the row vanished: insert again
-			attempt++
-		case errors.Is(err, idemstore.ErrRetryable) && retries < s.cfg.ReserveRetries:
-			retries++
-		default:
-			return nil, false, err
-		}
-	}
-	return nil, false, fmt.Errorf("%w: idempg: reserve: key kept vanishing after %d attempts",
-		idemstore.ErrRetryable, idemstore.MaxReserveAttempts)
+	return idemstore.ReserveLoop("idempg", s.cfg.ReserveRetries, func() (*idemstore.Record, bool, error) {
+		return s.reserveOnce(ctx, p)
+	})
 }
 
 // reserveOnce makes one insert and, on conflict, one read. It returns a nil

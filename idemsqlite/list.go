@@ -40,12 +40,7 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	if err != nil {
 		return idemstore.ListPage{}, err
 	}
-	page := idemstore.ListPage{Records: recs}
-	if len(recs) > p.Limit {
-		page.Records = recs[:p.Limit]
-		page.NextCursor = idemstore.EncodeKeyCursor(recs[p.Limit-1].Key)
-	}
-	return page, nil
+	return idemstore.KeyPage(recs, p.Limit), nil
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired

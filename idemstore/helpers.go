@@ -1,0 +1,44 @@
+package idemstore
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ReserveLoop is the retry loop the Reserve contract asks of SQL drivers.
+// once makes one insert and, on conflict, one read of the existing record;
+// it returns a nil record and nil error when that record vanished before
+// the read. ReserveLoop calls once again in that case, up to
+// MaxReserveAttempts times, and after an ErrRetryable (a serialization
+// failure or deadlock, which changed nothing) up to retries times. driver
+// names the store in the error it returns when the key keeps vanishing.
+func ReserveLoop(driver string, retries int, once func() (*Record, bool, error)) (*Record, bool, error) {
+	retried := 0
+	for attempt := 0; attempt < MaxReserveAttempts; {
+		rec, created, err := once()
+		switch {
+		case err == nil && rec != nil:
+			return rec, created, nil
+		case err == nil: // conflict, then the record vanished: insert again
+			attempt++
+		case errors.Is(err, ErrRetryable) && retried < retries:
+			retried++
+		default:
+			return nil, false, err
+		}
+	}
+	return nil, false, fmt.Errorf("%w: %s: reserve: key kept vanishing after %d attempts", ErrRetryable, driver, MaxReserveAttempts)
+}
+
+// KeyPage turns the records a driver fetched for List — in key order, up
+// to limit+1 of them, the extra one telling whether a next page exists —
+// into a page with its cursor.
+func KeyPage(recs []*Record, limit int) ListPage {
+	var page ListPage
+	if len(recs) > limit {
+		recs = recs[:limit]
+		page.NextCursor = EncodeKeyCursor(recs[len(recs)-1].Key)
+	}
+	page.Records = recs
+	return page
+}

@@ -1,0 +1,69 @@
+package idemstore_test
+
+import (
+	"errors"
+	"strconv"
+	"testing"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func TestReserveLoop(t *testing.T) {
+	t.Parallel()
+	rec := &idemstore.Record{State: idemstore.StatePending}
+	boom := errors.New("boom")
+	cases := []struct {
+		name    string
+		results []error // nil: vanished; errRec: success
+		retries int
+		calls   int
+		wantErr error
+	}{
+		{"first try", []error{errRec}, 0, 1, nil},
+		{"vanished then found", []error{nil, nil, errRec}, 0, 3, nil},
+		{"vanishes for ever", []error{nil, nil, nil, nil, nil, nil}, 0, idemstore.MaxReserveAttempts, idemstore.ErrRetryable},
+		{"retryable within budget", []error{idemstore.ErrRetryable, errRec}, 1, 2, nil},
+		{"retryable over budget", []error{idemstore.ErrRetryable, idemstore.ErrRetryable}, 1, 2, idemstore.ErrRetryable},
+		{"other error at once", []error{boom, errRec}, 3, 1, boom},
+	}
+	for _, tc := range cases {
+		calls := 0
+		got, created, err := idemstore.ReserveLoop("test", tc.retries, func() (*idemstore.Record, bool, error) {
+			r := tc.results[calls]
+			calls++
+			switch r {
+			case errRec:
+				return rec, true, nil
+			case nil:
+				return nil, false, nil
+			}
+			return nil, false, r
+		})
+		if calls != tc.calls || !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
+			t.Errorf("%s: %d calls, err %v; want %d calls, err %v", tc.name, calls, err, tc.calls, tc.wantErr)
+		}
+		if err == nil && (got != rec || !created) {
+			t.Errorf("%s: got %v, %v", tc.name, got, created)
+		}
+	}
+}
+
+var errRec = errors.New("stands for a found record")
+
+func TestKeyPage(t *testing.T) {
+	t.Parallel()
+	recs := make([]*idemstore.Record, 5)
+	for i := range recs {
+		recs[i] = &idemstore.Record{Key: idemstore.Key{Key: strconv.Itoa(i)}}
+	}
+	page := idemstore.KeyPage(recs, 4)
+	if len(page.Records) != 4 || page.NextCursor == "" {
+		t.Fatalf("page of 4 from 5: %d records, cursor %q", len(page.Records), page.NextCursor)
+	}
+	if k, err := idemstore.DecodeKeyCursor(page.NextCursor); err != nil || k.Key != "3" {
+		t.Fatalf("cursor = %+v, %v", k, err)
+	}
+	if page := idemstore.KeyPage(recs[:3], 4); len(page.Records) != 3 || page.NextCursor != "" {
+		t.Fatalf("last page: %d records, cursor %q", len(page.Records), page.NextCursor)
+	}
+}
