@@ -3,7 +3,6 @@ package idemsqlite
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -15,38 +14,39 @@ import (
 // released between the two statements, it inserts again, up to
 // idemstore.MaxReserveAttempts times.
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
-	for range idemstore.MaxReserveAttempts {
-		res, err := s.db.ExecContext(ctx, `INSERT INTO idem_records
-			(scope, operation, "key", fingerprint, state, token, lease_until, created_at)
-			VALUES (?, ?, ?, ?, 'pending', ?, ?, ?)
-			ON CONFLICT (scope, operation, "key") DO NOTHING`,
-			p.Key.Scope, p.Key.Operation, p.Key.Key, p.Fingerprint, p.Token, millis(p.LeaseUntil), millis(p.Now))
-		if err != nil {
-			return nil, false, interpretError(ctx, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return nil, false, interpretError(ctx, err)
-		}
-		if n == 1 {
-			return &idemstore.Record{
-				Key:         p.Key,
-				Fingerprint: p.Fingerprint,
-				State:       idemstore.StatePending,
-				Token:       p.Token,
-				LeaseUntil:  truncMillis(p.LeaseUntil),
-				CreatedAt:   truncMillis(p.Now),
-			}, true, nil
-		}
-		rec, err := s.Get(ctx, p.Key)
-		if errors.Is(err, idemstore.ErrNotFound) {
-			continue // released between the insert and the read: try again
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		return rec, false, nil
+	return idemstore.ReserveLoop("idemsqlite", 0, func() (*idemstore.Record, bool, error) {
+		return s.reserveOnce(ctx, p)
+	})
+}
+
+// reserveOnce makes one insert and, on conflict, one read. It returns a nil
+// record and nil error when the conflicting row was gone by the read.
+func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	res, err := s.db.ExecContext(ctx, `INSERT INTO idem_records
+		(scope, operation, "key", fingerprint, state, token, lease_until, created_at)
+		VALUES (?, ?, ?, ?, 'pending', ?, ?, ?)
+		ON CONFLICT (scope, operation, "key") DO NOTHING`,
+		p.Key.Scope, p.Key.Operation, p.Key.Key, p.Fingerprint, p.Token, millis(p.LeaseUntil), millis(p.Now))
+	if err != nil {
+		return nil, false, interpretError(ctx, err)
 	}
-	return nil, false, fmt.Errorf("%w: idemsqlite: record for %q kept vanishing after %d attempts",
-		idemstore.ErrRetryable, p.Key.Key, idemstore.MaxReserveAttempts)
+	n, err := res.RowsAffected()
+	if err != nil {
+		return nil, false, interpretError(ctx, err)
+	}
+	if n == 1 {
+		return &idemstore.Record{
+			Key:         p.Key,
+			Fingerprint: p.Fingerprint,
+			State:       idemstore.StatePending,
+			Token:       p.Token,
+			LeaseUntil:  truncMillis(p.LeaseUntil),
+			CreatedAt:   truncMillis(p.Now),
+		}, true, nil
+	}
+	rec, err := s.Get(ctx, p.Key)
+	if errors.Is(err, idemstore.ErrNotFound) {
+		return nil, false, nil // released between the insert and the read
+	}
+	return rec, false, err
 }
