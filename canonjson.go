@@ -161,19 +161,13 @@ func (c *canonicalizer) object(dst []byte, depth int) ([]byte, error) {
 		} else {
 			c.members = append(c.members, member{start, keyEnd, len(dst)})
 		}
-		c.skipSpace()
-		if c.pos >= len(c.src) {
-			return dst, c.fail("unexpected end of JSON in an object")
+		done, err := c.separator('}', "an object")
+		if err != nil {
+			return dst, err
 		}
-		if c.src[c.pos] == ',' {
-			c.pos++
-			continue
+		if done {
+			break
 		}
-		if c.src[c.pos] != '}' {
-			return dst, c.fail("expected ',' or '}' in an object")
-		}
-		c.pos++
-		break
 	}
 	ms := c.members[base:]
 	sorted := slices.IsSortedFunc(ms, func(a, b member) int { return compareMember(dst, a, b) })
@@ -242,20 +236,32 @@ func (c *canonicalizer) array(dst []byte, depth int) ([]byte, error) {
 			// indexes keep their meaning.
 			dst = append(dst[:start], "null"...)
 		}
-		c.skipSpace()
-		if c.pos >= len(c.src) {
-			return dst, c.fail("unexpected end of JSON in an array")
+		done, err := c.separator(']', "an array")
+		if err != nil {
+			return dst, err
 		}
-		if c.src[c.pos] == ',' {
-			c.pos++
-			continue
+		if done {
+			return append(dst, ']'), nil
 		}
-		if c.src[c.pos] != ']' {
-			return dst, c.fail("expected ',' or ']' in an array")
-		}
-		c.pos++
-		return append(dst, ']'), nil
 	}
+}
+
+// separator consumes what follows a member or an element: a comma, or the
+// closing byte of the object or array (done).
+func (c *canonicalizer) separator(closing byte, in string) (done bool, err error) {
+	c.skipSpace()
+	if c.pos >= len(c.src) {
+		return false, c.fail("unexpected end of JSON in " + in)
+	}
+	switch c.src[c.pos] {
+	case ',':
+		c.pos++
+		return false, nil
+	case closing:
+		c.pos++
+		return true, nil
+	}
+	return false, c.fail("expected ',' or '" + string(closing) + "' in " + in)
 }
 
 const hexDigits = "0123456789abcdef"

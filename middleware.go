@@ -412,8 +412,9 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol 
 	st.cw.bufferFlushes = pol.BufferFlushes
 	cw := &st.cw
 	ctx := r.Context()
+	// The heartbeat stops once, on whichever way the handler leaves: before
+	// the answer is stored, or before a panic settles the key.
 	m.e.hb.start(lease)
-	defer m.e.hb.stop(lease)
 
 	panicked := true
 	defer func() {
