@@ -77,19 +77,15 @@ func (s *Store) query(ctx context.Context, query string, args ...any) ([]*idemst
 // batch deletes fewer than that or ctx ends. It returns how many it deleted.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
-	total := 0
-	for {
+	return idemstore.PurgeBatches(ctx, p.BatchSize, func() (int, error) {
 		res, err := s.db.ExecContext(ctx, purgeSQL, millis(p.Before), p.BatchSize)
 		if err != nil {
-			return total, interpretError(ctx, err)
+			return 0, interpretError(ctx, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, interpretError(ctx, err)
+			return 0, interpretError(ctx, err)
 		}
-		total += int(n)
-		if int(n) < p.BatchSize {
-			return total, nil
-		}
-	}
+		return int(n), nil
+	})
 }

@@ -68,16 +68,11 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*idemstor
 // batch deletes fewer than that or ctx ends. It returns how many it deleted.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
-	total := 0
-	for {
+	return idemstore.PurgeBatches(ctx, p.BatchSize, func() (int, error) {
 		tag, err := s.pool.Exec(ctx, s.q.purge, p.Before, p.BatchSize)
 		if err != nil {
-			return total, interpretError(ctx, err)
+			return 0, interpretError(ctx, err)
 		}
-		n := int(tag.RowsAffected())
-		total += n
-		if n < p.BatchSize {
-			return total, nil
-		}
-	}
+		return int(tag.RowsAffected()), nil
+	})
 }

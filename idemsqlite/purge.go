@@ -14,25 +14,18 @@ import (
 // Pending and needs_review records are never purged.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
-	total := 0
-	for {
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
+	return idemstore.PurgeBatches(ctx, p.BatchSize, func() (int, error) {
 		res, err := s.db.ExecContext(ctx, `DELETE FROM idem_records WHERE rowid IN (
 			SELECT rowid FROM idem_records
 			WHERE state = 'completed' AND expires_at <= ?
 			LIMIT ?)`, millis(p.Before), p.BatchSize)
 		if err != nil {
-			return total, interpretError(ctx, err)
+			return 0, interpretError(ctx, err)
 		}
 		n, err := res.RowsAffected()
 		if err != nil {
-			return total, interpretError(ctx, err)
+			return 0, interpretError(ctx, err)
 		}
-		total += int(n)
-		if int(n) < p.BatchSize {
-			return total, nil
-		}
-	}
+		return int(n), nil
+	})
 }

@@ -1,6 +1,7 @@
 package idemstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -41,4 +42,22 @@ func KeyPage(recs []*Record, limit int) ListPage {
 	}
 	page.Records = recs
 	return page
+}
+
+// PurgeBatches is the batching Purge asks of every driver: it calls
+// deleteBatch, which deletes at most batchSize expired records in one short
+// statement and says how many, until a batch deletes fewer than batchSize
+// or ctx ends, and returns the total.
+func PurgeBatches(ctx context.Context, batchSize int, deleteBatch func() (int, error)) (int, error) {
+	total := 0
+	for {
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+		n, err := deleteBatch()
+		total += n
+		if err != nil || n < batchSize {
+			return total, err
+		}
+	}
 }

@@ -67,3 +67,23 @@ func TestKeyPage(t *testing.T) {
 		t.Fatalf("last page: %d records, cursor %q", len(page.Records), page.NextCursor)
 	}
 }
+
+func TestPurgeBatches(t *testing.T) {
+	t.Parallel()
+	left := 25
+	calls := 0
+	n, err := idemstore.PurgeBatches(t.Context(), 7, func() (int, error) {
+		calls++
+		d := min(left, 7)
+		left -= d
+		return d, nil
+	})
+	if n != 25 || err != nil || calls != 4 {
+		t.Fatalf("PurgeBatches = %d, %v after %d calls; want 25, nil after 4", n, err, calls)
+	}
+	boom := errors.New("boom")
+	n, err = idemstore.PurgeBatches(t.Context(), 7, func() (int, error) { return 0, boom })
+	if n != 0 || !errors.Is(err, boom) {
+		t.Fatalf("failing batch: %d, %v", n, err)
+	}
+}
