@@ -16,6 +16,9 @@ set -euo pipefail
 
 # Keep stdout for the export lines; everything else goes to stderr.
 exec 3>&1 1>&2
+# Every server this script starts gets `</dev/null 3>&-`: a daemon that kept fd 3
+# would hold the caller's $(...) open for as long as it runs, so
+# eval "$(scripts/redis.sh)" would never return.
 
 log() { printf 'redis.sh: %s\n' "$*" >&2; }
 
@@ -55,7 +58,7 @@ start_standalone() {
 	log "starting standalone redis on 6379"
 	mkdir -p /var/lib/redis /var/log/redis
 	redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no \
-		--dir /var/lib/redis --logfile /var/log/redis/ci.log
+		--dir /var/lib/redis --logfile /var/log/redis/ci.log </dev/null 3>&-
 	wait_ping 6379
 }
 
@@ -69,7 +72,7 @@ start_node() {
 	redis-server --daemonize yes --bind 127.0.0.1 --port "$port" \
 		--cluster-enabled yes --cluster-config-file "$dir/nodes.conf" --cluster-node-timeout 5000 \
 		--save "" --appendonly no --dir "$dir" --logfile "$dir/redis.log" \
-		--pidfile "$dir/redis.pid"
+		--pidfile "$dir/redis.pid" </dev/null 3>&-
 }
 
 # known_nodes prints how many nodes the node on port knows, itself included.

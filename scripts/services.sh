@@ -22,6 +22,9 @@ set -uo pipefail
 
 # Keep the real stdout for the export lines; everything else goes to stderr.
 exec 3>&1 1>&2
+# Every server this script starts gets `</dev/null 3>&-`: a daemon that kept fd 3
+# would hold the caller's $(...) open for as long as it runs, so
+# eval "$(scripts/services.sh)" would never return.
 
 cd "$(dirname "$0")/.." || exit 1
 
@@ -88,7 +91,7 @@ pg_start() {
 	version=$(ls /etc/postgresql | sort -V | tail -n1)
 	if ! pg_ready; then
 		log "starting PostgreSQL $version"
-		pg_ctlcluster --skip-systemctl-redirect "$version" main start || return 1
+		pg_ctlcluster --skip-systemctl-redirect "$version" main start </dev/null 3>&- || return 1
 	fi
 	if ! wait_until 30 pg_ready; then
 		log "PostgreSQL did not become ready within 30s"
@@ -145,7 +148,7 @@ my_start() {
 	if ! my_ready >/dev/null 2>&1; then
 		log "starting MariaDB"
 		install -d -o mysql -g mysql /run/mysqld || return 1
-		start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd || return 1
+		start-stop-daemon --start --oknodo --background --exec /usr/sbin/mariadbd </dev/null 3>&- || return 1
 	fi
 	if ! wait_until 30 my_ready; then
 		log "MariaDB did not become ready within 30s (see /var/log/mysql/error.log)"
