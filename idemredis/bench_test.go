@@ -29,6 +29,43 @@ func BenchmarkReserveComplete(b *testing.B) {
 	})
 }
 
+// BenchmarkSetNX is the client-side baseline for BenchmarkReserveComplete:
+// plain go-redis SET key v NX on fresh keys from the same 50 goroutines over
+// the same pool. A pair is two round trips, so half of this rate is what any
+// store built on go-redis could reach on this machine; bench/run.sh prints
+// the store's rate against it as well as against redis-benchmark.
+func BenchmarkSetNX(b *testing.B) {
+	b.Run("standalone", func(b *testing.B) {
+		benchSetNX(b, standaloneClient(b, benchWorkers))
+	})
+	b.Run("cluster", func(b *testing.B) {
+		benchSetNX(b, clusterClient(b, benchWorkers))
+	})
+}
+
+func benchSetNX(b *testing.B, client redis.UniversalClient) {
+	prefix := testPrefix()
+	// The keys expire on their own; deleting them one by one on a Cluster
+	// would take longer than the run.
+	const ttl = time.Minute
+	var seq atomic.Int64
+	b.SetParallelism((benchWorkers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		ctx := b.Context()
+		for pb.Next() {
+			key := fmt.Sprintf("%s:setnx:%d", prefix, seq.Add(1))
+			ok, err := client.SetNX(ctx, key, "v", ttl).Result()
+			if err != nil || !ok {
+				b.Errorf("SET NX %s: %v, %v", key, ok, err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
 func benchReserveComplete(b *testing.B, client redis.UniversalClient) {
 	// Completed records live for RetentionGrace only, so a long run does
 	// not leave its keys behind.

@@ -43,9 +43,11 @@
 //
 // A reserve and a complete are two round trips and two scripts. On the
 // server a script costs more than a plain command (the reserve script runs
-// at about two thirds of the SET NX rate under redis-benchmark), so a
-// single Redis node completes roughly a third as many reserve+complete
-// pairs per second as it answers SET NX; see BENCHMARKS.md.
+// at about 0.7 of the SET NX rate under redis-benchmark), so a single Redis
+// node completes roughly a third as many reserve+complete pairs per second
+// as it answers SET NX. From a Go client on the same machine, expect about
+// 0.35-0.45 of the rate at which go-redis itself sends SET NX, against a
+// ceiling of 0.5 for two round trips; see BENCHMARKS.md.
 //
 // # Listing and its cost
 //
