@@ -4,7 +4,8 @@
 //
 //	sqlite://idem.db               relative path (sqlite:///var/lib/idem.db: absolute)
 //	memory://                      in-process, lost on exit
-//	postgres://user:pass@host:5432/db?sslmode=disable   (or postgresql://)
+//	postgres://user:pass@host:5432/db?sslmode=disable   (or postgresql://;
+//	                               &schema=NAME keeps idem's table in NAME, default public)
 //	mysql://user:pass@tcp(host:3306)/db
 //	redis://:pass@host:6379/0      (rediss:// for TLS)
 //	redis+cluster://h1:7000,h2:7001

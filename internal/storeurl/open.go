@@ -111,7 +111,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 			pool.Close()
 			return nil, nil, err
 		}
-		cfg := idempg.Config{}
+		cfg := idempg.Config{Schema: t.pgSchema}
 		if migrate {
 			if err := idempg.Migrate(ctx, pool, cfg); err != nil {
 				pool.Close()

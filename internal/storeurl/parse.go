@@ -36,6 +36,7 @@ type Target struct {
 	sqlitePath string
 	sqliteOpts idemsqlite.OpenOptions
 	pg         *pgxpool.Config
+	pgSchema   string
 	my         *mysql.Config
 	redis      *redis.Options
 	cluster    *redis.ClusterOptions
@@ -60,7 +61,7 @@ func Parse(rawURL string) (*Target, error) {
 		}
 	case "postgres", "postgresql":
 		t.Kind = KindPostgres
-		t.pg, err = pgxpool.ParseConfig(rawURL)
+		err = t.parsePostgres(rawURL)
 	case "mysql":
 		t.Kind = KindMySQL
 		t.my, err = parseMySQL(rest)
@@ -115,6 +116,29 @@ func (t *Target) parseSQLite(rest string) error {
 		}
 	}
 	return nil
+}
+
+// parsePostgres reads a pgx connection URL. Its one parameter of idem's
+// own, schema, names the PostgreSQL schema that holds idem's table (default
+// public); it is taken out before pgx sees the URL, since pgx would send it
+// to the server as a setting.
+func (t *Target) parsePostgres(rawURL string) error {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return err
+	}
+	q := u.Query()
+	if vs, ok := q["schema"]; ok {
+		t.pgSchema = vs[len(vs)-1]
+		if t.pgSchema == "" {
+			return fmt.Errorf("schema must not be empty; leave it out for the default, public")
+		}
+		q.Del("schema")
+		u.RawQuery = q.Encode()
+		rawURL = u.String()
+	}
+	t.pg, err = pgxpool.ParseConfig(rawURL)
+	return err
 }
 
 // parseMySQL reads a go-sql-driver DSN after the mysql:// scheme.

@@ -3,11 +3,14 @@ package storeurl
 import (
 	"context"
 	"fmt"
-	"os"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // TestOpenServers opens each server store the environment names, migrated,
@@ -22,13 +25,7 @@ func TestOpenServers(t *testing.T) {
 	} {
 		t.Run(env.name, func(t *testing.T) {
 			t.Parallel()
-			v := os.Getenv(env.name)
-			if v == "" {
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("%s is not set (CI=true); run scripts/services.sh", env.name)
-				}
-				t.Skipf("%s is not set; run scripts/services.sh to start the server", env.name)
-			}
+			v := testenv.Getenv(t, env.name)
 			u := v
 			if env.prefix != "" && !hasScheme(v) {
 				u = env.prefix + v
@@ -59,4 +56,46 @@ func hasScheme(s string) bool {
 		}
 	}
 	return false
+}
+
+// TestOpenPostgresSchema checks that ?schema= puts idem's table in that
+// schema, and that the store works there.
+func TestOpenPostgresSchema(t *testing.T) {
+	t.Parallel()
+	base := testenv.Getenv(t, "IDEM_TEST_POSTGRES_URL")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgxpool.New(ctx, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close) // after the DROP below: cleanups run last-in first-out
+	schema := fmt.Sprintf("storeurl_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		if _, err := admin.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			t.Errorf("dropping %s: %v", schema, err)
+		}
+	})
+
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	s, closeFn, err := Open(ctx, base+sep+"schema="+schema, Options{Migrate: true})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer closeFn()
+	now := time.Now()
+	key := idemstore.Key{Scope: "storeurl-test", Operation: "POST /x", Key: "schema"}
+	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
+		t.Fatalf("Reserve = %v, %v", created, err)
+	}
+	var n int
+	if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+schema+".idem_records WHERE key = $1", "schema").Scan(&n); err != nil {
+		t.Fatalf("reading %s.idem_records: %v", schema, err)
+	}
+	if n != 1 {
+		t.Fatalf("%s.idem_records holds %d records for the key, want 1", schema, n)
+	}
 }

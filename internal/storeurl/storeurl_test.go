@@ -39,6 +39,15 @@ func TestParse(t *testing.T) {
 			eq(t, tg.pg.ConnConfig.Password, "secret")
 		}},
 		{url: "postgresql://127.0.0.1/x", kind: KindPostgres},
+		{url: "postgres://u:secret@127.0.0.1/idem?sslmode=disable&schema=payments", kind: KindPostgres, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.pgSchema, "payments")
+			eq(t, tg.pg.ConnConfig.Password, "secret")
+			// pgx would send an unknown parameter to the server as a setting.
+			if _, ok := tg.pg.ConnConfig.RuntimeParams["schema"]; ok {
+				t.Errorf("schema reached pgx's runtime parameters: %v", tg.pg.ConnConfig.RuntimeParams)
+			}
+		}},
+		{url: "postgres://127.0.0.1/x?schema=", wantErr: "schema must not be empty"},
 		{url: "postgres://u:secret@127.0.0.1:notaport/x", wantErr: "postgres"},
 		{url: "mysql://u:p@ss@tcp(127.0.0.1:3306)/idem?timeout=2s", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
 			eq(t, tg.my.User, "u")
