@@ -54,14 +54,13 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired
-// at or before now, ordered by key. A limit of zero or less means 100.
+// at or before now, ordered by key. limit follows
+// idemstore.PageLimit.
 func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	if limit <= 0 {
-		limit = 100
-	}
+	limit = idemstore.PageLimit(limit)
 	recs := s.collect(func(r *idemstore.Record) bool {
 		return r.State == idemstore.StatePending && !r.LeaseUntil.After(now)
 	})

@@ -44,11 +44,10 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired
-// at or before now, oldest lease first. A limit of zero or less means 100.
+// at or before now, oldest lease first. limit follows
+// idemstore.PageLimit.
 func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
-	if limit <= 0 {
-		limit = 100
-	}
+	limit = idemstore.PageLimit(limit)
 	return s.query(ctx, expiredSQL, millis(now), limit)
 }
 

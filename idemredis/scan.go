@@ -260,9 +260,10 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired
-// at or before now. A limit of zero or less means 100.
+// at or before now. limit follows
+// idemstore.PageLimit.
 func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
-	limit = idemstore.ListParams{Limit: limit}.Normalize().Limit
+	limit = idemstore.PageLimit(limit)
 	keep := func(sum summary) bool {
 		return sum.state == idemstore.StatePending && !sum.leaseUntil.After(now)
 	}

@@ -45,10 +45,10 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 
 // ListExpiredLeases returns up to limit pending records whose lease expired
 // at or before now, oldest deadline first (straight from the
-// (state, lease_until) index, without a sort). A limit of zero or less means
-// 100, and it is capped at 1000, as for List.
+// (state, lease_until) index, without a sort). limit follows
+// idemstore.PageLimit.
 func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
-	limit = idemstore.ListParams{Limit: limit}.Normalize().Limit
+	limit = idemstore.PageLimit(limit)
 	return s.query(ctx, `SELECT `+recordColumns+` FROM idem_records
 		WHERE state = 'pending' AND lease_until <= ?
 		ORDER BY lease_until LIMIT ?`, millis(now), limit)

@@ -87,3 +87,16 @@ func TestPurgeBatches(t *testing.T) {
 		t.Fatalf("failing batch: %d, %v", n, err)
 	}
 }
+
+func TestPageLimit(t *testing.T) {
+	for _, tc := range []struct{ in, want int }{
+		{-5, 100}, {0, 100}, {1, 1}, {100, 100}, {999, 999}, {1000, 1000}, {1001, 1000}, {1 << 40, 1000},
+	} {
+		if got := idemstore.PageLimit(tc.in); got != tc.want {
+			t.Errorf("PageLimit(%d) = %d, want %d", tc.in, got, tc.want)
+		}
+		if got := (idemstore.ListParams{Limit: tc.in}).Normalize().Limit; got != tc.want {
+			t.Errorf("ListParams{Limit: %d}.Normalize().Limit = %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}

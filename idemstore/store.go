@@ -60,7 +60,8 @@ type Store interface {
 	Resolve(ctx context.Context, p ResolveParams) error
 
 	// ListExpiredLeases returns up to limit pending records whose lease
-	// expired at or before now, for recovery.
+	// expired at or before now, for recovery. limit follows PageLimit: zero
+	// or less means 100, and a store may return at most 1000.
 	ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*Record, error)
 
 	// List pages through records for admin use, optionally filtered by state.
@@ -158,7 +159,9 @@ type ResolveParams struct {
 	Key    Key
 	Action ResolveAction
 	// Response is required with ResolveComplete.
-	Response  *Response
+	Response *Response
+	// Reason, when not empty, replaces the reason the record was escalated
+	// with (for instance with how it was settled); an empty Reason keeps it.
 	Reason    string
 	Now       time.Time
 	ExpiresAt time.Time
@@ -170,7 +173,8 @@ type ListParams struct {
 	State State
 	// Cursor continues a previous listing; empty starts at the beginning.
 	Cursor string
-	// Limit is the page size. Stores cap it at 1000; zero means 100.
+	// Limit is the page size, as PageLimit reads it: zero or less means
+	// 100, and stores cap it at 1000.
 	Limit int
 }
 
@@ -189,13 +193,20 @@ type PurgeParams struct {
 
 // Normalize fills the defaults of p.
 func (p ListParams) Normalize() ListParams {
-	if p.Limit <= 0 {
-		p.Limit = 100
-	}
-	if p.Limit > 1000 {
-		p.Limit = 1000
-	}
+	p.Limit = PageLimit(p.Limit)
 	return p
+}
+
+// PageLimit is the contract's rule for the limit of List and
+// ListExpiredLeases: zero or less means 100, more than 1000 means 1000.
+func PageLimit(limit int) int {
+	switch {
+	case limit <= 0:
+		return 100
+	case limit > 1000:
+		return 1000
+	}
+	return limit
 }
 
 // Normalize fills the defaults of p.

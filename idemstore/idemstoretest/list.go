@@ -160,6 +160,16 @@ func testList(t *testing.T, h Harness) {
 			}
 		}
 
+		// A limit of zero means the default page (idemstore.PageLimit), not
+		// an empty one.
+		dflt, err := f.s.ListExpiredLeases(f.ctx(), now, 0)
+		if err != nil {
+			t.Fatalf("ListExpiredLeases(limit 0): %v", err)
+		}
+		if len(dflt) == 0 || len(dflt) > idemstore.PageLimit(0) {
+			t.Fatalf("ListExpiredLeases(limit 0) returned %d records, want 1 to %d (%d leases have expired)", len(dflt), idemstore.PageLimit(0), len(pop.expired))
+		}
+
 		// Before any lease has expired there is nothing to recover.
 		none, err := f.s.ListExpiredLeases(f.ctx(), f.base, 100)
 		if err != nil {
