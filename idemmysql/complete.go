@@ -23,7 +23,7 @@ const (
 	// changed rows) from a lost lease.
 	extendedSQL = "SELECT 1 FROM idem_records WHERE " + fence + " AND lease_until = ?"
 
-	resolveCompleteSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = ?, reason = ? WHERE " + byKey + " AND state = 'needs_review'"
+	resolveCompleteSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = ?, reason = COALESCE(NULLIF(?, ''), reason) WHERE " + byKey + " AND state = 'needs_review'"
 	resolveReleaseSQL  = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'needs_review'"
 	stateSQL           = "SELECT state FROM idem_records WHERE " + byKey
 )

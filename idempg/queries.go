@@ -62,7 +62,7 @@ WHERE `+fence+` RETURNING waiters)`) + tail(6),
 		extend: r.Replace(`UPDATE {t} SET lease_until = $5 WHERE ` + fence),
 		takeover: r.Replace(`WITH u AS (UPDATE {t} SET token = $5, lease_until = $6
 WHERE `+fence+` AND lease_until <= $7 RETURNING waiters)`) + tail(8),
-		resolveComplete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $4, expires_at = $5, reason = $6
+		resolveComplete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $4, expires_at = $5, reason = COALESCE(NULLIF($6, ''), reason)
 WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING waiters)`) + tail(7),
 		resolveRelease: r.Replace(`WITH u AS (DELETE FROM {t}
 WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING waiters)`) + tail(4),

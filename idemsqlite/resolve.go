@@ -24,7 +24,7 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 			return errorf("Resolve: ResolveComplete needs a Response")
 		}
 		res, err = s.db.ExecContext(ctx, `UPDATE idem_records
-			SET state = 'completed', response = ?, reason = ?, expires_at = ?
+			SET state = 'completed', response = ?, reason = COALESCE(NULLIF(?, ''), reason), expires_at = ?
 			WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'needs_review'`,
 			idemstore.EncodeResponse(p.Response), p.Reason, nullMillis(p.ExpiresAt),
 			p.Key.Scope, p.Key.Operation, p.Key.Key)

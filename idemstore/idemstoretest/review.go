@@ -47,7 +47,7 @@ func testReview(t *testing.T, h Harness) {
 		}
 		got := f.get(rec.Key)
 		want := f.expectCompleted(rec, resp, expireLater)
-		want.Reason = got.Reason // the contract leaves the reason of a resolved record open
+		want.Reason = "provider confirms the charge" // a Reason given replaces the escalation's
 		if d := diffRecord(got, want); d != "" {
 			t.Fatalf("after Resolve complete: %s", d)
 		}
@@ -55,6 +55,23 @@ func testReview(t *testing.T, h Harness) {
 		requireErrIs(t, err, idemstore.ErrNotNeedsReview, "Resolve of a resolved record")
 		f.requireUnchanged(got, "refused Resolve")
 		requireFencedOut(f, rec.Key, rec.Token, "after Resolve")
+	})
+
+	t.Run("ResolveCompleteKeepsReason", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		rec := escalated(f, "k")
+		resp := &idemstore.Response{Status: http.StatusCreated, Body: []byte(`{}`)}
+		err := s.Resolve(f.ctx(), idemstore.ResolveParams{
+			Key: rec.Key, Action: idemstore.ResolveComplete, Response: resp,
+			Now: f.base, ExpiresAt: f.base.Add(expireLater),
+		})
+		if err != nil {
+			t.Fatalf("Resolve complete without a reason: %v", err)
+		}
+		if got := f.get(rec.Key); got.Reason != "payment provider timed out" {
+			t.Fatalf("after Resolve without a reason, Reason = %q; want the escalation's %q", got.Reason, "payment provider timed out")
+		}
 	})
 
 	t.Run("ResolveRelease", func(t *testing.T) {
