@@ -262,6 +262,9 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 	if err := ValidateKey(req.Key.Key); err != nil {
 		return Result{}, err
 	}
+	if err := checkKeyLengths(req.Key); err != nil {
+		return Result{}, err
+	}
 	var deadline time.Time
 	if req.Wait > 0 {
 		deadline = e.cfg.Now().Add(req.Wait)

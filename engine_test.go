@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -112,6 +113,27 @@ func TestBeginRejectsBadKey(t *testing.T) {
 			t.Errorf("Begin(%q) err = %v", k, err)
 		}
 	}
+}
+
+func TestBeginRejectsLongScopeOrOperation(t *testing.T) {
+	t.Parallel()
+	e, st := newEngine(t, idem.EngineConfig{})
+	long := strings.Repeat("x", idem.MaxOperationLength+1)
+	for _, k := range []idem.Key{
+		{Scope: "user-1", Operation: "POST /" + long, Key: "k"},
+		{Scope: long, Operation: "POST /payments", Key: "k"},
+	} {
+		r := idem.Request{Key: k, Fingerprint: "v1:aaa"}
+		if _, err := e.Begin(context.Background(), r); !errors.Is(err, idem.ErrTooLong) {
+			t.Errorf("Begin(scope %d bytes, operation %d bytes) err = %v, want ErrTooLong", len(k.Scope), len(k.Operation), err)
+		}
+		if _, err := st.Get(context.Background(), k); !errors.Is(err, idemstore.ErrNotFound) {
+			t.Errorf("a refused key reached the store: Get = %v", err)
+		}
+	}
+	// At the limits, both are kept.
+	at := idem.Key{Scope: long[1:], Operation: long[1:], Key: "k"}
+	mustBegin(t, e, idem.Request{Key: at, Fingerprint: "v1:aaa"}, idem.Acquired)
 }
 
 func TestReleaseAndReacquire(t *testing.T) {

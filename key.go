@@ -13,7 +13,34 @@ import (
 type Key = idemstore.Key
 
 // MaxKeyLength is the longest Idempotency-Key value idem accepts, in bytes.
-const MaxKeyLength = 255
+const MaxKeyLength = idemstore.MaxKeyLength
+
+// MaxScopeLength and MaxOperationLength bound a Key's Scope and Operation,
+// in bytes. Every store keeps values this long (idemmysql's columns are sized
+// for them, and with a MaxKeyLength key they fit PostgreSQL's index limit);
+// Engine.Begin refuses longer ones with ErrTooLong before they reach the
+// store. An operation taken from a request path is the one a client can
+// make long; the middleware answers it with 414.
+const (
+	MaxScopeLength     = idemstore.MaxScopeLength
+	MaxOperationLength = idemstore.MaxOperationLength
+)
+
+// ErrTooLong is returned by Engine.Begin for a Key whose Scope or Operation
+// is longer than MaxScopeLength or MaxOperationLength.
+var ErrTooLong = errors.New("idem: scope or operation too long")
+
+// checkKeyLengths returns an error wrapping ErrTooLong when k's scope or
+// operation is too long to store.
+func checkKeyLengths(k Key) error {
+	switch {
+	case len(k.Operation) > MaxOperationLength:
+		return fmt.Errorf("%w: the operation is %d bytes long; at most %d are kept", ErrTooLong, len(k.Operation), MaxOperationLength)
+	case len(k.Scope) > MaxScopeLength:
+		return fmt.Errorf("%w: the scope is %d bytes long; at most %d are kept", ErrTooLong, len(k.Scope), MaxScopeLength)
+	}
+	return nil
+}
 
 // HeaderName is the request header that carries the key
 // (draft-ietf-httpapi-idempotency-key-header).

@@ -91,7 +91,7 @@ type Event struct {
 	Operation string
 	// Outcome is what happened: "acquired", "replayed", "mismatch",
 	// "in_flight", "needs_review", "not_replayable", "missing_key",
-	// "invalid_key", "scope_denied", "body_too_large", "body_unreadable",
+	// "invalid_key", "scope_denied", "too_long", "body_too_large", "body_unreadable",
 	// "unavailable", "fail_open", "no_key" (an optional key not sent) or
 	// "canceled" (the client left while the key was being checked; Status
 	// is then 499 and nothing was written).
@@ -288,6 +288,20 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			p.Title = http.StatusText(p.Status)
 		}
 		ev.Outcome = "scope_denied"
+		ev.Status = m.problem(w, ev.Outcome, p)
+		return
+	}
+
+	if err := checkKeyLengths(Key{Scope: scope, Operation: op}); err != nil {
+		// A long operation comes from a long path (414); a long scope from
+		// whatever Config.Scope reads off the request.
+		p := Problem{Type: ProblemTooLong, Title: "Request path too long", Status: http.StatusRequestURITooLong, Key: key,
+			Detail: fmt.Sprintf("The request path is longer than the %d bytes idem keeps for an operation.", MaxOperationLength)}
+		if len(op) <= MaxOperationLength {
+			p.Title, p.Status = "Scope too long", http.StatusBadRequest
+			p.Detail = fmt.Sprintf("The request's scope is longer than the %d bytes idem keeps.", MaxScopeLength)
+		}
+		ev.Outcome = "too_long"
 		ev.Status = m.problem(w, ev.Outcome, p)
 		return
 	}

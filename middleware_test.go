@@ -444,6 +444,30 @@ func TestMiddlewareBodyTooLarge(t *testing.T) {
 	}
 }
 
+func TestMiddlewareTooLong(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, idem.Config{}, idem.EngineConfig{}, paymentHandler)
+	long := "/payments/" + strings.Repeat("p", idem.MaxOperationLength)
+	w := f.do(call{key: "k", path: long})
+	if w.Code != http.StatusRequestURITooLong || problemType(t, w) != idem.ProblemTooLong {
+		t.Fatalf("long path: %d %s", w.Code, w.Body)
+	}
+	if w.Header().Get("Idempotency-Outcome") != "too_long" {
+		t.Fatalf("Idempotency-Outcome %q", w.Header().Get("Idempotency-Outcome"))
+	}
+	w = f.do(call{key: "k", user: strings.Repeat("u", idem.MaxScopeLength+1)})
+	if w.Code != http.StatusBadRequest || problemType(t, w) != idem.ProblemTooLong {
+		t.Fatalf("long scope: %d %s", w.Code, w.Body)
+	}
+	if f.runs.Load() != 0 {
+		t.Fatalf("the handler ran %d times for refused requests", f.runs.Load())
+	}
+	// An unprotected method passes through whatever its path.
+	if w := f.do(call{method: http.MethodGet, path: long}); w.Code != http.StatusCreated || f.runs.Load() != 1 {
+		t.Fatalf("GET with a long path: %d, runs %d", w.Code, f.runs.Load())
+	}
+}
+
 // failingStore fails every call as an unreachable server would.
 type failingStore struct{ idemstore.Store }
 

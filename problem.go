@@ -22,6 +22,7 @@ const (
 	ProblemBodyTooLarge  = ProblemTypeBase + "body-too-large"
 	ProblemUnavailable   = ProblemTypeBase + "store-unavailable"
 	ProblemScope         = ProblemTypeBase + "scope-denied"
+	ProblemTooLong       = ProblemTypeBase + "too-long"
 )
 
 // Problem is an RFC 9457 problem document.

@@ -15,9 +15,9 @@ var _ idemstore.Store = (*Store)(nil)
 // Column limits, in bytes. The primary key (scope, operation, key) must fit
 // InnoDB's 3072-byte index limit.
 const (
-	MaxScopeLen       = 1024
-	MaxOperationLen   = 1024
-	MaxKeyLen         = 255
+	MaxScopeLen       = idemstore.MaxScopeLength
+	MaxOperationLen   = idemstore.MaxOperationLength
+	MaxKeyLen         = idemstore.MaxKeyLength
 	MaxFingerprintLen = 512
 	MaxTokenLen       = 255
 	MaxReasonLen      = 65535

@@ -17,6 +17,15 @@ type Key struct {
 	Key       string
 }
 
+// The longest Key parts, in bytes, that every store must keep (the
+// conformance suite stores a key with all three at their limits). idem's
+// engine refuses longer ones before they reach a store.
+const (
+	MaxScopeLength     = 1024
+	MaxOperationLength = 1024
+	MaxKeyLength       = 255
+)
+
 // State is the lifecycle state of a record.
 type State string
 

@@ -1,6 +1,7 @@
 package idemstoretest
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,23 @@ import (
 
 func testReserve(t *testing.T, h Harness) {
 	s := h.New(t)
+
+	t.Run("LongestKey", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		pad := func(prefix string, n int) string { return prefix + strings.Repeat("z", n-len(prefix)) }
+		k := idemstore.Key{
+			Scope:     pad(f.scope, idemstore.MaxScopeLength),
+			Operation: pad("POST /", idemstore.MaxOperationLength),
+			Key:       pad("k", idemstore.MaxKeyLength),
+		}
+		rec := f.reserve(k, leaseLong)
+		resp := jsonResponse(`{"long":true}`)
+		f.complete(rec, resp, expireLater)
+		if d := diffRecord(f.get(k), f.expectCompleted(rec, resp, expireLater)); d != "" {
+			t.Fatalf("record with the longest key: %s", d)
+		}
+	})
 
 	t.Run("NewRecord", func(t *testing.T) {
 		t.Parallel()
