@@ -15,7 +15,7 @@ services: ## Start PostgreSQL, MariaDB and Redis (standalone + Cluster) on loopb
 
 .PHONY: test
 test: lint ## Run every check and test CI runs (starts the services it needs)
-	@set -euo pipefail; mkdir -p .tmp; scripts/services.sh >.tmp/services.env || \
+	@set -euo pipefail; mkdir -p .tmp; timeout 900 scripts/services.sh >.tmp/services.env || \
 	echo "make: a service did not start; its tests skip, or fail when CI=true" >&2; \
 	. .tmp/services.env; \
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
@@ -26,7 +26,7 @@ test-short: ## Run the tests that need no server
 
 .PHONY: bench
 bench: ## Run the Go benchmarks (servers started as for make test)
-	@set -euo pipefail; mkdir -p .tmp; scripts/services.sh >.tmp/services.env || \
+	@set -euo pipefail; mkdir -p .tmp; timeout 900 scripts/services.sh >.tmp/services.env || \
 	echo "make: a service did not start; its tests skip, or fail when CI=true" >&2; \
 	. .tmp/services.env; \
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
