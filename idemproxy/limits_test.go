@@ -2,16 +2,11 @@ package idemproxy_test
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/idemmem"
-	"github.com/idem-dev/idem/idemproxy"
 )
 
 // TestLongPath checks that a protected request whose path makes the
@@ -19,28 +14,11 @@ import (
 // the upstream, while an unprotected one still passes.
 func TestLongPath(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int32
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		io.WriteString(w, "ok")
-	}))
-	defer api.Close()
-	store := idemmem.MustNew(idemmem.Config{})
-	defer store.Close()
-	engine, err := idem.NewEngine(store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := idemproxy.New(engine, idemproxy.Config{Upstream: api.URL}, idemproxy.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(proxy)
-	defer front.Close()
+	front, runs := frontOf(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 
 	path := "/orders/" + strings.Repeat("o", idem.MaxOperationLength)
 	do := func(method string) *http.Response {
-		req, _ := http.NewRequest(method, front.URL+path, strings.NewReader("{}"))
+		req, _ := http.NewRequest(method, front+path, strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

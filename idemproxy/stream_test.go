@@ -2,16 +2,9 @@ package idemproxy_test
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
-
-	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/idemmem"
-	"github.com/idem-dev/idem/idemproxy"
 )
 
 // TestChunkedAnswersReplay checks that an upstream answer without a
@@ -19,31 +12,16 @@ import (
 // and replayed, while an event stream streams and is not replayable.
 func TestChunkedAnswersReplay(t *testing.T) {
 	t.Parallel()
-	var runs atomic.Int32
-	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
+	front, runs := frontOf(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/events" {
 			w.Header().Set("Content-Type", "text/event-stream")
 		}
 		io.WriteString(w, "chunk 1\n")
 		w.(http.Flusher).Flush() // no Content-Length: chunked
 		io.WriteString(w, "chunk 2\n")
-	}))
-	defer api.Close()
-	store := idemmem.MustNew(idemmem.Config{})
-	defer store.Close()
-	engine, err := idem.NewEngine(store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := idemproxy.New(engine, idemproxy.Config{Upstream: api.URL}, idemproxy.Options{Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	front := httptest.NewServer(proxy)
-	defer front.Close()
+	})
 	post := func(path string) (int, string, http.Header) {
-		req, _ := http.NewRequest("POST", front.URL+path, strings.NewReader("{}"))
+		req, _ := http.NewRequest("POST", front+path, strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k"+path)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

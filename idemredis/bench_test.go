@@ -1,6 +1,7 @@
 package idemredis
 
 import (
+	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -48,22 +49,14 @@ func benchSetNX(b *testing.B, client redis.UniversalClient) {
 	// The keys expire on their own; deleting them one by one on a Cluster
 	// would take longer than the run.
 	const ttl = time.Minute
-	var seq atomic.Int64
-	b.SetParallelism((benchWorkers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := b.Context()
-		for pb.Next() {
-			key := fmt.Sprintf("%s:setnx:%d", prefix, seq.Add(1))
-			ok, err := client.SetNX(ctx, key, "v", ttl).Result()
-			if err != nil || !ok {
-				b.Errorf("SET NX %s: %v, %v", key, ok, err)
-				return
-			}
+	runWorkers(b, "ops/s", func(ctx context.Context, n int64) error {
+		key := fmt.Sprintf("%s:setnx:%d", prefix, n)
+		ok, err := client.SetNX(ctx, key, "v", ttl).Result()
+		if err == nil && !ok {
+			err = fmt.Errorf("SET NX %s: key exists", key)
 		}
+		return err
 	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
 }
 
 func benchReserveComplete(b *testing.B, client redis.UniversalClient) {
@@ -75,6 +68,26 @@ func benchReserveComplete(b *testing.B, client redis.UniversalClient) {
 	}
 	b.Cleanup(func() { deletePrefix(b, s) })
 	resp := &idemstore.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}
+	runWorkers(b, "pairs/s", func(ctx context.Context, n int64) error {
+		now := time.Now()
+		k := idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: fmt.Sprintf("k-%d", n)}
+		tok := fmt.Sprintf("t-%d", n)
+		_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
+			Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(30 * time.Second), Now: now,
+		})
+		if err != nil || !created {
+			return fmt.Errorf("Reserve: created %v, %v", created, err)
+		}
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: resp, Now: now, ExpiresAt: now}); err != nil {
+			return fmt.Errorf("Complete: %w", err)
+		}
+		return nil
+	})
+}
+
+// runWorkers runs op b.N times from benchWorkers goroutines, passing each
+// call a distinct sequence number, and reports the rate in unit.
+func runWorkers(b *testing.B, unit string, op func(ctx context.Context, n int64) error) {
 	var seq atomic.Int64
 	b.SetParallelism((benchWorkers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 	b.ReportAllocs()
@@ -82,22 +95,11 @@ func benchReserveComplete(b *testing.B, client redis.UniversalClient) {
 	b.RunParallel(func(pb *testing.PB) {
 		ctx := b.Context()
 		for pb.Next() {
-			n := seq.Add(1)
-			now := time.Now()
-			k := idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: fmt.Sprintf("k-%d", n)}
-			tok := fmt.Sprintf("t-%d", n)
-			_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
-				Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(30 * time.Second), Now: now,
-			})
-			if err != nil || !created {
-				b.Errorf("Reserve: created %v, %v", created, err)
-				return
-			}
-			if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: resp, Now: now, ExpiresAt: now}); err != nil {
-				b.Errorf("Complete: %v", err)
+			if err := op(ctx, seq.Add(1)); err != nil {
+				b.Error(err)
 				return
 			}
 		}
 	})
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
 }
