@@ -24,7 +24,8 @@ import (
 // Transactional).
 //
 // It needs a PostgreSQL server (DATABASE_URL), so go test compiles it but
-// does not run it: it has no Output comment. Its output looks like:
+// does not run it (it has no Output comment); TestExample runs it against
+// the test server. Its output looks like:
 //
 //	201  {"order":1}
 //	201 true {"order":1}

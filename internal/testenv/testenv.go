@@ -3,6 +3,7 @@
 package testenv
 
 import (
+	"io"
 	"os"
 	"testing"
 )
@@ -20,4 +21,31 @@ func Getenv(tb testing.TB, name string) string {
 		tb.Skipf("%s is not set; run: eval \"$(scripts/services.sh)\" to test against the real server", name)
 	}
 	return v
+}
+
+// CaptureStdout runs f and returns what it wrote to os.Stdout, so that a
+// test can run an Example that needs a server and check its output. It
+// replaces os.Stdout while f runs: tests that use it must not be parallel.
+func CaptureStdout(tb testing.TB, f func()) string {
+	tb.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	out := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		r.Close()
+		out <- string(b)
+	}()
+	saved := os.Stdout
+	os.Stdout = w
+	defer func() {
+		os.Stdout = saved
+		w.Close()
+	}()
+	f()
+	os.Stdout = saved
+	w.Close()
+	return <-out
 }

@@ -1,6 +1,7 @@
 package testenv_test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -34,5 +35,18 @@ func TestGetenv(t *testing.T) {
 		if !strings.Contains(string(out), tc.want) {
 			t.Errorf("env %v: output lacks %q:\n%s", tc.env, tc.want, out)
 		}
+	}
+}
+
+func TestCaptureStdout(t *testing.T) {
+	got := testenv.CaptureStdout(t, func() {
+		fmt.Println("one")
+		fmt.Print("two")
+	})
+	if got != "one\ntwo" {
+		t.Fatalf("CaptureStdout = %q", got)
+	}
+	if os.Stdout == nil || os.Stdout.Name() != "/dev/stdout" {
+		t.Fatalf("os.Stdout not restored: %v", os.Stdout)
 	}
 }
