@@ -391,8 +391,61 @@ func TestTwoProcessesShareSQLite(t *testing.T) {
 	}
 }
 
+// TestTwoProcessesShareServerStore runs two proxies on each server store
+// (PostgreSQL, MySQL, Redis, Redis Cluster) and sends concurrent duplicates
+// to both: the upstream runs once, and a later retry through either proxy
+// replays.
+func TestTwoProcessesShareServerStore(t *testing.T) {
+	t.Parallel()
+	schema := fmt.Sprintf("e2e_%d", time.Now().UnixNano())
+	pg := testenv.Getenv(t, "IDEM_TEST_POSTGRES_URL")
+	sep := "?"
+	if strings.Contains(pg, "?") {
+		sep = "&"
+	}
+	stores := []struct{ name, url string }{
+		{"postgres", pg + sep + "schema=" + schema},
+		{"mysql", "mysql://" + testenv.Getenv(t, "IDEM_TEST_MYSQL_DSN")},
+		{"redis", testenv.Getenv(t, "IDEM_TEST_REDIS_URL")},
+		{"redis-cluster", "redis+cluster://" + testenv.Getenv(t, "IDEM_TEST_REDIS_CLUSTER")},
+	}
+	t.Cleanup(func() {
+		// The schema the proxies created; the other stores keep this run's
+		// records only until their retention ends.
+		exec.Command("psql", pg, "-qc", "DROP SCHEMA IF EXISTS "+schema+" CASCADE").Run()
+	})
+	for _, st := range stores {
+		t.Run(st.name, func(t *testing.T) {
+			t.Parallel()
+			up := newUpstream(t)
+			p1 := startProxy(t, "--upstream", up.URL, "--store", st.url)
+			p2 := startProxy(t, "--upstream", up.URL, "--store", st.url)
+			key := fmt.Sprintf("e2e-%s-%d", st.name, time.Now().UnixNano()) // the servers outlive this run
+			proxies := []*proxy{p1, p2}
+			statuses := concurrentlyWithKey(t, 20, key, func(i int) string {
+				return "http://" + proxies[i%2].addr + "/pay?sleep=200ms"
+			})
+			want(t, "upstream runs", up.runs("/pay"), 1)
+			if statuses[201]+statuses[409] != 20 {
+				t.Errorf("statuses = %v, want only 201 and 409", statuses)
+			}
+			for _, p := range proxies {
+				a := do(t, "POST", "http://"+p.addr+"/pay?sleep=200ms", key, `{"amount":5}`)
+				want(t, "retry status", a.status, 201)
+				want(t, "retry replayed", a.header.Get("Idempotent-Replayed"), "true")
+			}
+			want(t, "upstream runs after retries", up.runs("/pay"), 1)
+		})
+	}
+}
+
 // concurrently sends n POSTs with one key at once and counts the statuses.
 func concurrently(t *testing.T, n int, url func(i int) string) map[int]int {
+	return concurrentlyWithKey(t, n, "same-key", url)
+}
+
+// concurrentlyWithKey is concurrently with the given Idempotency-Key.
+func concurrentlyWithKey(t *testing.T, n int, key string, url func(i int) string) map[int]int {
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -404,7 +457,7 @@ func concurrently(t *testing.T, n int, url func(i int) string) map[int]int {
 		go func() {
 			defer wg.Done()
 			<-start
-			a := do(t, "POST", url(i), "same-key", `{"amount":5}`)
+			a := do(t, "POST", url(i), key, `{"amount":5}`)
 			mu.Lock()
 			statuses[a.status]++
 			mu.Unlock()
