@@ -3,6 +3,7 @@ module github.com/idem-dev/idem
 go 1.26.8
 
 require (
+	github.com/go-chi/chi/v5 v5.2.3
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/jackc/puddle/v2 v2.2.3

@@ -119,6 +119,14 @@ type Config struct {
 	// the route pattern (r.Pattern, set by http.ServeMux when the middleware
 	// wraps a routed handler), or the method and URL path when there is no
 	// pattern.
+	//
+	// Routers that fill in r.Pattern as they route, such as chi, give the
+	// pattern routed so far: with chi, middleware added with With on a route
+	// sees the route's pattern ("POST /orders/{id}"), in a subrouter's Use
+	// the mount ("POST /v1/*", one operation for every route below it), and
+	// on the root router nothing yet (the method and path). Every placement
+	// runs a handler at most once per key; they differ only in which
+	// requests count as the same operation.
 	Operation func(*http.Request) string
 
 	// Policy is the protection of every route not in Routes.
