@@ -93,6 +93,7 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 			}
 			sh.mu.Unlock()
 			total += n
+			p.Report(n, total)
 			if n < p.BatchSize {
 				break
 			}

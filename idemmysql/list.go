@@ -76,7 +76,7 @@ func (s *Store) query(ctx context.Context, query string, args ...any) ([]*idemst
 // batch deletes fewer than that or ctx ends. It returns how many it deleted.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
-	return idemstore.PurgeBatches(ctx, p.BatchSize, func() (int, error) {
+	return idemstore.PurgeBatches(ctx, p, func() (int, error) {
 		res, err := s.db.ExecContext(ctx, purgeSQL, millis(p.Before), p.BatchSize)
 		if err != nil {
 			return 0, interpretError(ctx, err)

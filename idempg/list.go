@@ -67,7 +67,7 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*idemstor
 // batch deletes fewer than that or ctx ends. It returns how many it deleted.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
-	return idemstore.PurgeBatches(ctx, p.BatchSize, func() (int, error) {
+	return idemstore.PurgeBatches(ctx, p, func() (int, error) {
 		tag, err := s.pool.Exec(ctx, s.q.purge, p.Before, p.BatchSize)
 		if err != nil {
 			return 0, interpretError(ctx, err)

@@ -306,6 +306,7 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 			for chunk := range slices.Chunk(keys, p.BatchSize) {
 				deleted, err := s.purgeBatch(ctx, n.client, chunk, before)
 				total += deleted
+				p.Report(deleted, total)
 				if err != nil {
 					return total, err
 				}

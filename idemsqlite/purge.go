@@ -14,7 +14,7 @@ import (
 // Pending and needs_review records are never purged.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
-	return idemstore.PurgeBatches(ctx, p.BatchSize, func() (int, error) {
+	return idemstore.PurgeBatches(ctx, p, func() (int, error) {
 		res, err := s.db.ExecContext(ctx, `DELETE FROM idem_records WHERE rowid IN (
 			SELECT rowid FROM idem_records
 			WHERE state = 'completed' AND expires_at <= ?

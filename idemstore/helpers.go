@@ -45,10 +45,11 @@ func KeyPage(recs []*Record, limit int) ListPage {
 }
 
 // PurgeBatches is the batching Purge asks of every driver: it calls
-// deleteBatch, which deletes at most batchSize expired records in one short
-// statement and says how many, until a batch deletes fewer than batchSize
-// or ctx ends, and returns the total.
-func PurgeBatches(ctx context.Context, batchSize int, deleteBatch func() (int, error)) (int, error) {
+// deleteBatch, which deletes at most p.BatchSize expired records in one
+// short statement and says how many, until a batch deletes fewer than
+// p.BatchSize or ctx ends, reports each batch to p.Progress, and returns the
+// total. p must be normalized.
+func PurgeBatches(ctx context.Context, p PurgeParams, deleteBatch func() (int, error)) (int, error) {
 	total := 0
 	for {
 		if err := ctx.Err(); err != nil {
@@ -56,7 +57,8 @@ func PurgeBatches(ctx context.Context, batchSize int, deleteBatch func() (int, e
 		}
 		n, err := deleteBatch()
 		total += n
-		if err != nil || n < batchSize {
+		p.Report(n, total)
+		if err != nil || n < p.BatchSize {
 			return total, err
 		}
 	}

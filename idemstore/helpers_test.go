@@ -2,6 +2,7 @@ package idemstore_test
 
 import (
 	"errors"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -72,7 +73,9 @@ func TestPurgeBatches(t *testing.T) {
 	t.Parallel()
 	left := 25
 	calls := 0
-	n, err := idemstore.PurgeBatches(t.Context(), 7, func() (int, error) {
+	var progress []int
+	p := idemstore.PurgeParams{BatchSize: 7, Progress: func(n int) { progress = append(progress, n) }}
+	n, err := idemstore.PurgeBatches(t.Context(), p, func() (int, error) {
 		calls++
 		d := min(left, 7)
 		left -= d
@@ -81,8 +84,11 @@ func TestPurgeBatches(t *testing.T) {
 	if n != 25 || err != nil || calls != 4 {
 		t.Fatalf("PurgeBatches = %d, %v after %d calls; want 25, nil after 4", n, err, calls)
 	}
+	if !slices.Equal(progress, []int{7, 14, 21, 25}) {
+		t.Fatalf("Progress saw %v, want [7 14 21 25]", progress)
+	}
 	boom := errors.New("boom")
-	n, err = idemstore.PurgeBatches(t.Context(), 7, func() (int, error) { return 0, boom })
+	n, err = idemstore.PurgeBatches(t.Context(), idemstore.PurgeParams{BatchSize: 7}, func() (int, error) { return 0, boom })
 	if n != 0 || !errors.Is(err, boom) {
 		t.Fatalf("failing batch: %d, %v", n, err)
 	}

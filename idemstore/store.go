@@ -189,6 +189,18 @@ type PurgeParams struct {
 	Before time.Time
 	// BatchSize bounds the records deleted by one statement. Zero means 500.
 	BatchSize int
+	// Progress, when set, is called after every batch that deleted
+	// records, with the number deleted so far by this call, so that a long
+	// purge can report as it goes. It runs on the purging goroutine.
+	Progress func(deleted int)
+}
+
+// Report calls p.Progress, if set, with the running total after a batch
+// that deleted n records.
+func (p PurgeParams) Report(n, total int) {
+	if n > 0 && p.Progress != nil {
+		p.Progress(total)
+	}
 }
 
 // Normalize fills the defaults of p.

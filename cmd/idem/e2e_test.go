@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/idemsqlite"
+	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/testenv"
 )
 
@@ -639,6 +641,35 @@ func TestMigrateAndPurge(t *testing.T) {
 	out, err = exec.Command(binary, "purge", "--store", store, "--batch", "10").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "purged 0 expired records") {
 		t.Fatalf("idem purge: %v\n%s", err, out)
+	}
+
+	// 25 completed records whose retention ended, and one still kept.
+	db, err := idemsqlite.Open(strings.TrimPrefix(store, "sqlite://"), idemsqlite.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := idemsqlite.New(db, idemsqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, now := t.Context(), time.Now()
+	for i := range 26 {
+		key := idemstore.Key{Scope: "s", Operation: "POST /pay", Key: fmt.Sprint(i)}
+		if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil {
+			t.Fatal(err)
+		}
+		expires := now.Add(-time.Minute)
+		if i == 25 {
+			expires = now.Add(time.Hour)
+		}
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: key, Token: "t", Response: &idemstore.Response{Status: 201}, Now: now, ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+	out, err = exec.Command(binary, "purge", "--store", store, "--batch", "10").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "purged 10 records so far") || !strings.Contains(string(out), "purged 25 expired records") {
+		t.Fatalf("idem purge of 25 expired records in batches of 10: %v\n%s", err, out)
 	}
 	out, err = exec.Command(binary, "migrate", "--store", "redis://127.0.0.1:6379/0").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "nothing to migrate") {

@@ -47,12 +47,29 @@ func testPurge(t *testing.T, h Harness) {
 		before := f.base.Add(clockLater)
 		purge := func(batch, want int) {
 			t.Helper()
-			got, err := f.s.Purge(f.ctx(), idemstore.PurgeParams{Before: before, BatchSize: batch})
+			var progress []int
+			got, err := f.s.Purge(f.ctx(), idemstore.PurgeParams{Before: before, BatchSize: batch,
+				Progress: func(n int) { progress = append(progress, n) }})
 			if err != nil {
 				t.Fatalf("Purge(BatchSize %d): %v", batch, err)
 			}
 			if got != want {
 				t.Fatalf("Purge(BatchSize %d) = %d, want %d", batch, got, want)
+			}
+			// Progress counts up to the total, one call per batch that
+			// deleted records; a store may split batches finer.
+			last := 0
+			for _, n := range progress {
+				if n <= last {
+					t.Fatalf("Purge(BatchSize %d): Progress saw %v, not increasing", batch, progress)
+				}
+				last = n
+			}
+			if last != want {
+				t.Fatalf("Purge(BatchSize %d) = %d, but Progress ended at %d (%v)", batch, got, last, progress)
+			}
+			if batch > 0 && want > batch && len(progress) < 2 {
+				t.Fatalf("Purge(BatchSize %d) deleted %d records but reported progress %d time(s)", batch, want, len(progress))
 			}
 		}
 		purge(7, len(doomed)) // 25 records, batches of 7: 7+7+7+4

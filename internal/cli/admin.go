@@ -80,22 +80,17 @@ every few minutes; this command is for stores no proxy runs against.`,
 			}
 			defer closeFn()
 			out := cmd.OutOrStdout()
-			before := time.Now()
-			total := 0
-			// One Purge call per batch, so that progress shows and Ctrl-C
-			// stops between batches.
-			for {
-				n, err := s.Purge(ctx, idemstore.PurgeParams{Before: before, BatchSize: batch})
-				total += n
-				if err != nil {
-					return fmt.Errorf("purged %d records, then: %w", total, err)
+			// Progress at most once a second; Ctrl-C stops between batches.
+			var last time.Time
+			progress := func(deleted int) {
+				if now := time.Now(); now.Sub(last) >= time.Second {
+					last = now
+					fmt.Fprintf(out, "purged %d records so far\n", deleted)
 				}
-				if n > 0 {
-					fmt.Fprintf(out, "purged %d records (%d so far)\n", n, total)
-				}
-				if n < batch {
-					break
-				}
+			}
+			total, err := s.Purge(ctx, idemstore.PurgeParams{Before: time.Now(), BatchSize: batch, Progress: progress})
+			if err != nil {
+				return fmt.Errorf("purged %d records, then: %w", total, err)
 			}
 			fmt.Fprintf(out, "%s: purged %d expired records.\n", t.Redacted, total)
 			return nil
