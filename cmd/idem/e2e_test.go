@@ -364,6 +364,45 @@ func TestResetAfterSendNeedsReview(t *testing.T) {
 	want(t, "upstream runs", up.runs("/reset"), 1)
 }
 
+// TestUpstreamTimeoutNeedsReview: an upstream that has the request but does
+// not answer within --upstream-timeout gets 504, and its key needs review.
+func TestUpstreamTimeoutNeedsReview(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--upstream-timeout", "200ms")
+	a := do(t, "POST", "http://"+p.addr+"/slow?sleep=1s", "k", `{}`)
+	want(t, "status", a.status, 504)
+	want(t, "problem", a.problemType(), "upstream-timeout")
+	a = do(t, "POST", "http://"+p.addr+"/slow?sleep=1s", "k", `{}`)
+	want(t, "retry status", a.status, 409)
+	want(t, "retry problem", a.problemType(), "needs-review")
+	want(t, "upstream runs", up.runs("/slow"), 1)
+}
+
+// TestAmbiguousReleaseRoute: a route whose upstream dedups by the forwarded
+// key opts into ambiguous: release, so after a reset the retry is forwarded
+// again, while other routes keep needs-review.
+func TestAmbiguousReleaseRoute(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	path := filepath.Join(t.TempDir(), "idem.yaml")
+	os.WriteFile(path, []byte(fmt.Sprintf(`upstream: %s
+store: %s
+routes:
+  - match: POST /reset
+    ambiguous: release
+`, up.URL, sqliteStore(t))), 0o600)
+	p := startProxy(t, "--config", path)
+	for i := 1; i <= 2; i++ {
+		a := do(t, "POST", "http://"+p.addr+"/reset", "k", `{}`)
+		want(t, "status", a.status, 502)
+		want(t, "problem", a.problemType(), "upstream-failed")
+		want(t, "upstream runs", up.runs("/reset"), i)
+	}
+	// The forwarded key is what lets such an upstream dedup.
+	want(t, "key forwarded", do(t, "POST", "http://"+p.addr+"/pay", "k2", `{}`).header.Get("X-Got-Key"), "k2")
+}
+
 func TestConcurrentDuplicates(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
