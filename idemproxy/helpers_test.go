@@ -12,28 +12,42 @@ import (
 	"github.com/idem-dev/idem/idemproxy"
 )
 
+// testProxy is a proxy on a memory store in front of a counting upstream.
+type testProxy struct {
+	url   string
+	runs  *atomic.Int32
+	proxy *idemproxy.Proxy
+	store *idemmem.Store
+}
+
 // frontOf starts an upstream running api, which counts its runs, and a
 // proxy in front of it on a memory store. It returns the proxy's URL and
 // the count.
 func frontOf(t *testing.T, api http.HandlerFunc) (string, *atomic.Int32) {
+	tp := newTestProxy(t, api)
+	return tp.url, tp.runs
+}
+
+func newTestProxy(t *testing.T, api http.HandlerFunc) *testProxy {
 	t.Helper()
-	runs := new(atomic.Int32)
+	tp := &testProxy{runs: new(atomic.Int32)}
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
+		tp.runs.Add(1)
 		api(w, r)
 	}))
 	t.Cleanup(upstream.Close)
-	store := idemmem.MustNew(idemmem.Config{})
-	t.Cleanup(func() { store.Close() })
-	engine, err := idem.NewEngine(store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	tp.store = idemmem.MustNew(idemmem.Config{})
+	t.Cleanup(func() { tp.store.Close() })
+	engine, err := idem.NewEngine(tp.store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	proxy, err := idemproxy.New(engine, idemproxy.Config{Upstream: upstream.URL}, idemproxy.Options{Logger: slog.New(slog.DiscardHandler)})
+	tp.proxy, err = idemproxy.New(engine, idemproxy.Config{Upstream: upstream.URL}, idemproxy.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	front := httptest.NewServer(proxy)
+	front := httptest.NewServer(tp.proxy)
 	t.Cleanup(front.Close)
-	return front.URL, runs
+	tp.url = front.URL
+	return tp
 }

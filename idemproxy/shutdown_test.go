@@ -1,0 +1,45 @@
+package idemproxy_test
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/idem-dev/idem/idemproxy"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// TestShutdownReleasesUnforwarded: once shutdown has begun, a protected
+// request that was not forwarded yet gets 503 shutting-down with
+// Retry-After, the upstream never sees it, and its key is released so that
+// a retry (after a restart, or on another instance) runs it.
+func TestShutdownReleasesUnforwarded(t *testing.T) {
+	t.Parallel()
+	tp := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	tp.proxy.BeginShutdown()
+
+	req, _ := http.NewRequest(http.MethodPost, tp.url+"/pay", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "#shutting-down") {
+		t.Fatalf("during shutdown: %d %v %s", resp.StatusCode, resp.Header, body)
+	}
+	if n := tp.runs.Load(); n != 0 {
+		t.Fatalf("upstream ran %d times during shutdown", n)
+	}
+	key := idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST /pay", Key: "k"}
+	if _, err := tp.store.Get(t.Context(), key); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Fatalf("key after a refused request: %v, want released (ErrNotFound)", err)
+	}
+	// Unprotected requests still pass while the server drains.
+	if resp, err := http.Get(tp.url + "/pay"); err != nil || resp.StatusCode != http.StatusOK || tp.runs.Load() != 1 {
+		t.Fatalf("GET during shutdown: %v, %v", resp, err)
+	}
+}
