@@ -4,8 +4,10 @@ import "context"
 
 type leaseKey struct{}
 
-// ContextWithLease returns a context that carries lease. The middleware
-// does this for every handler it runs.
+// ContextWithLease returns a context that carries lease, for LeaseFrom.
+// The middleware gives every handler it runs such a context; code that calls
+// Engine.Begin itself (a job runner, a gRPC interceptor) can hand its lease
+// down to the same store code this way.
 func ContextWithLease(ctx context.Context, lease *Lease) context.Context {
 	return context.WithValue(ctx, leaseKey{}, lease)
 }

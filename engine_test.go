@@ -531,3 +531,20 @@ func TestLostReplyCountsAsApplied(t *testing.T) {
 		t.Fatalf("stale Complete err = %v", err)
 	}
 }
+
+func TestContextWithLease(t *testing.T) {
+	t.Parallel()
+	e, _ := newEngine(t, idem.EngineConfig{})
+	if l := idem.LeaseFrom(context.Background()); l != nil {
+		t.Fatalf("LeaseFrom(Background) = %v, want nil", l)
+	}
+	res := mustBegin(t, e, req("ctx"), idem.Acquired)
+	ctx := idem.ContextWithLease(context.Background(), res.Lease)
+	if l := idem.LeaseFrom(ctx); l != res.Lease {
+		t.Fatalf("LeaseFrom = %p, want the lease %p", l, res.Lease)
+	}
+	if err := idem.LeaseFrom(ctx).Complete(ctx, &idem.Response{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	mustBegin(t, e, req("ctx"), idem.Replayed)
+}
