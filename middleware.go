@@ -100,7 +100,9 @@ type Event struct {
 	// "completed", "completed_tx", "not_replayable", "released",
 	// "escalated", "handler" (the handler settled it itself) or "failed".
 	Settlement string
-	// Status is the HTTP status the client got.
+	// Status is the HTTP status the client got; 0 when the handler
+	// panicked (net/http then drops the connection, unless a recovering
+	// middleware outside this one answers).
 	Status int
 	// Duration is the time spent in the middleware and the handler.
 	Duration time.Duration
@@ -371,7 +373,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ev.Outcome = res.Outcome.String()
 	switch res.Outcome {
 	case Acquired:
-		ev.Status, ev.Settlement = h.run(w, r, res.Lease, pol, st)
+		h.run(w, r, res.Lease, pol, st, &ev)
 	case Replayed:
 		ev.Status = m.replay(w, res.Response, key)
 		if res.Response.NotReplayable != "" {
@@ -428,7 +430,9 @@ func (m *middleware) replay(w http.ResponseWriter, resp *Response, key string) i
 }
 
 // run calls the handler under the lease, then stores, releases or escalates.
-func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol *Policy, st *reqState) (status int, settlement string) {
+// It records the status and the settlement in ev, also when the handler
+// panics.
+func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol *Policy, st *reqState, ev *Event) {
 	m := h.m
 	st.cw.w, st.cw.limit, st.cw.buf = w, m.e.cfg.MaxResponseBody, &st.respBuf
 	st.cw.bufferFlushes = pol.BufferFlushes
@@ -449,14 +453,21 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol 
 		m.e.hb.stop(lease)
 		sctx := context.WithoutCancel(ctx)
 		if lease.Ended() {
+			ev.Settlement = "handler"
 			panic(v)
 		}
 		if lease.Kind() == Transactional {
+			ev.Settlement = "released"
 			if err := lease.Release(sctx); err != nil && !errors.Is(err, ErrLeaseLost) {
+				ev.Settlement = "failed"
 				m.cfg.Logger.LogAttrs(sctx, slog.LevelError, "idem: releasing after a panic failed", slog.String("key", redact(lease.Key())), slog.Any("error", err))
 			}
-		} else if err := lease.Escalate(sctx, fmt.Sprintf("handler panicked: %v", v)); err != nil && !errors.Is(err, ErrLeaseLost) {
-			m.cfg.Logger.LogAttrs(sctx, slog.LevelError, "idem: escalating after a panic failed", slog.String("key", redact(lease.Key())), slog.Any("error", err))
+		} else {
+			ev.Settlement = "escalated"
+			if err := lease.Escalate(sctx, fmt.Sprintf("handler panicked: %v", v)); err != nil && !errors.Is(err, ErrLeaseLost) {
+				ev.Settlement = "failed"
+				m.cfg.Logger.LogAttrs(sctx, slog.LevelError, "idem: escalating after a panic failed", slog.String("key", redact(lease.Key())), slog.Any("error", err))
+			}
 		}
 		panic(v)
 	}()
@@ -468,9 +479,9 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol 
 		// The client left; the answer must still be stored.
 		ctx = context.WithoutCancel(ctx)
 	}
-	settlement = m.settle(ctx, cw, lease, pol)
+	ev.Settlement = m.settle(ctx, cw, lease, pol)
 	cw.finish()
-	return cw.finalStatus(), settlement
+	ev.Status = cw.finalStatus()
 }
 
 // readLimited reads body into buf, up to limit bytes. over reports a body

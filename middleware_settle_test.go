@@ -1,0 +1,131 @@
+package idem_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// completeFails is a store that goes down between the reservation and the
+// completion: every Complete fails as an unreachable server would.
+type completeFails struct{ *idemmem.Store }
+
+func (completeFails) Complete(context.Context, idemstore.CompleteParams) error {
+	return fmt.Errorf("dial tcp 127.0.0.1:1: connection refused: %w", idemstore.ErrUnavailable)
+}
+
+// TestMiddlewareCompleteFails: when the answer cannot be stored, the client
+// still gets it, the key stays pending, and no retry runs the handler again:
+// 409 in flight while the lease lasts, then needs review (External, the
+// default), because the operation may have happened.
+func TestMiddlewareCompleteFails(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	mem := idemmem.MustNew(idemmem.Config{})
+	t.Cleanup(func() { mem.Close() })
+	e, err := idem.NewEngine(completeFails{mem}, idem.EngineConfig{Now: clk.Now, Lease: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		events []idem.Event
+		runs   int
+	)
+	mw := idem.Middleware(e, idem.Config{Scope: userScope, OnOutcome: func(ev idem.Event) {
+		mu.Lock()
+		events = append(events, ev)
+		mu.Unlock()
+	}})
+	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		runs++
+		mu.Unlock()
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"charged":true}`)
+	}))
+	post := func() *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{}`))
+		r.Header.Set("X-User", "alice")
+		r.Header.Set(idem.HeaderName, "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	if w := post(); w.Code != http.StatusCreated || w.Body.String() != `{"charged":true}` {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	mu.Lock()
+	if ev := events[0]; ev.Outcome != "acquired" || ev.Settlement != "failed" || ev.Status != http.StatusCreated {
+		t.Errorf("event %+v, want acquired/failed/201", ev)
+	}
+	mu.Unlock()
+	if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != "in_flight" {
+		t.Fatalf("retry within the lease: %d %s", w.Code, w.Body)
+	}
+	clk.Advance(2 * time.Minute)
+	if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != "needs_review" {
+		t.Fatalf("retry after the lease: %d %s", w.Code, w.Body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if runs != 1 {
+		t.Fatalf("handler ran %d times", runs)
+	}
+}
+
+// TestMiddlewareSettlements checks Event.Settlement, which metrics count,
+// for each way an acquired request ends.
+func TestMiddlewareSettlements(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, want string
+		kind       idem.Kind
+		handler    func(w http.ResponseWriter, r *http.Request)
+	}{
+		{"completed", "completed", idem.External, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) }},
+		{"released on 503", "released", idem.External, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(503) }},
+		{"streamed", "not_replayable", idem.External, func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "chunk")
+			w.(http.Flusher).Flush()
+		}},
+		{"handler settled it", "handler", idem.External, func(w http.ResponseWriter, r *http.Request) {
+			if err := idem.LeaseFrom(r.Context()).Release(r.Context()); err != nil {
+				panic(err)
+			}
+			w.WriteHeader(409)
+		}},
+		{"panic, external", "escalated", idem.External, func(w http.ResponseWriter, r *http.Request) { panic("boom") }},
+		{"panic, transactional", "released", idem.Transactional, func(w http.ResponseWriter, r *http.Request) { panic("boom") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var got []string
+			var mu sync.Mutex
+			f := newFixture(t, idem.Config{Policy: idem.Policy{Kind: tc.kind}, OnOutcome: func(ev idem.Event) {
+				mu.Lock()
+				got = append(got, ev.Outcome+"/"+ev.Settlement)
+				mu.Unlock()
+			}}, idem.EngineConfig{}, func(_ *fixture, w http.ResponseWriter, r *http.Request) { tc.handler(w, r) })
+			func() {
+				defer func() { _ = recover() }()
+				f.do(call{key: "k"})
+			}()
+			mu.Lock()
+			defer mu.Unlock()
+			if len(got) != 1 || got[0] != "acquired/"+tc.want {
+				t.Fatalf("events %v, want [acquired/%s]", got, tc.want)
+			}
+		})
+	}
+}
