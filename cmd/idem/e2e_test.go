@@ -68,6 +68,17 @@ func newUpstream(t *testing.T) *upstream {
 			fmt.Sscanf(strings.TrimPrefix(r.URL.Path, "/status/"), "%d", &code)
 			w.WriteHeader(code)
 			fmt.Fprintf(w, "status %d, run %d", code, n)
+		case r.URL.Path == "/truncate":
+			// Promise 100 bytes, send 10, and lose the connection.
+			w.Header().Set("Content-Length", "100")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "0123456789")
+			http.NewResponseController(w).Flush()
+			conn, _, err := http.NewResponseController(w).Hijack()
+			if err == nil {
+				conn.(*net.TCPConn).SetLinger(0)
+				conn.Close()
+			}
 		case r.URL.Path == "/reset":
 			conn, _, err := http.NewResponseController(w).Hijack()
 			if err == nil {
@@ -362,6 +373,45 @@ func TestResetAfterSendNeedsReview(t *testing.T) {
 	want(t, "retry status", a.status, 409)
 	want(t, "retry problem", a.problemType(), "needs-review")
 	want(t, "upstream runs", up.runs("/reset"), 1)
+}
+
+// TestTruncatedAnswerNeedsReview: an upstream that answers and then loses
+// the connection in the middle of its body ran the request, but its answer
+// is lost; the client gets no answer, the key needs review, and nothing
+// runs twice.
+func TestTruncatedAnswerNeedsReview(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--admin", "127.0.0.1:0")
+	req, _ := http.NewRequest("POST", "http://"+p.addr+"/truncate", strings.NewReader(`{}`))
+	req.Header.Set("Idempotency-Key", "k")
+	req.Header.Set("Content-Type", "application/json") // as do sends it: the same request
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err == nil {
+			t.Fatalf("a truncated upstream answer reached the client whole: %d %q", resp.StatusCode, b)
+		}
+	}
+	a := do(t, "POST", "http://"+p.addr+"/truncate", "k", `{}`)
+	want(t, "retry status", a.status, 409)
+	want(t, "retry problem", a.problemType(), "needs-review")
+	want(t, "upstream runs", up.runs("/truncate"), 1)
+	metrics := do(t, "GET", "http://"+p.admin+"/metrics", "", "").body
+	if !strings.Contains(metrics, `idem_proxy_requests_total{outcome="acquired",settlement="escalated"} 1`) {
+		t.Errorf("metrics do not count the escalated request:\n%s", grepLines(metrics, "idem_proxy_requests_total"))
+	}
+}
+
+// grepLines returns the lines of s that contain substr.
+func grepLines(s, substr string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }
 
 // TestUpstreamTimeoutNeedsReview: an upstream that has the request but does
