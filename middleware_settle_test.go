@@ -129,3 +129,43 @@ func TestMiddlewareSettlements(t *testing.T) {
 		})
 	}
 }
+
+// TestMiddlewareClientGone: a client that gives up while the handler runs
+// (a phone timing out) does not lose the answer: the handler finishes, the
+// answer is stored, and the retry replays it without a second run.
+func TestMiddlewareClientGone(t *testing.T) {
+	t.Parallel()
+	started := make(chan struct{})
+	f := newFixture(t, idem.Config{}, idem.EngineConfig{}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
+		if f.runs.Load() == 1 {
+			close(started)
+			<-r.Context().Done() // the client is gone; the charge goes through anyway
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"charged":true}`)
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":100,"currency":"usd"}`)).WithContext(ctx)
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("X-User", "alice")
+	r.Header.Set(idem.HeaderName, "k")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f.h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	select {
+	case <-started:
+	case <-done:
+		t.Fatal("the handler did not run")
+	}
+	cancel()
+	<-done
+	w := f.do(call{key: "k"})
+	if w.Code != http.StatusCreated || w.Body.String() != `{"charged":true}` || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry after the client left: %d %q %v", w.Code, w.Body, w.Header())
+	}
+	if n := f.runs.Load(); n != 1 {
+		t.Fatalf("handler ran %d times", n)
+	}
+}
