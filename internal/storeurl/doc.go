@@ -7,8 +7,9 @@
 //	postgres://user:pass@host:5432/db?sslmode=disable   (or postgresql://;
 //	                               &schema=NAME keeps idem's table in NAME, default public)
 //	mysql://user:pass@tcp(host:3306)/db
-//	redis://:pass@host:6379/0      (rediss:// for TLS)
-//	redis+cluster://h1:7000,h2:7001
+//	redis://:pass@host:6379/0      (rediss:// for TLS; ?prefix=NAME starts idem's
+//	                               keys, default idem)
+//	redis+cluster://h1:7000,h2:7001   (?prefix=NAME too)
 //
 // Drivers take handles, never URLs; this package is the one place that
 // parses connection strings.

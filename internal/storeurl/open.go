@@ -147,7 +147,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 			c.Close()
 			return nil, nil, err
 		}
-		s, err := idemredis.New(c, idemredis.Config{})
+		s, err := idemredis.New(c, idemredis.Config{Prefix: t.redisPfx})
 		if err != nil {
 			c.Close()
 			return nil, nil, err

@@ -40,6 +40,7 @@ type Target struct {
 	my         *mysql.Config
 	redis      *redis.Options
 	cluster    *redis.ClusterOptions
+	redisPfx   string
 }
 
 // Parse checks rawURL and returns what it names, without connecting.
@@ -67,10 +68,10 @@ func Parse(rawURL string) (*Target, error) {
 		t.my, err = parseMySQL(rest)
 	case "redis", "rediss", "unix":
 		t.Kind = KindRedis
-		t.redis, err = redis.ParseURL(rawURL)
+		err = t.parseRedis(rawURL)
 	case "redis+cluster", "rediss+cluster":
 		t.Kind = KindRedisCluster
-		t.cluster, err = parseCluster(scheme, rest)
+		t.cluster, t.redisPfx, err = parseCluster(scheme, rest)
 	default:
 		return nil, fmt.Errorf("store URL %s: unknown scheme %q; use sqlite, memory, postgres, mysql, redis or redis+cluster", t.Redacted, scheme)
 	}
@@ -123,22 +124,58 @@ func (t *Target) parseSQLite(rest string) error {
 // public); it is taken out before pgx sees the URL, since pgx would send it
 // to the server as a setting.
 func (t *Target) parsePostgres(rawURL string) error {
-	u, err := url.Parse(rawURL)
+	rawURL, schema, err := takeParam(rawURL, "schema", "public")
 	if err != nil {
 		return err
 	}
-	q := u.Query()
-	if vs, ok := q["schema"]; ok {
-		t.pgSchema = vs[len(vs)-1]
-		if t.pgSchema == "" {
-			return fmt.Errorf("schema must not be empty; leave it out for the default, public")
-		}
-		q.Del("schema")
-		u.RawQuery = q.Encode()
-		rawURL = u.String()
-	}
+	t.pgSchema = schema
 	t.pg, err = pgxpool.ParseConfig(rawURL)
 	return err
+}
+
+// parseRedis reads a go-redis URL. Its one parameter of idem's own, prefix,
+// starts every Redis key the store uses (default idem); it is taken out
+// before go-redis, which refuses parameters it does not know.
+func (t *Target) parseRedis(rawURL string) error {
+	rawURL, prefix, err := takeParam(rawURL, "prefix", "idem")
+	if err != nil {
+		return err
+	}
+	t.redisPfx = prefix
+	t.redis, err = redis.ParseURL(rawURL)
+	return err
+}
+
+// takeParam removes the query parameter name from rawURL and returns the
+// URL without it and its value ("" when absent). An empty value is an
+// error that names the default.
+func takeParam(rawURL, name, dflt string) (string, string, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", "", err
+	}
+	q := u.Query()
+	v, err := popParam(q, name, dflt)
+	if err != nil || v == "" {
+		return rawURL, "", err
+	}
+	u.RawQuery = q.Encode()
+	return u.String(), v, nil
+}
+
+// popParam removes the parameter name from q and returns its value ("" when
+// absent). An empty value is an error that names the default.
+func popParam(q url.Values, name, dflt string) (string, error) {
+	vs, ok := q[name]
+	if !ok {
+		return "", nil
+	}
+	v := vs[len(vs)-1]
+	if v == "" {
+		return "", fmt.Errorf("%s must not be empty; leave it out for the default, %s", name, dflt)
+	}
+	q.Del(name)
+	return v, nil
 }
 
 // parseMySQL reads a go-sql-driver DSN after the mysql:// scheme.
@@ -163,8 +200,8 @@ func parseMySQL(dsn string) (*mysql.Config, error) {
 }
 
 // parseCluster reads [user:pass@]h1:p1,h2:p2[?param=…] (the parameters of
-// redis.ParseClusterURL).
-func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
+// redis.ParseClusterURL, and prefix, as for redis://).
+func parseCluster(scheme, rest string) (opts *redis.ClusterOptions, prefix string, err error) {
 	hosts, query, _ := strings.Cut(rest, "?")
 	userinfo := ""
 	if i := strings.LastIndexByte(hosts, '@'); i >= 0 {
@@ -172,12 +209,12 @@ func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
 	}
 	hosts = strings.TrimSuffix(hosts, "/")
 	if hosts == "" {
-		return nil, fmt.Errorf("redis+cluster:// needs at least one host:port, as in redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+		return nil, "", fmt.Errorf("redis+cluster:// needs at least one host:port, as in redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
 	}
 	addrs := strings.Split(hosts, ",")
 	for _, a := range addrs {
 		if _, port, ok := strings.Cut(a, ":"); !ok || port == "" || a == "" {
-			return nil, fmt.Errorf("cluster node %q is not host:port", a)
+			return nil, "", fmt.Errorf("cluster node %q is not host:port", a)
 		}
 	}
 	base := "redis"
@@ -186,10 +223,12 @@ func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
 	}
 	q := url.Values{}
 	if query != "" {
-		var err error
 		if q, err = url.ParseQuery(query); err != nil {
-			return nil, err
+			return nil, "", err
 		}
+	}
+	if prefix, err = popParam(q, "prefix", "idem"); err != nil {
+		return nil, "", err
 	}
 	for _, a := range addrs[1:] {
 		q.Add("addr", a)
@@ -198,7 +237,8 @@ func parseCluster(scheme, rest string) (*redis.ClusterOptions, error) {
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
-	return redis.ParseClusterURL(u)
+	opts, err = redis.ParseClusterURL(u)
+	return opts, prefix, err
 }
 
 // Redact returns rawURL with any password replaced by "xxxxx", for logs

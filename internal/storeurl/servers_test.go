@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/testenv"
@@ -97,5 +98,42 @@ func TestOpenPostgresSchema(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%s.idem_records holds %d records for the key, want 1", schema, n)
+	}
+}
+
+// TestOpenRedisPrefix checks that ?prefix= starts the Redis keys the store
+// writes.
+func TestOpenRedisPrefix(t *testing.T) {
+	t.Parallel()
+	base := testenv.Getenv(t, "IDEM_TEST_REDIS_URL")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := fmt.Sprintf("storeurl%d", time.Now().UnixNano())
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	s, closeFn, err := Open(ctx, base+sep+"prefix="+prefix, Options{})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer closeFn()
+	now := time.Now()
+	key := idemstore.Key{Scope: "storeurl-test", Operation: "POST /x", Key: "prefix"}
+	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
+		t.Fatalf("Reserve = %v, %v", created, err)
+	}
+	opts, err := redis.ParseURL(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(opts)
+	defer c.Close()
+	keys, err := c.Keys(ctx, prefix+":*").Result()
+	if err != nil || len(keys) != 1 {
+		t.Fatalf("keys under %s: %v, %v; want the one record", prefix, keys, err)
+	}
+	if err := s.Release(ctx, key, "t"); err != nil {
+		t.Fatalf("Release: %v", err)
 	}
 }

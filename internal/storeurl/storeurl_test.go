@@ -48,6 +48,16 @@ func TestParse(t *testing.T) {
 			}
 		}},
 		{url: "postgres://127.0.0.1/x?schema=", wantErr: "schema must not be empty"},
+		{url: "redis://127.0.0.1:6379/1?prefix=payments&dial_timeout=2s", kind: KindRedis, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.redisPfx, "payments")
+			eq(t, tg.redis.DB, 1)
+			eq(t, tg.redis.DialTimeout.String(), "2s")
+		}},
+		{url: "redis://127.0.0.1:6379/0?prefix=", wantErr: "prefix must not be empty"},
+		{url: "redis+cluster://127.0.0.1:7000,127.0.0.1:7001?prefix=payments", kind: KindRedisCluster, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.redisPfx, "payments")
+			eq(t, len(tg.cluster.Addrs), 2)
+		}},
 		{url: "postgres://u:secret@127.0.0.1:notaport/x", wantErr: "postgres"},
 		{url: "mysql://u:p@ss@tcp(127.0.0.1:3306)/idem?timeout=2s", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
 			eq(t, tg.my.User, "u")
