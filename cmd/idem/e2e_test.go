@@ -217,6 +217,16 @@ func want(t *testing.T, what string, got, wantV any) {
 
 func sqliteStore(t *testing.T) string { return "sqlite://" + filepath.Join(t.TempDir(), "idem.db") }
 
+// writeConfig writes a YAML config file for idem serve and returns its path.
+func writeConfig(t *testing.T, yaml string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "idem.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
 func TestProtocol(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
@@ -435,14 +445,12 @@ func grepLines(s, substr string) string {
 func TestAmbiguousReleaseRoute(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
-	path := filepath.Join(t.TempDir(), "idem.yaml")
-	os.WriteFile(path, []byte(fmt.Sprintf(`upstream: %s
+	p := startProxy(t, "--config", writeConfig(t, fmt.Sprintf(`upstream: %s
 store: %s
 routes:
   - match: POST /reset
     ambiguous: release
-`, up.URL, sqliteStore(t))), 0o600)
-	p := startProxy(t, "--config", path)
+`, up.URL, sqliteStore(t))))
 	for i := 1; i <= 2; i++ {
 		a := do(t, "POST", "http://"+p.addr+"/reset", "k", `{}`)
 		want(t, "status", a.status, 502)
@@ -490,12 +498,8 @@ func TestTwoProcessesShareServerStore(t *testing.T) {
 	t.Parallel()
 	schema := fmt.Sprintf("e2e_%d", time.Now().UnixNano())
 	pg := testenv.Getenv(t, "IDEM_TEST_POSTGRES_URL")
-	sep := "?"
-	if strings.Contains(pg, "?") {
-		sep = "&"
-	}
 	stores := []struct{ name, url string }{
-		{"postgres", pg + sep + "schema=" + schema},
+		{"postgres", testenv.WithParam(pg, "schema", schema)},
 		{"mysql", "mysql://" + testenv.Getenv(t, "IDEM_TEST_MYSQL_DSN")},
 		{"redis", testenv.Getenv(t, "IDEM_TEST_REDIS_URL")},
 		{"redis-cluster", "redis+cluster://" + testenv.Getenv(t, "IDEM_TEST_REDIS_CLUSTER")},
@@ -643,16 +647,14 @@ func TestConfigErrors(t *testing.T) {
 func TestConfigRoutes(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
-	path := filepath.Join(t.TempDir(), "idem.yaml")
-	os.WriteFile(path, []byte(fmt.Sprintf(`upstream: %s
+	p := startProxy(t, "--config", writeConfig(t, fmt.Sprintf(`upstream: %s
 store: %s
 routes:
   - match: POST /webhooks/
     disabled: true
   - match: PUT /items/{id}
     exclude_fields: [/ts]
-`, up.URL, sqliteStore(t))), 0o600)
-	p := startProxy(t, "--config", path)
+`, up.URL, sqliteStore(t))))
 	base := "http://" + p.addr
 	do(t, "POST", base+"/webhooks/a", "", `{}`)
 	do(t, "POST", base+"/webhooks/a", "", `{}`)

@@ -3,7 +3,6 @@ package storeurl
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -38,11 +37,7 @@ func TestOpenServers(t *testing.T) {
 				t.Fatalf("Open(%s): %v", Redact(u), err)
 			}
 			defer closeFn()
-			now := time.Now()
-			key := idemstore.Key{Scope: "storeurl-test", Operation: "POST /x", Key: fmt.Sprint(now.UnixNano())}
-			if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
-				t.Fatalf("Reserve = %v, %v", created, err)
-			}
+			key := reserveOne(ctx, t, s, fmt.Sprint(time.Now().UnixNano()))
 			if err := s.Release(ctx, key, "t"); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
@@ -78,20 +73,12 @@ func TestOpenPostgresSchema(t *testing.T) {
 		}
 	})
 
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	s, closeFn, err := Open(ctx, base+sep+"schema="+schema, Options{Migrate: true})
+	s, closeFn, err := Open(ctx, testenv.WithParam(base, "schema", schema), Options{Migrate: true})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer closeFn()
-	now := time.Now()
-	key := idemstore.Key{Scope: "storeurl-test", Operation: "POST /x", Key: "schema"}
-	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
-		t.Fatalf("Reserve = %v, %v", created, err)
-	}
+	reserveOne(ctx, t, s, "schema")
 	var n int
 	if err := admin.QueryRow(ctx, "SELECT count(*) FROM "+schema+".idem_records WHERE key = $1", "schema").Scan(&n); err != nil {
 		t.Fatalf("reading %s.idem_records: %v", schema, err)
@@ -109,20 +96,12 @@ func TestOpenRedisPrefix(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	prefix := fmt.Sprintf("storeurl%d", time.Now().UnixNano())
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	s, closeFn, err := Open(ctx, base+sep+"prefix="+prefix, Options{})
+	s, closeFn, err := Open(ctx, testenv.WithParam(base, "prefix", prefix), Options{})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
 	defer closeFn()
-	now := time.Now()
-	key := idemstore.Key{Scope: "storeurl-test", Operation: "POST /x", Key: "prefix"}
-	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
-		t.Fatalf("Reserve = %v, %v", created, err)
-	}
+	key := reserveOne(ctx, t, s, "prefix")
 	opts, err := redis.ParseURL(base)
 	if err != nil {
 		t.Fatal(err)
@@ -136,4 +115,16 @@ func TestOpenRedisPrefix(t *testing.T) {
 	if err := s.Release(ctx, key, "t"); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
+}
+
+// reserveOne reserves the key named name through s, with token "t", and
+// returns it.
+func reserveOne(ctx context.Context, t *testing.T, s idemstore.Store, name string) idemstore.Key {
+	t.Helper()
+	now := time.Now()
+	key := idemstore.Key{Scope: "storeurl-test", Operation: "POST /x", Key: name}
+	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
+		t.Fatalf("Reserve = %v, %v", created, err)
+	}
+	return key
 }

@@ -4,7 +4,9 @@ package testenv
 
 import (
 	"io"
+	"net/url"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -48,4 +50,13 @@ func CaptureStdout(tb testing.TB, f func()) string {
 	os.Stdout = saved
 	w.Close()
 	return <-out
+}
+
+// WithParam returns the URL u with the query parameter name=value added.
+func WithParam(u, name, value string) string {
+	sep := "?"
+	if strings.Contains(u, "?") {
+		sep = "&"
+	}
+	return u + sep + url.QueryEscape(name) + "=" + url.QueryEscape(value)
 }

@@ -50,3 +50,14 @@ func TestCaptureStdout(t *testing.T) {
 		t.Fatalf("os.Stdout not restored: %v", os.Stdout)
 	}
 }
+
+func TestWithParam(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"postgres://h/db", "postgres://h/db?schema=a+b"},
+		{"postgres://h/db?sslmode=disable", "postgres://h/db?sslmode=disable&schema=a+b"},
+	} {
+		if got := testenv.WithParam(tc.in, "schema", "a b"); got != tc.want {
+			t.Errorf("WithParam(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
