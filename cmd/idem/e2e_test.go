@@ -314,6 +314,19 @@ func TestProtocol(t *testing.T) {
 }
 
 // waitRuns waits until the upstream ran path n times.
+// waitReady waits until the proxy's /readyz says its store answers (a
+// server store that is slow to connect at start is retried in the
+// background).
+func waitReady(t *testing.T, p *proxy) {
+	t.Helper()
+	for i := 0; do(t, "GET", "http://"+p.admin+"/readyz", "", "").status != http.StatusOK; i++ {
+		if i > 300 {
+			t.Fatalf("the proxy's store never became ready:\n%s", p.log())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func waitRuns(t *testing.T, up *upstream, path string, n int) {
 	t.Helper()
 	for i := 0; up.runs(path) < n; i++ {
@@ -513,8 +526,10 @@ func TestTwoProcessesShareServerStore(t *testing.T) {
 		t.Run(st.name, func(t *testing.T) {
 			t.Parallel()
 			up := newUpstream(t)
-			p1 := startProxy(t, "--upstream", up.URL, "--store", st.url)
-			p2 := startProxy(t, "--upstream", up.URL, "--store", st.url)
+			p1 := startProxy(t, "--upstream", up.URL, "--store", st.url, "--admin", "127.0.0.1:0")
+			p2 := startProxy(t, "--upstream", up.URL, "--store", st.url, "--admin", "127.0.0.1:0")
+			waitReady(t, p1)
+			waitReady(t, p2)
 			key := fmt.Sprintf("e2e-%s-%d", st.name, time.Now().UnixNano()) // the servers outlive this run
 			proxies := []*proxy{p1, p2}
 			statuses := concurrentlyWithKey(t, 20, key, func(i int) string {
