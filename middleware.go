@@ -302,20 +302,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	if err := checkKeyLengths(Key{Scope: scope, Operation: op}); err != nil {
-		// A long operation comes from a long path (414); a long scope from
-		// whatever Config.Scope reads off the request.
-		p := Problem{Type: ProblemTooLong, Title: "Request path too long", Status: http.StatusRequestURITooLong, Key: key,
-			Detail: fmt.Sprintf("The request path is longer than the %d bytes idem keeps for an operation.", MaxOperationLength)}
-		if len(op) <= MaxOperationLength {
-			p.Title, p.Status = "Scope too long", http.StatusBadRequest
-			p.Detail = fmt.Sprintf("The request's scope is longer than the %d bytes idem keeps.", MaxScopeLength)
-		}
-		ev.Outcome = "too_long"
-		ev.Status = m.problem(w, ev.Outcome, p)
-		return
-	}
-
 	// Read the body for the fingerprint; the handler reads it again.
 	st := getState()
 	defer putState(st)
@@ -356,6 +342,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			ev.Outcome, ev.Status = "canceled", 499
 			return // the client is gone; nobody to answer
+		}
+		if errors.Is(err, ErrTooLong) {
+			// A long operation comes from a long path (414); a long scope
+			// from whatever Config.Scope reads off the request.
+			p := Problem{Type: ProblemTooLong, Title: "Request path too long", Status: http.StatusRequestURITooLong, Key: key,
+				Detail: fmt.Sprintf("The request path is longer than the %d bytes idem keeps for an operation.", MaxOperationLength)}
+			if len(op) <= MaxOperationLength {
+				p.Title, p.Status = "Scope too long", http.StatusBadRequest
+				p.Detail = fmt.Sprintf("The request's scope is longer than the %d bytes idem keeps.", MaxScopeLength)
+			}
+			ev.Outcome = "too_long"
+			ev.Status = m.problem(w, ev.Outcome, p)
+			return
 		}
 		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store unavailable",
 			slog.String("operation", op), slog.Any("error", err), slog.Bool("fail_open", m.cfg.FailOpen))

@@ -466,6 +466,11 @@ func TestMiddlewareTooLong(t *testing.T) {
 	if w := f.do(call{method: http.MethodGet, path: long}); w.Code != http.StatusCreated || f.runs.Load() != 1 {
 		t.Fatalf("GET with a long path: %d, runs %d", w.Code, f.runs.Load())
 	}
+	// FailOpen is for an unreachable store, not for a request idem refuses.
+	open := newFixture(t, idem.Config{FailOpen: true}, idem.EngineConfig{}, paymentHandler)
+	if w := open.do(call{key: "k", path: long}); w.Code != http.StatusRequestURITooLong || open.runs.Load() != 0 {
+		t.Fatalf("long path with FailOpen: %d, runs %d", w.Code, open.runs.Load())
+	}
 }
 
 // failingStore fails every call as an unreachable server would.
