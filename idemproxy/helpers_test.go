@@ -20,14 +20,8 @@ type testProxy struct {
 	store *idemmem.Store
 }
 
-// frontOf starts an upstream running api, which counts its runs, and a
-// proxy in front of it on a memory store. It returns the proxy's URL and
-// the count.
-func frontOf(t *testing.T, api http.HandlerFunc) (string, *atomic.Int32) {
-	tp := newTestProxy(t, api)
-	return tp.url, tp.runs
-}
-
+// newTestProxy starts an upstream running api, which counts its runs, and
+// a proxy in front of it on a memory store.
 func newTestProxy(t *testing.T, api http.HandlerFunc) *testProxy {
 	t.Helper()
 	tp := &testProxy{runs: new(atomic.Int32)}

@@ -14,11 +14,11 @@ import (
 // the upstream, while an unprotected one still passes.
 func TestLongPath(t *testing.T) {
 	t.Parallel()
-	front, runs := frontOf(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
+	tp := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 
 	path := "/orders/" + strings.Repeat("o", idem.MaxOperationLength)
 	do := func(method string) *http.Response {
-		req, _ := http.NewRequest(method, front+path, strings.NewReader("{}"))
+		req, _ := http.NewRequest(method, tp.url+path, strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -34,10 +34,10 @@ func TestLongPath(t *testing.T) {
 			t.Fatalf("POST with a long path: %d, outcome %q", resp.StatusCode, resp.Header.Get("Idempotency-Outcome"))
 		}
 	}
-	if runs.Load() != 0 {
-		t.Fatalf("upstream ran %d times for refused requests", runs.Load())
+	if tp.runs.Load() != 0 {
+		t.Fatalf("upstream ran %d times for refused requests", tp.runs.Load())
 	}
-	if resp := do(http.MethodGet); resp.StatusCode != http.StatusOK || runs.Load() != 1 {
-		t.Fatalf("GET with a long path: %d, upstream runs %d", resp.StatusCode, runs.Load())
+	if resp := do(http.MethodGet); resp.StatusCode != http.StatusOK || tp.runs.Load() != 1 {
+		t.Fatalf("GET with a long path: %d, upstream runs %d", resp.StatusCode, tp.runs.Load())
 	}
 }

@@ -12,7 +12,7 @@ import (
 // and replayed, while an event stream streams and is not replayable.
 func TestChunkedAnswersReplay(t *testing.T) {
 	t.Parallel()
-	front, runs := frontOf(t, func(w http.ResponseWriter, r *http.Request) {
+	tp := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/events" {
 			w.Header().Set("Content-Type", "text/event-stream")
 		}
@@ -21,7 +21,7 @@ func TestChunkedAnswersReplay(t *testing.T) {
 		io.WriteString(w, "chunk 2\n")
 	})
 	post := func(path string) (int, string, http.Header) {
-		req, _ := http.NewRequest("POST", front+path, strings.NewReader("{}"))
+		req, _ := http.NewRequest("POST", tp.url+path, strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k"+path)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -43,7 +43,7 @@ func TestChunkedAnswersReplay(t *testing.T) {
 	if code, _, h := post("/events"); code != 409 || h.Get("Idempotency-Outcome") != "not_replayable" {
 		t.Fatalf("event stream retry: %d %v", code, h)
 	}
-	if runs.Load() != 2 {
-		t.Fatalf("upstream ran %d times, want 2", runs.Load())
+	if tp.runs.Load() != 2 {
+		t.Fatalf("upstream ran %d times, want 2", tp.runs.Load())
 	}
 }
