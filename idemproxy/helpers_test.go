@@ -1,6 +1,7 @@
 package idemproxy_test
 
 import (
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -44,4 +45,22 @@ func newTestProxy(t *testing.T, api http.HandlerFunc) *testProxy {
 	t.Cleanup(front.Close)
 	tp.url = front.URL
 	return tp
+}
+
+// send sends method path to the proxy with Idempotency-Key key and body
+// (nil: none), and returns the response and its body, read whole.
+func (tp *testProxy) send(t *testing.T, method, path, key string, body io.Reader) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(method, tp.url+path, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
 }

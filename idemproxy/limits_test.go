@@ -18,14 +18,7 @@ func TestLongPath(t *testing.T) {
 
 	path := "/orders/" + strings.Repeat("o", idem.MaxOperationLength)
 	do := func(method string) *http.Response {
-		req, _ := http.NewRequest(method, tp.url+path, strings.NewReader("{}"))
-		req.Header.Set("Idempotency-Key", "k")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		resp, _ := tp.send(t, method, path, "k", strings.NewReader("{}"))
 		return resp
 	}
 	for range 2 {

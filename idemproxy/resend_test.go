@@ -44,14 +44,7 @@ func TestNoSilentResendOfBodilessRequests(t *testing.T) {
 		io.WriteString(w, "ok")
 	})
 	post := func(path, key string) int {
-		req, _ := http.NewRequest(http.MethodPost, tp.url+path, nil) // no body
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
+		resp, _ := tp.send(t, http.MethodPost, path, key, nil) // no body
 		return resp.StatusCode
 	}
 	// A warm-up request leaves a keep-alive connection to the upstream, and

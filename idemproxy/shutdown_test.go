@@ -20,15 +20,8 @@ func TestShutdownReleasesUnforwarded(t *testing.T) {
 	tp := newTestProxy(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
 	tp.proxy.BeginShutdown()
 
-	req, _ := http.NewRequest(http.MethodPost, tp.url+"/pay", strings.NewReader("{}"))
-	req.Header.Set("Idempotency-Key", "k")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "#shutting-down") {
+	resp, body := tp.send(t, http.MethodPost, "/pay", "k", strings.NewReader("{}"))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(body, "#shutting-down") {
 		t.Fatalf("during shutdown: %d %v %s", resp.StatusCode, resp.Header, body)
 	}
 	if n := tp.runs.Load(); n != 0 {

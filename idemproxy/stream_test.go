@@ -21,15 +21,8 @@ func TestChunkedAnswersReplay(t *testing.T) {
 		io.WriteString(w, "chunk 2\n")
 	})
 	post := func(path string) (int, string, http.Header) {
-		req, _ := http.NewRequest("POST", tp.url+path, strings.NewReader("{}"))
-		req.Header.Set("Idempotency-Key", "k"+path)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), resp.Header
+		resp, body := tp.send(t, http.MethodPost, path, "k"+path, strings.NewReader("{}"))
+		return resp.StatusCode, body, resp.Header
 	}
 	for i := 0; i < 2; i++ {
 		code, body, h := post("/chunked")
