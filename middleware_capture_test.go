@@ -40,9 +40,13 @@ func (f *fixture) serve(t *testing.T) func(key string, trace *httptrace.ClientTr
 
 // A handler that hijacks the connection answers on its own; the key is then
 // completed as not replayable, and a retry gets 409, never a second run.
+// The client can read the hijacked answer before the middleware settles the
+// key, so the retry waits for the settlement.
 func TestMiddlewareHijack(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, idem.Config{}, idem.EngineConfig{}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
+	settled := make(chan idem.Event, 1)
+	cfg := idem.Config{OnOutcome: func(ev idem.Event) { settled <- ev }}
+	f := newFixture(t, cfg, idem.EngineConfig{}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
 		conn, rw, err := http.NewResponseController(w).Hijack()
 		if err != nil {
 			t.Errorf("Hijack through the middleware: %v", err)
@@ -55,6 +59,14 @@ func TestMiddlewareHijack(t *testing.T) {
 	post := f.serve(t)
 	if resp, body := post("k", nil); resp.StatusCode != 200 || body != "hijacked" {
 		t.Fatalf("hijacked answer: %d %q", resp.StatusCode, body)
+	}
+	select {
+	case ev := <-settled:
+		if ev.Settlement != "not_replayable" {
+			t.Fatalf("hijacked request settled as %q", ev.Settlement)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hijacked request was never settled")
 	}
 	resp, _ := post("k", nil)
 	if resp.StatusCode != http.StatusConflict || resp.Header.Get("Idempotency-Outcome") != "not_replayable" {
