@@ -1,17 +1,64 @@
 package idemmem
 
-import (
-	"time"
+import "time"
 
-	"github.com/idem-dev/idem/idemstore"
-)
-
-// expiryItem says that the record for key, completed with expiry at, may
-// be evicted from then on. An item can outlive its record (purged,
-// released after a restart of the key); eviction checks the record again.
+// expiryItem says that e, completed with expiry at and indexed under h,
+// may be evicted from then on. An item can outlive its record (purged, or
+// replaced after it expired); eviction then finds e gone and skips it.
 type expiryItem struct {
-	at  int64 // ExpiresAt in Unix nanoseconds
-	key idemstore.Key
+	at int64 // ExpiresAt in Unix nanoseconds
+	h  uint64
+	e  *entry
+}
+
+// expiryQueue orders expiryItems by at. Records are completed with a
+// retention that is usually the same for all of them, so items mostly
+// arrive in order: those go to a FIFO, where push and pop cost O(1). An item
+// that arrives earlier than the FIFO's last one (a shorter retention, a
+// clock step back) goes to a min-heap instead. The earliest item is at the
+// head of one of the two.
+type expiryQueue struct {
+	fifo []expiryItem // nondecreasing at, from head on
+	head int
+	heap expiryHeap
+}
+
+// len returns the number of items queued.
+func (q *expiryQueue) len() int { return len(q.fifo) - q.head + len(q.heap) }
+
+// push queues it.
+func (q *expiryQueue) push(it expiryItem) {
+	if n := len(q.fifo); n > q.head && it.at < q.fifo[n-1].at {
+		q.heap.push(it)
+		return
+	}
+	if q.head > 0 && len(q.fifo) == cap(q.fifo) {
+		// Reuse the popped space instead of growing.
+		n := copy(q.fifo, q.fifo[q.head:])
+		clear(q.fifo[n:])
+		q.fifo, q.head = q.fifo[:n], 0
+	}
+	q.fifo = append(q.fifo, it)
+}
+
+// due reports whether the earliest item is at or before n (Unix
+// nanoseconds).
+func (q *expiryQueue) due(n int64) bool {
+	return (q.head < len(q.fifo) && q.fifo[q.head].at <= n) || (len(q.heap) > 0 && q.heap[0].at <= n)
+}
+
+// pop removes and returns the earliest item. The queue must not be empty.
+func (q *expiryQueue) pop() expiryItem {
+	if q.head == len(q.fifo) || (len(q.heap) > 0 && q.heap[0].at < q.fifo[q.head].at) {
+		return q.heap.pop()
+	}
+	it := q.fifo[q.head]
+	q.fifo[q.head] = expiryItem{}
+	q.head++
+	if q.head == len(q.fifo) {
+		q.fifo, q.head = q.fifo[:0], 0
+	}
+	return it
 }
 
 // expiryHeap is a min-heap of expiryItems by at. It is written out instead
@@ -63,10 +110,10 @@ func (h *expiryHeap) pop() expiryItem {
 // nothing has expired.
 func (sh *shard) evictExpired(s *Store, now time.Time) {
 	n := now.UnixNano()
-	for len(sh.expiry) > 0 && sh.expiry[0].at <= n {
+	for sh.expiry.due(n) {
 		it := sh.expiry.pop()
-		if e, ok := sh.recs[it.key]; ok && expired(e, now) {
-			sh.drop(s, it.key)
+		if expired(it.e, now) {
+			sh.drop(s, it.h, it.e)
 		}
 	}
 }

@@ -11,18 +11,18 @@ import (
 // and wakes the key's waiters. The change runs under the shard lock. It
 // returns idemstore.ErrLeaseLost when the record is missing or not pending
 // under token.
-func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, change func(sh *shard, e *entry)) error {
+func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, change func(sh *shard, h uint64, e *entry)) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	sh := s.shardFor(key)
+	sh, h := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.recs[key]
-	if !ok || e.rec.State != idemstore.StatePending || e.rec.Token != token {
+	e := sh.lookup(h, key)
+	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != token {
 		return idemstore.ErrLeaseLost
 	}
-	change(sh, e)
+	change(sh, h, e)
 	sh.wake(key)
 	return nil
 }
@@ -38,25 +38,25 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 		return errNilResponse
 	}
 	resp := idemstore.EncodeResponse(p.Response) // outside the lock
-	return s.fenced(ctx, p.Key, p.Token, func(sh *shard, e *entry) {
+	return s.fenced(ctx, p.Key, p.Token, func(sh *shard, h uint64, e *entry) {
 		e.rec.State = idemstore.StateCompleted
 		e.resp = resp
 		e.rec.ExpiresAt = p.ExpiresAt.UTC()
-		sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), key: p.Key})
+		sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), h: h, e: e})
 	})
 }
 
 // Release deletes the record if it is still pending under token.
 func (s *Store) Release(ctx context.Context, key idemstore.Key, token string) error {
-	return s.fenced(ctx, key, token, func(sh *shard, _ *entry) {
-		sh.drop(s, key)
+	return s.fenced(ctx, key, token, func(sh *shard, h uint64, e *entry) {
+		sh.drop(s, h, e)
 	})
 }
 
 // Escalate moves a pending record to needs_review with p.Reason, fenced by
 // p.Token.
 func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
-	return s.fenced(ctx, p.Key, p.Token, func(_ *shard, e *entry) {
+	return s.fenced(ctx, p.Key, p.Token, func(_ *shard, _ uint64, e *entry) {
 		e.rec.State = idemstore.StateNeedsReview
 		e.rec.Reason = p.Reason
 	})
@@ -67,11 +67,11 @@ func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	sh := s.shardFor(p.Key)
+	sh, h := s.locate(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.recs[p.Key]
-	if !ok || e.rec.State != idemstore.StatePending || e.rec.Token != p.Token {
+	e := sh.lookup(h, p.Key)
+	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != p.Token {
 		return idemstore.ErrLeaseLost
 	}
 	// Nothing a waiter cares about changed, so nobody is woken.
@@ -85,11 +85,11 @@ func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error 
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	sh := s.shardFor(p.Key)
+	sh, h := s.locate(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.recs[p.Key]
-	if !ok || e.rec.State != idemstore.StatePending || e.rec.Token != p.OldToken || e.rec.LeaseUntil.After(p.Now) {
+	e := sh.lookup(h, p.Key)
+	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != p.OldToken || e.rec.LeaseUntil.After(p.Now) {
 		return idemstore.ErrLeaseLost
 	}
 	e.rec.Token = p.NewToken
@@ -113,18 +113,18 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	default:
 		return errors.New("idemmem: unknown ResolveAction")
 	}
-	sh := s.shardFor(p.Key)
+	sh, h := s.locate(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.recs[p.Key]
-	if !ok {
+	e := sh.lookup(h, p.Key)
+	if e == nil {
 		return idemstore.ErrNotFound
 	}
 	if e.rec.State != idemstore.StateNeedsReview {
 		return idemstore.ErrNotNeedsReview
 	}
 	if p.Action == idemstore.ResolveRelease {
-		sh.drop(s, p.Key)
+		sh.drop(s, h, e)
 	} else {
 		e.rec.State = idemstore.StateCompleted
 		e.resp = idemstore.EncodeResponse(p.Response)
@@ -132,7 +132,7 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		if p.Reason != "" {
 			e.rec.Reason = p.Reason
 		}
-		sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), key: p.Key})
+		sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), h: h, e: e})
 	}
 	sh.wake(p.Key)
 	return nil

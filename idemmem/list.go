@@ -21,11 +21,11 @@ func (s *Store) collect(keep func(*idemstore.Record) bool) []*idemstore.Record {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		for _, e := range sh.recs {
+		sh.each(func(e *entry) {
 			if keep(&e.rec) {
 				out = append(out, copyRecord(e))
 			}
-		}
+		})
 		sh.mu.Unlock()
 	}
 	slices.SortFunc(out, func(a, b *idemstore.Record) int { return compareKeys(a.Key, b.Key) })
@@ -84,10 +84,9 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 			}
 			n := 0
 			sh.mu.Lock()
-			for n < p.BatchSize && len(sh.expiry) > 0 && sh.expiry[0].at <= before {
+			for n < p.BatchSize && sh.expiry.due(before) {
 				it := sh.expiry.pop()
-				if e, ok := sh.recs[it.key]; ok && expired(e, p.Before) {
-					sh.drop(s, it.key)
+				if expired(it.e, p.Before) && sh.drop(s, it.h, it.e) {
 					n++
 				}
 			}

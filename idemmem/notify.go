@@ -16,7 +16,7 @@ func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct
 		return nil, nil, err
 	}
 	ch := make(chan struct{})
-	sh := s.shardFor(key)
+	sh, _ := s.locate(key)
 	sh.mu.Lock()
 	if s.closed.Load() { // Close has woken, or will not see, this shard's waiters
 		sh.mu.Unlock()

@@ -73,8 +73,9 @@ type Store struct {
 // shard is one locked partition of the store.
 type shard struct {
 	mu      sync.Mutex
-	recs    map[idemstore.Key]*entry
-	expiry  expiryHeap
+	recs    map[uint64]*entry // by key hash; see table.go
+	n       int               // records in recs
+	expiry  expiryQueue
 	waiters map[idemstore.Key][]chan struct{}
 	_       [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -87,7 +88,7 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, seed: maphash.MakeSeed(), shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1)}
 	for i := range s.shards {
-		s.shards[i].recs = make(map[idemstore.Key]*entry)
+		s.shards[i].recs = make(map[uint64]*entry)
 	}
 	return s, nil
 }
@@ -112,7 +113,8 @@ func (s *Store) Close() error {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		clear(sh.recs)
-		sh.expiry = nil
+		sh.n = 0
+		sh.expiry = expiryQueue{}
 		for k := range sh.waiters {
 			sh.wake(k)
 		}
@@ -129,7 +131,7 @@ func (s *Store) Len() int {
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		n += len(sh.recs)
+		n += sh.n
 		sh.mu.Unlock()
 	}
 	return n
@@ -140,15 +142,11 @@ func (s *Store) Capabilities() idemstore.Capabilities {
 	return idemstore.Capabilities{Notify: true}
 }
 
-func (s *Store) shardFor(k idemstore.Key) *shard {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(k.Scope)
-	h.WriteByte(0)
-	h.WriteString(k.Operation)
-	h.WriteByte(0)
-	h.WriteString(k.Key)
-	return &s.shards[h.Sum64()&s.mask]
+// locate returns the shard that holds k and k's hash, by which the shard
+// indexes it.
+func (s *Store) locate(k idemstore.Key) (*shard, uint64) {
+	h := maphash.Comparable(s.seed, k)
+	return &s.shards[h&s.mask], h
 }
 
 // check returns the error every method reports before touching state.
@@ -169,6 +167,7 @@ func (s *Store) check(ctx context.Context) error {
 type entry struct {
 	rec  idemstore.Record // Response is always nil here
 	resp []byte
+	next *entry // the next record whose key has the same hash
 }
 
 // expired reports whether e is a completed record that may be evicted at
@@ -200,11 +199,12 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 // reserve is one attempt of Reserve under the shard lock. full reports that
 // the record cap stopped it.
 func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstore.Record, created, full bool) {
-	sh := s.shardFor(p.Key)
+	sh, h := s.locate(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	sh.evictExpired(s, now)
-	old, replacing := sh.recs[p.Key]
+	old := sh.lookup(h, p.Key)
+	replacing := old != nil
 	if replacing && !expired(old, now) {
 		return copyRecord(old), false, false
 	}
@@ -229,7 +229,10 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 		CreatedAt:   now,
 	}
 	pair.out = pair.stored.rec
-	sh.recs[p.Key] = &pair.stored
+	if replacing {
+		sh.remove(h, old)
+	}
+	sh.insert(h, &pair.stored)
 	return &pair.out, true, false
 }
 
@@ -248,23 +251,26 @@ func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, 
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	sh := s.shardFor(key)
+	sh, h := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.recs[key]
-	if !ok {
+	e := sh.lookup(h, key)
+	if e == nil {
 		return nil, idemstore.ErrNotFound
 	}
 	return copyRecord(e), nil
 }
 
-// drop deletes the record for k, which the caller knows is there. The
-// caller holds sh.mu.
-func (sh *shard) drop(s *Store, k idemstore.Key) {
-	delete(sh.recs, k)
+// drop deletes e, whose key hashes to h, and reports whether it was still
+// there. The caller holds sh.mu.
+func (sh *shard) drop(s *Store, h uint64, e *entry) bool {
+	if !sh.remove(h, e) {
+		return false
+	}
 	if s.cfg.MaxRecords > 0 {
 		s.count.Add(-1)
 	}
+	return true
 }
 
 // errResolveNoResponse is returned by Resolve with ResolveComplete and no

@@ -1,0 +1,107 @@
+package idemmem
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Keys whose hashes collide share one chain; lookup, remove and each must
+// keep them apart. Real 64-bit collisions are too rare to meet in a test,
+// so the entries are put under one made-up hash.
+func TestTableCollisions(t *testing.T) {
+	sh := &shard{recs: make(map[uint64]*entry)}
+	const h = 42
+	es := make([]*entry, 4)
+	for i := range es {
+		es[i] = &entry{rec: idemstore.Record{Key: idemstore.Key{Scope: "s", Operation: "op", Key: string(rune('a' + i))}}}
+		sh.insert(h, es[i])
+	}
+	other := &entry{rec: idemstore.Record{Key: idemstore.Key{Scope: "s", Operation: "op", Key: "z"}}}
+	sh.insert(7, other)
+	if sh.n != 5 {
+		t.Fatalf("n = %d after 5 inserts", sh.n)
+	}
+	for _, e := range es {
+		if got := sh.lookup(h, e.rec.Key); got != e {
+			t.Fatalf("lookup %q: got %v", e.rec.Key.Key, got)
+		}
+	}
+	if got := sh.lookup(h, other.rec.Key); got != nil {
+		t.Fatal("lookup found a key under another hash")
+	}
+	// Remove from the middle, the head and the tail of the chain.
+	for _, i := range []int{1, 3, 0} {
+		if !sh.remove(h, es[i]) {
+			t.Fatalf("remove %d: not found", i)
+		}
+		if sh.lookup(h, es[i].rec.Key) != nil {
+			t.Fatalf("entry %d still found after remove", i)
+		}
+		if sh.remove(h, es[i]) {
+			t.Fatalf("entry %d removed twice", i)
+		}
+	}
+	if sh.lookup(h, es[2].rec.Key) != es[2] || sh.n != 2 {
+		t.Fatalf("survivor lost: n=%d", sh.n)
+	}
+	var seen []string
+	sh.each(func(e *entry) { seen = append(seen, e.rec.Key.Key) })
+	if len(seen) != 2 {
+		t.Fatalf("each visited %v", seen)
+	}
+	if !sh.remove(h, es[2]) || len(sh.recs) != 1 || sh.n != 1 {
+		t.Fatalf("after emptying the chain: %d hashes, n=%d", len(sh.recs), sh.n)
+	}
+}
+
+// An expiry item whose record was replaced after it expired must not
+// evict the record that replaced it.
+func TestEvictSkipsReplacedRecord(t *testing.T) {
+	s := MustNew(Config{Shards: 1})
+	k := idemstore.Key{Scope: "s", Operation: "op", Key: "k"}
+	sh, h := s.locate(k)
+	at := time.Unix(1_700_000_000, 0)
+	old := &entry{rec: idemstore.Record{Key: k, State: idemstore.StateCompleted, ExpiresAt: at}}
+	sh.insert(h, old)
+	sh.expiry.push(expiryItem{at: at.UnixNano(), h: h, e: old})
+	sh.remove(h, old)
+	fresh := &entry{rec: idemstore.Record{Key: k, State: idemstore.StateCompleted, ExpiresAt: at.Add(time.Hour)}}
+	sh.insert(h, fresh)
+	sh.evictExpired(s, at)
+	if sh.lookup(h, k) != fresh || sh.expiry.len() != 0 {
+		t.Fatalf("the replacing record was evicted, or the item kept: %d queued", sh.expiry.len())
+	}
+}
+
+// The expiry queue pops in order of at whether items arrived in order (the
+// FIFO) or not (the heap), and reuses the FIFO's popped space.
+func TestExpiryQueueOrder(t *testing.T) {
+	var q expiryQueue
+	ats := []int64{10, 20, 20, 30, 5, 25, 40, 1, 50}
+	for _, at := range ats {
+		q.push(expiryItem{at: at})
+	}
+	if q.len() != len(ats) || len(q.heap) != 3 {
+		t.Fatalf("len %d, %d in the heap; want %d, 3", q.len(), len(q.heap), len(ats))
+	}
+	var got []int64
+	for q.due(35) {
+		got = append(got, q.pop().at)
+	}
+	want := []int64{1, 5, 10, 20, 20, 25, 30}
+	if !slices.Equal(got, want) {
+		t.Fatalf("popped %v, want %v", got, want)
+	}
+	for i := int64(0); i < 1000; i++ {
+		q.push(expiryItem{at: 100 + i})
+		if q.pop().at > 100+i {
+			t.Fatal("pop skipped an item")
+		}
+	}
+	if q.len() != 2 || cap(q.fifo) > 64 {
+		t.Fatalf("len %d, fifo cap %d: popped space not reused", q.len(), cap(q.fifo))
+	}
+}
