@@ -17,12 +17,14 @@ func Example() {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	key := idemstore.Key{Scope: "user:42", Operation: "POST /payments", Key: "order-1001"}
 
-	rec, created, _ := store.Reserve(ctx, idemstore.ReserveParams{
+	// The first request reserves the key. A new record is not returned: it
+	// is what the caller asked for.
+	_, created, _ := store.Reserve(ctx, idemstore.ReserveParams{
 		Key: key, Fingerprint: "v1:abc", Token: "lease-1", LeaseUntil: now.Add(30 * time.Second), Now: now,
 	})
-	fmt.Println("first:", created, rec.State)
+	fmt.Println("first:", created)
 
-	rec, created, _ = store.Reserve(ctx, idemstore.ReserveParams{
+	rec, created, _ := store.Reserve(ctx, idemstore.ReserveParams{
 		Key: key, Fingerprint: "v1:abc", Token: "lease-2", LeaseUntil: now.Add(30 * time.Second), Now: now,
 	})
 	fmt.Println("retry while running:", created, rec.State, rec.Token)
@@ -38,7 +40,7 @@ func Example() {
 	err := store.Release(ctx, key, "lease-1")
 	fmt.Println("late release:", err)
 	// Output:
-	// first: true pending
+	// first: true
 	// retry while running: false pending lease-1
 	// retry after completion: completed 201 {"id":"pay_1"}
 	// late release: idem: lease lost

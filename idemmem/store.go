@@ -215,25 +215,19 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 			return nil, false, true
 		}
 	}
-	// One allocation holds the stored entry and the caller's copy.
-	pair := new(struct {
-		stored entry
-		out    idemstore.Record
-	})
-	pair.stored.rec = idemstore.Record{
+	e := &entry{rec: idemstore.Record{
 		Key:         p.Key,
 		Fingerprint: p.Fingerprint,
 		State:       idemstore.StatePending,
 		Token:       p.Token,
 		LeaseUntil:  p.LeaseUntil.UTC(),
 		CreatedAt:   now,
-	}
-	pair.out = pair.stored.rec
+	}}
 	if replacing {
 		sh.remove(h, old)
 	}
-	sh.insert(h, &pair.stored)
-	return &pair.out, true, false
+	sh.insert(h, e)
+	return nil, true, false
 }
 
 // evictAll evicts expired completed records from every shard.

@@ -19,10 +19,13 @@ func reserve(t *testing.T, s *idemmem.Store, k idemstore.Key, now time.Time) (*i
 	rec, created, err := s.Reserve(context.Background(), idemstore.ReserveParams{
 		Key: k, Fingerprint: "fp", Token: "tok-" + k.Key, LeaseUntil: now.Add(time.Minute), Now: now,
 	})
-	if err == nil && !created {
-		t.Fatalf("Reserve(%v): not created", k)
+	if err != nil {
+		return nil, err
 	}
-	return rec, err
+	if !created || rec != nil {
+		t.Fatalf("Reserve(%v): created = %v, record %v; want true, nil", k, created, rec)
+	}
+	return s.Get(context.Background(), k)
 }
 
 func complete(t *testing.T, s *idemmem.Store, rec *idemstore.Record, resp *idemstore.Response, expires time.Time) {
@@ -58,7 +61,7 @@ func TestReadersGetCopies(t *testing.T) {
 	rec.Token = "mutated" // the caller's copy, not the stored record
 	got, err := s.Get(ctx, key(1))
 	if err != nil || got.Token != "tok-1" {
-		t.Fatalf("Get after mutating Reserve's record: %v, %v", got, err)
+		t.Fatalf("Get after mutating Get's record: %v, %v", got, err)
 	}
 	complete(t, s, got, &idemstore.Response{Status: 200, Header: http.Header{"A": {"1"}}, Body: []byte("body")}, base.Add(time.Hour))
 

@@ -42,14 +42,7 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	_, err := s.db.ExecContext(ctx, insertSQL, keyArgs(p.Key, p.Fingerprint, p.Token, millis(p.LeaseUntil), millis(p.Now))...)
 	if err == nil {
-		return &idemstore.Record{
-			Key:         p.Key,
-			Fingerprint: p.Fingerprint,
-			State:       idemstore.StatePending,
-			Token:       p.Token,
-			LeaseUntil:  fromMillis(millis(p.LeaseUntil)),
-			CreatedAt:   fromMillis(millis(p.Now)),
-		}, true, nil
+		return nil, true, nil
 	}
 	if err = interpretError(ctx, err); !errors.Is(err, errDuplicate) {
 		return nil, false, err

@@ -24,8 +24,8 @@ func TestLongestKeyFits(t *testing.T) {
 		Key:       strings.Repeat("k", idemmysql.MaxKeyLen),
 	}
 	rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok", LeaseUntil: now.Add(time.Minute), Now: now})
-	if err != nil || !created || rec.Key != k {
-		t.Fatalf("Reserve of the longest key = %v, %v", created, err)
+	if err != nil || !created || rec != nil {
+		t.Fatalf("Reserve of the longest key = %v, %v, %v", rec, created, err)
 	}
 	if got, err := s.Get(ctx, k); err != nil || got.Key != k {
 		t.Fatalf("Get of the longest key: %v", err)

@@ -51,8 +51,7 @@ func buildQueries(table string, notify bool) queries {
 		notify: notify,
 		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at)
 VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7)
-ON CONFLICT (scope, operation, key) DO NOTHING
-RETURNING {cols}`),
+ON CONFLICT (scope, operation, key) DO NOTHING`),
 		get: r.Replace(`SELECT {cols} FROM {t} WHERE scope = $1 AND operation = $2 AND key = $3`),
 		complete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $5, expires_at = $6
 WHERE `+fence+` RETURNING waiters)`) + tail(7),

@@ -26,15 +26,14 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 // record and nil error when the conflicting row was gone by the read.
 func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	k := p.Key
-	rec, err := scanRecord(s.pool.QueryRow(ctx, s.q.reserve,
-		k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.LeaseUntil, p.Now))
-	if err == nil {
-		return rec, true, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
+	tag, err := s.pool.Exec(ctx, s.q.reserve, k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.LeaseUntil, p.Now)
+	if err != nil {
 		return nil, false, interpretError(ctx, err)
 	}
-	rec, err = s.get(ctx, k)
+	if tag.RowsAffected() == 1 {
+		return nil, true, nil
+	}
+	rec, err := s.get(ctx, k)
 	if errors.Is(err, idemstore.ErrNotFound) {
 		return nil, false, nil
 	}

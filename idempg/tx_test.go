@@ -58,9 +58,13 @@ func TestCompleteTxAtomicity(t *testing.T) {
 	base := time.Now().UTC().Truncate(time.Millisecond)
 	k := idemstore.Key{Scope: "tenant-1", Operation: "POST /orders", Key: "order-1"}
 
-	rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: base.Add(time.Minute), Now: base})
+	_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: base.Add(time.Minute), Now: base})
 	if err != nil || !created {
 		t.Fatalf("Reserve = %v, %v", created, err)
+	}
+	rec, err := s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
 	}
 
 	// First attempt: dies between CompleteTx and COMMIT.
@@ -146,7 +150,10 @@ func TestCompleteTxLostAcknowledgement(t *testing.T) {
 
 	base := time.Now().UTC().Truncate(time.Millisecond)
 	k := idemstore.Key{Scope: "tenant-1", Operation: "POST /orders", Key: "order-ack"}
-	rec, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: base.Add(time.Minute), Now: base})
+	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: base.Add(time.Minute), Now: base}); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}

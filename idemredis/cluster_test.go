@@ -24,8 +24,9 @@ func clusterRecords(t *testing.T, s *Store, n int) []*idemstore.Record {
 	var out []*idemstore.Record
 	for i := range n {
 		k := idemstore.Key{Scope: fmt.Sprintf("tenant-%d", i%7), Operation: "POST /payments", Key: fmt.Sprintf("key-%d", i)}
-		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{
-			Key: k, Fingerprint: "fp", Token: fmt.Sprintf("tok-%d", i), LeaseUntil: now.Add(time.Hour), Now: now,
+		tok := fmt.Sprintf("tok-%d", i)
+		_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
+			Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(time.Hour), Now: now,
 		})
 		if err != nil || !created {
 			t.Fatalf("Reserve(%v) = created %v, %v", k, created, err)
@@ -33,11 +34,11 @@ func clusterRecords(t *testing.T, s *Store, n int) []*idemstore.Record {
 		switch i % 3 {
 		case 1:
 			err = s.Complete(ctx, idemstore.CompleteParams{
-				Key: k, Token: rec.Token, Now: now, ExpiresAt: now.Add(24 * time.Hour),
+				Key: k, Token: tok, Now: now, ExpiresAt: now.Add(24 * time.Hour),
 				Response: &idemstore.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: fmt.Appendf(nil, `{"n":%d}`, i)},
 			})
 		case 2:
-			err = s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: rec.Token, Reason: "provider timed out", Now: now})
+			err = s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: tok, Reason: "provider timed out", Now: now})
 		}
 		if err != nil {
 			t.Fatalf("changing %v: %v", k, err)

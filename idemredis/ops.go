@@ -34,19 +34,12 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 		if rec == nil {
 			return nil, false, errors.New("idemredis: reserve found a record without state")
 		}
-		mine := p.Token != "" && rec.Token == p.Token && rec.Fingerprint == p.Fingerprint &&
-			rec.State == idemstore.StatePending
-		return rec, mine, nil
+		if p.Token != "" && rec.Token == p.Token && rec.Fingerprint == p.Fingerprint && rec.State == idemstore.StatePending {
+			return nil, true, nil // ours: a resent command whose first attempt went in
+		}
+		return rec, false, nil
 	}
-	rec := &idemstore.Record{
-		Key:         p.Key,
-		Fingerprint: p.Fingerprint,
-		State:       idemstore.StatePending,
-		Token:       p.Token,
-	}
-	rec.LeaseUntil, _ = parseMicros(micros(p.LeaseUntil))
-	rec.CreatedAt, _ = parseMicros(micros(p.Now))
-	return rec, true, nil
+	return nil, true, nil
 }
 
 // Get returns the record for key, or an error wrapping idemstore.ErrNotFound.

@@ -166,8 +166,8 @@ func TestResentScripts(t *testing.T) {
 	p := idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: now.Add(time.Minute), Now: now}
 	for i := range 2 {
 		rec, created, err := s.Reserve(ctx, p)
-		if err != nil || !created || rec.Token != p.Token {
-			t.Fatalf("Reserve run %d: created %v, record %+v, %v; want created with %q", i+1, created, rec, err, p.Token)
+		if err != nil || !created || rec != nil {
+			t.Fatalf("Reserve run %d: created %v, record %+v, %v; want created", i+1, created, rec, err)
 		}
 	}
 	// Another caller with another token still sees a conflict, and so does

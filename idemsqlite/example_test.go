@@ -35,16 +35,16 @@ func Example() {
 	now := time.Now()
 	key := idemstore.Key{Scope: "user-42", Operation: "POST /payments", Key: "8e03978e-40d5"}
 
-	rec, created, err := store.Reserve(ctx, idemstore.ReserveParams{
+	_, created, err := store.Reserve(ctx, idemstore.ReserveParams{
 		Key: key, Fingerprint: "sha256:abc", Token: "lease-1", LeaseUntil: now.Add(30 * time.Second), Now: now,
 	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("reserved:", created, rec.State)
+	fmt.Println("reserved:", created)
 
 	// A retry arriving now finds the key taken.
-	rec, created, err = store.Reserve(ctx, idemstore.ReserveParams{
+	rec, created, err := store.Reserve(ctx, idemstore.ReserveParams{
 		Key: key, Fingerprint: "sha256:abc", Token: "lease-2", LeaseUntil: now.Add(30 * time.Second), Now: now,
 	})
 	if err != nil {
@@ -66,7 +66,7 @@ func Example() {
 	}
 	fmt.Println("after complete:", rec.State, rec.Response.Status, string(rec.Response.Body))
 	// Output:
-	// reserved: true pending
+	// reserved: true
 	// retry reserved: false pending
 	// after complete: completed 201 {"payment":"pay_1"}
 }

@@ -35,14 +35,7 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 		return nil, false, interpretError(ctx, err)
 	}
 	if n == 1 {
-		return &idemstore.Record{
-			Key:         p.Key,
-			Fingerprint: p.Fingerprint,
-			State:       idemstore.StatePending,
-			Token:       p.Token,
-			LeaseUntil:  truncMillis(p.LeaseUntil),
-			CreatedAt:   truncMillis(p.Now),
-		}, true, nil
+		return nil, true, nil
 	}
 	rec, err := s.Get(ctx, p.Key)
 	if errors.Is(err, idemstore.ErrNotFound) {

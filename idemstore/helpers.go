@@ -8,7 +8,8 @@ import (
 
 // ReserveLoop is the retry loop the Reserve contract asks of SQL drivers.
 // once makes one insert and, on conflict, one read of the existing record;
-// it returns a nil record and nil error when that record vanished before
+// it returns created == true when the insert went in, and a nil record,
+// created == false and nil error when the existing record vanished before
 // the read. ReserveLoop calls once again in that case, up to
 // MaxReserveAttempts times, and after an ErrRetryable (a serialization
 // failure or deadlock, which changed nothing) up to retries times. driver
@@ -18,8 +19,10 @@ func ReserveLoop(driver string, retries int, once func() (*Record, bool, error))
 	for attempt := 0; attempt < MaxReserveAttempts; {
 		rec, created, err := once()
 		switch {
+		case err == nil && created:
+			return nil, true, nil
 		case err == nil && rec != nil:
-			return rec, created, nil
+			return rec, false, nil
 		case err == nil: // conflict, then the record vanished: insert again
 			attempt++
 		case errors.Is(err, ErrRetryable) && retried < retries:

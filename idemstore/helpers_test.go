@@ -15,17 +15,19 @@ func TestReserveLoop(t *testing.T) {
 	boom := errors.New("boom")
 	cases := []struct {
 		name    string
-		results []error // nil: vanished; errRec: success
+		results []error // nil: vanished; errCreated, errFound: success
 		retries int
 		calls   int
 		wantErr error
 	}{
-		{"first try", []error{errRec}, 0, 1, nil},
-		{"vanished then found", []error{nil, nil, errRec}, 0, 3, nil},
+		{"first try", []error{errCreated}, 0, 1, nil},
+		{"found at once", []error{errFound}, 0, 1, nil},
+		{"vanished then found", []error{nil, nil, errFound}, 0, 3, nil},
+		{"vanished then created", []error{nil, errCreated}, 0, 2, nil},
 		{"vanishes for ever", []error{nil, nil, nil, nil, nil, nil}, 0, idemstore.MaxReserveAttempts, idemstore.ErrRetryable},
-		{"retryable within budget", []error{idemstore.ErrRetryable, errRec}, 1, 2, nil},
+		{"retryable within budget", []error{idemstore.ErrRetryable, errCreated}, 1, 2, nil},
 		{"retryable over budget", []error{idemstore.ErrRetryable, idemstore.ErrRetryable}, 1, 2, idemstore.ErrRetryable},
-		{"other error at once", []error{boom, errRec}, 3, 1, boom},
+		{"other error at once", []error{boom, errCreated}, 3, 1, boom},
 	}
 	for _, tc := range cases {
 		calls := 0
@@ -33,8 +35,10 @@ func TestReserveLoop(t *testing.T) {
 			r := tc.results[calls]
 			calls++
 			switch r {
-			case errRec:
-				return rec, true, nil
+			case errCreated:
+				return nil, true, nil
+			case errFound:
+				return rec, false, nil
 			case nil:
 				return nil, false, nil
 			}
@@ -43,13 +47,17 @@ func TestReserveLoop(t *testing.T) {
 		if calls != tc.calls || !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
 			t.Errorf("%s: %d calls, err %v; want %d calls, err %v", tc.name, calls, err, tc.calls, tc.wantErr)
 		}
-		if err == nil && (got != rec || !created) {
-			t.Errorf("%s: got %v, %v", tc.name, got, created)
+		last := tc.results[calls-1]
+		if err == nil && (created != (last == errCreated) || (got == rec) != (last == errFound)) {
+			t.Errorf("%s: got %v, created %v", tc.name, got, created)
 		}
 	}
 }
 
-var errRec = errors.New("stands for a found record")
+var (
+	errCreated = errors.New("stands for a created record")
+	errFound   = errors.New("stands for an existing record")
+)
 
 func TestKeyPage(t *testing.T) {
 	t.Parallel()

@@ -18,10 +18,12 @@ type Store interface {
 	// one of any number of concurrent callers can succeed. It is never a read
 	// followed by an insert.
 	//
-	// On success it returns the new record and created == true. If a record
-	// already exists, it returns that record and created == false, changing
-	// nothing. If the existing record disappears between the failed insert and
-	// the read, Reserve tries the insert again a bounded number of times.
+	// On success it returns a nil record and created == true: the new record
+	// is what p describes, and the caller already has that (Get returns it
+	// as stored, at the backend's time precision). If a record already
+	// exists, it returns that record and created == false, changing nothing.
+	// If the existing record disappears between the failed insert and the
+	// read, Reserve tries the insert again a bounded number of times.
 	Reserve(ctx context.Context, p ReserveParams) (rec *Record, created bool, err error)
 
 	// Get returns the record for key, or ErrNotFound.

@@ -84,11 +84,12 @@ func (f *fixture) reserve(k idemstore.Key, lease time.Duration) *idemstore.Recor
 	if !created {
 		f.t.Fatalf("Reserve(%v): created = false for a fresh key", k)
 	}
-	if rec == nil {
-		f.t.Fatalf("Reserve(%v): nil record", k)
+	if rec != nil {
+		f.t.Fatalf("Reserve(%v): created, with a record %+v; want nil", k, *rec)
 	}
-	if rec.Token != p.Token {
-		f.t.Fatalf("Reserve(%v): token %q, want %q", k, rec.Token, p.Token)
+	rec = f.get(k)
+	if rec.Token != p.Token || rec.State != idemstore.StatePending {
+		f.t.Fatalf("Reserve(%v): stored token %q in state %s, want %q pending", k, rec.Token, rec.State, p.Token)
 	}
 	return rec
 }

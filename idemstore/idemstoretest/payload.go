@@ -124,9 +124,10 @@ func testKeys(t *testing.T, h Harness) {
 			rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{
 				Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base,
 			})
-			if err != nil || !created {
-				t.Fatalf("Reserve(%q): created = %v, err = %v", k, created, err)
+			if err != nil || !created || rec != nil {
+				t.Fatalf("Reserve(%q): created = %v, record %v, err = %v", k, created, rec, err)
 			}
+			rec = f.get(k)
 			if rec.Key != k {
 				t.Fatalf("Reserve(%q) returned key %q", k, rec.Key)
 			}
@@ -183,7 +184,7 @@ func testKeys(t *testing.T, h Harness) {
 				if !created {
 					t.Fatalf("Reserve(%q): created = false, so it collided with %q (got %+v)", k, g[0], rec.Key)
 				}
-				recs = append(recs, rec)
+				recs = append(recs, f.get(k))
 			}
 			for _, r := range recs {
 				f.requireUnchanged(r, "reserving a look-alike key")
