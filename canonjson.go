@@ -77,14 +77,11 @@ func (c *canonicalizer) fail(msg string) error {
 }
 
 func (c *canonicalizer) skipSpace() {
-	for c.pos < len(c.src) {
-		switch c.src[c.pos] {
-		case ' ', '\t', '\n', '\r':
-			c.pos++
-		default:
-			return
-		}
+	src, i := c.src, c.pos
+	for i < len(src) && (src[i] == ' ' || src[i] == '\n' || src[i] == '\t' || src[i] == '\r') {
+		i++
 	}
+	c.pos = i
 }
 
 func (c *canonicalizer) value(dst []byte, depth int) ([]byte, error) {
@@ -266,6 +263,15 @@ func (c *canonicalizer) separator(closing byte, in string) (done bool, err error
 
 const hexDigits = "0123456789abcdef"
 
+// plainStringByte reports the bytes a JSON string carries as they are in
+// canonical form: printable ASCII other than '"' and '\\'.
+var plainStringByte = func() (t [256]bool) {
+	for b := 0x20; b < utf8.RuneSelf; b++ {
+		t[b] = b != '"' && b != '\\'
+	}
+	return t
+}()
+
 // str decodes the JSON string at c.pos and appends its canonical encoding:
 // only '"', '\\' and control characters are escaped; everything else is
 // written as UTF-8.
@@ -274,14 +280,12 @@ func (c *canonicalizer) str(dst []byte) ([]byte, error) {
 	dst = append(dst, '"')
 	for {
 		// Copy the run of bytes that need no escaping in one go.
-		start := c.pos
-		for c.pos < len(c.src) {
-			if ch := c.src[c.pos]; ch < 0x20 || ch == '"' || ch == '\\' || ch >= utf8.RuneSelf {
-				break
-			}
-			c.pos++
+		src, start, i := c.src, c.pos, c.pos
+		for i < len(src) && plainStringByte[src[i]] {
+			i++
 		}
-		dst = append(dst, c.src[start:c.pos]...)
+		c.pos = i
+		dst = append(dst, src[start:i]...)
 		if c.pos >= len(c.src) {
 			return dst, c.fail("unterminated string")
 		}
