@@ -118,6 +118,3 @@ func fromMillis(ms int64) time.Time {
 	}
 	return time.UnixMilli(ms).UTC()
 }
-
-// truncMillis returns t as it reads back from the store.
-func truncMillis(t time.Time) time.Time { return fromMillis(millis(t)) }
