@@ -208,7 +208,7 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 	if replacing && !expired(old, now) {
 		return copyRecord(old), false, false
 	}
-	// An expired record is overwritten in place; the count is unchanged.
+	// An expired record is replaced; the count is unchanged.
 	if s.cfg.MaxRecords > 0 && !replacing {
 		if s.count.Add(1) > int64(s.cfg.MaxRecords) {
 			s.count.Add(-1)
