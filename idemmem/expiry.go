@@ -1,6 +1,10 @@
 package idemmem
 
-import "time"
+import (
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
 
 // expiryItem says that e, completed with expiry at and indexed under h,
 // may be evicted from then on. An item can outlive its record (purged, or
@@ -105,15 +109,29 @@ func (h *expiryHeap) pop() expiryItem {
 	return top
 }
 
+// complete moves e, whose key hashes to h, to completed with the encoded
+// answer resp, and queues its expiry. The caller holds sh.mu.
+func (sh *shard) complete(h uint64, e *entry, resp []byte, expiresAt time.Time) {
+	e.rec.State = idemstore.StateCompleted
+	e.resp = resp
+	e.rec.ExpiresAt = expiresAt.UTC()
+	sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), h: h, e: e})
+}
+
+// evictNext pops the earliest expiry and drops its record if that is still
+// in the shard and expired at now. It reports whether a record was dropped.
+// The caller holds sh.mu and has checked that the queue is not empty.
+func (sh *shard) evictNext(s *Store, now time.Time) bool {
+	it := sh.expiry.pop()
+	return expired(it.e, now) && sh.drop(s, it.h, it.e)
+}
+
 // evictExpired removes the shard's completed records whose ExpiresAt is at
 // or before now. The caller holds sh.mu. It costs one comparison when
 // nothing has expired.
 func (sh *shard) evictExpired(s *Store, now time.Time) {
 	n := now.UnixNano()
 	for sh.expiry.due(n) {
-		it := sh.expiry.pop()
-		if expired(it.e, now) {
-			sh.drop(s, it.h, it.e)
-		}
+		sh.evictNext(s, now)
 	}
 }

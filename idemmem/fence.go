@@ -39,10 +39,7 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 	}
 	resp := idemstore.EncodeResponse(p.Response) // outside the lock
 	return s.fenced(ctx, p.Key, p.Token, func(sh *shard, h uint64, e *entry) {
-		e.rec.State = idemstore.StateCompleted
-		e.resp = resp
-		e.rec.ExpiresAt = p.ExpiresAt.UTC()
-		sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), h: h, e: e})
+		sh.complete(h, e, resp, p.ExpiresAt)
 	})
 }
 
@@ -126,13 +123,10 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	if p.Action == idemstore.ResolveRelease {
 		sh.drop(s, h, e)
 	} else {
-		e.rec.State = idemstore.StateCompleted
-		e.resp = idemstore.EncodeResponse(p.Response)
-		e.rec.ExpiresAt = p.ExpiresAt.UTC()
 		if p.Reason != "" {
 			e.rec.Reason = p.Reason
 		}
-		sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), h: h, e: e})
+		sh.complete(h, e, idemstore.EncodeResponse(p.Response), p.ExpiresAt)
 	}
 	sh.wake(p.Key)
 	return nil

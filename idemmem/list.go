@@ -85,8 +85,7 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 			n := 0
 			sh.mu.Lock()
 			for n < p.BatchSize && sh.expiry.due(before) {
-				it := sh.expiry.pop()
-				if expired(it.e, p.Before) && sh.drop(s, it.h, it.e) {
+				if sh.evictNext(s, p.Before) {
 					n++
 				}
 			}

@@ -42,13 +42,13 @@ func CaptureStdout(tb testing.TB, f func()) string {
 	}()
 	saved := os.Stdout
 	os.Stdout = w
-	defer func() {
-		os.Stdout = saved
-		w.Close()
+	func() {
+		defer func() { // also when f panics
+			os.Stdout = saved
+			w.Close()
+		}()
+		f()
 	}()
-	f()
-	os.Stdout = saved
-	w.Close()
 	return <-out
 }
 
