@@ -202,14 +202,13 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 	sh, h := s.locate(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	// Every completed record's expiry is queued, so after this no record
+	// that expired at or before now is left to find.
 	sh.evictExpired(s, now)
-	old := sh.lookup(h, p.Key)
-	replacing := old != nil
-	if replacing && !expired(old, now) {
+	if old := sh.lookup(h, p.Key); old != nil {
 		return copyRecord(old), false, false
 	}
-	// An expired record is replaced; the count is unchanged.
-	if s.cfg.MaxRecords > 0 && !replacing {
+	if s.cfg.MaxRecords > 0 {
 		if s.count.Add(1) > int64(s.cfg.MaxRecords) {
 			s.count.Add(-1)
 			return nil, false, true
@@ -223,9 +222,6 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 		LeaseUntil:  p.LeaseUntil.UTC(),
 		CreatedAt:   now,
 	}}
-	if replacing {
-		sh.remove(h, old)
-	}
 	sh.insert(h, e)
 	return nil, true, false
 }
