@@ -7,8 +7,9 @@ import (
 )
 
 // expiryItem says that e, completed with expiry at and indexed under h,
-// may be evicted from then on. An item can outlive its record (purged, or
-// replaced after it expired); eviction then finds e gone and skips it.
+// may be evicted from then on. Eviction drops e only if it is still in the
+// shard and expired, so an item that outlived its record never drops
+// another.
 type expiryItem struct {
 	at int64 // ExpiresAt in Unix nanoseconds
 	h  uint64
