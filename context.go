@@ -9,6 +9,12 @@ type leaseKey struct{}
 // Engine.Begin itself (a job runner, a gRPC interceptor) can hand its lease
 // down to the same store code this way.
 func ContextWithLease(ctx context.Context, lease *Lease) context.Context {
+	if lease != nil && lease.ctxUsed.CompareAndSwap(false, true) {
+		// The first context of a lease lives inside it: no allocation on
+		// the request path.
+		lease.ctx = leaseContext{Context: ctx, l: lease}
+		return &lease.ctx
+	}
 	return context.WithValue(ctx, leaseKey{}, lease)
 }
 

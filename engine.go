@@ -39,7 +39,23 @@ type EngineConfig struct {
 	// MaxPollInterval caps the pause between polls. Defaults to 250ms.
 	MaxPollInterval time.Duration
 
-	// Now is the clock. Defaults to time.Now.
+	// SettleTimeout bounds how long Complete, Release and Escalate keep
+	// trying when the store fails with a transient error (a blip, a lost
+	// connection, a serialization failure). They run detached from the
+	// caller's context, so that a client hanging up never cancels the write
+	// that records what happened; this is their only bound. Defaults to 10s.
+	SettleTimeout time.Duration
+
+	// OnReview, if set, is called each time the engine moves a key to
+	// needs_review (an escalated lease, an expired lease of an external
+	// operation, recovery), with the reason: the place to alert an
+	// operator. It runs on the goroutine that escalated, after the store
+	// recorded it.
+	OnReview func(ctx context.Context, key Key, reason string)
+
+	// Now is the local clock, used for local durations only (how long a
+	// waiting duplicate waits). Whether a lease has expired is always
+	// decided by the store's clock. Defaults to time.Now.
 	Now func() time.Time
 
 	// Logger receives the engine's structured logs. Defaults to
@@ -63,6 +79,9 @@ func (c EngineConfig) withDefaults() EngineConfig {
 	if c.MaxPollInterval == 0 {
 		c.MaxPollInterval = 250 * time.Millisecond
 	}
+	if c.SettleTimeout == 0 {
+		c.SettleTimeout = 10 * time.Second
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -78,6 +97,8 @@ func (c EngineConfig) validate() error {
 		return fmt.Errorf("idem: EngineConfig.Lease %v is too short", c.Lease)
 	case c.Retention < time.Second:
 		return fmt.Errorf("idem: EngineConfig.Retention %v is too short", c.Retention)
+	case c.SettleTimeout < time.Millisecond:
+		return fmt.Errorf("idem: EngineConfig.SettleTimeout %v is too short", c.SettleTimeout)
 	case c.PollInterval < 0 || c.MaxPollInterval < c.PollInterval:
 		return fmt.Errorf("idem: EngineConfig.PollInterval %v must be positive and at most MaxPollInterval %v", c.PollInterval, c.MaxPollInterval)
 	}
@@ -183,6 +204,10 @@ type Request struct {
 	// in-flight duplicate to finish, and then replay its answer (or acquire
 	// the key, if it was released). Zero answers InFlight at once.
 	Wait time.Duration
+	// Info, when set, is kept on the record for operators and resolvers:
+	// what was asked (method, path, query, and the body where a route
+	// allows it).
+	Info *idemstore.Request
 }
 
 func (r *Request) leaseDuration(e *Engine) time.Duration {
@@ -290,7 +315,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 			return Result{}, err
 		}
 		if rec != nil {
-			return e.inFlight(rec), nil // still in flight when the wait ran out
+			return inFlight(rec), nil // still in flight when the wait ran out
 		}
 	}
 }
@@ -298,23 +323,27 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 // try is one reservation attempt and the classification of what it found.
 func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 	for round := 0; round < maxBeginRounds; round++ {
-		now := e.cfg.Now()
+		start := e.cfg.Now()
 		token := e.newToken()
-		leaseUntil := now.Add(req.leaseDuration(e))
+		d := req.leaseDuration(e)
 		rec, created, err := e.store.Reserve(ctx, idemstore.ReserveParams{
 			Key:         req.Key,
 			Fingerprint: req.Fingerprint,
 			Token:       token,
-			LeaseUntil:  leaseUntil,
-			Now:         now,
+			Lease:       d,
+			Request:     req.Info,
 		})
 		if err != nil {
+			// The insert may have committed before the error (a lost reply,
+			// a context cancelled after the commit): release what may be
+			// ours, so no reservation is left without an owner.
+			e.releaseOrphan(ctx, req.Key, token)
 			return Result{}, err
 		}
 		if created {
-			return Result{Outcome: Acquired, Lease: e.newLease(req, token, leaseUntil)}, nil
+			return Result{Outcome: Acquired, Lease: e.newLease(req, token, start.Add(d))}, nil
 		}
-		res, retry, err := e.classify(ctx, req, rec, now)
+		res, retry, err := e.classify(ctx, req, rec)
 		if err != nil || !retry {
 			return res, err
 		}
@@ -324,8 +353,9 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 
 // classify decides what an existing record means for req. retry is true
 // when the record changed under us and the reservation should be tried
-// again.
-func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Record, now time.Time) (res Result, retry bool, err error) {
+// again. Lease expiry is judged on the store's clock (rec.ReadAt), and
+// acted on only through store operations that check it again.
+func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Record) (res Result, retry bool, err error) {
 	if rec.Fingerprint != req.Fingerprint {
 		return Result{Outcome: Mismatch, Record: rec}, false, nil
 	}
@@ -338,33 +368,34 @@ func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Recor
 	default:
 		return Result{}, false, fmt.Errorf("idem: record in unknown state %q", rec.State)
 	}
-	if now.Before(rec.LeaseUntil) {
-		return e.inFlight(rec), false, nil
+	if !rec.LeaseExpired() {
+		return inFlight(rec), false, nil
 	}
-	// The holder's lease expired.
+	// The holder's lease expired by the store's clock. What follows is
+	// fenced by the holder's token and checks the expiry again: a
+	// heartbeat that landed first wins, and we classify again.
 	if req.Kind == Transactional {
+		start := e.cfg.Now()
 		token := e.newToken()
-		leaseUntil := now.Add(req.leaseDuration(e))
-		err := e.store.Takeover(ctx, idemstore.TakeoverParams{
-			Key: req.Key, OldToken: rec.Token, NewToken: token, LeaseUntil: leaseUntil, Now: now,
-		})
+		d := req.leaseDuration(e)
+		err := e.store.Takeover(ctx, idemstore.TakeoverParams{Key: req.Key, OldToken: rec.Token, NewToken: token, Lease: d})
 		switch {
 		case err == nil:
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: took over an expired lease",
 				slog.String("key", redact(req.Key)), slog.Time("lease_until", rec.LeaseUntil))
-			return Result{Outcome: Acquired, Lease: e.newLease(req, token, leaseUntil), TookOver: true}, false, nil
+			return Result{Outcome: Acquired, Lease: e.newLease(req, token, start.Add(d)), TookOver: true}, false, nil
 		case errors.Is(err, idemstore.ErrLeaseLost):
 			return Result{}, true, nil
 		default:
+			e.releaseOrphan(ctx, req.Key, token) // the takeover may have gone through
 			return Result{}, false, err
 		}
 	}
 	reason := "lease expired at " + rec.LeaseUntil.UTC().Format(time.RFC3339Nano) + " with the outcome of an external operation unknown"
-	err = e.store.Escalate(ctx, idemstore.EscalateParams{Key: req.Key, Token: rec.Token, Reason: reason, Now: now})
+	err = e.store.Escalate(ctx, idemstore.EscalateParams{Key: req.Key, Token: rec.Token, Reason: reason, IfExpired: true})
 	switch {
 	case err == nil:
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: expired lease of an external operation needs review",
-			slog.String("key", redact(req.Key)))
+		e.reviewed(ctx, req.Key, reason)
 		rec.State, rec.Reason = idemstore.StateNeedsReview, reason
 		return Result{Outcome: NeedsReview, Record: rec}, false, nil
 	case errors.Is(err, idemstore.ErrLeaseLost):
@@ -374,13 +405,23 @@ func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Recor
 	}
 }
 
-func (e *Engine) inFlight(rec *idemstore.Record) Result {
-	// Suggest a retry after about as long as the first request has been
-	// running (a quick operation is retried soon, a slow one less often),
-	// at least a second and at most until its lease would run out.
-	now := e.cfg.Now()
-	ra := now.Sub(rec.CreatedAt)
-	if left := rec.LeaseUntil.Sub(now); ra > left {
+// reviewed logs that key went to needs_review and tells OnReview.
+func (e *Engine) reviewed(ctx context.Context, key Key, reason string) {
+	e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: key needs review",
+		slog.String("key", redact(key)), slog.String("reason", reason))
+	if e.cfg.OnReview != nil {
+		e.cfg.OnReview(ctx, key, reason)
+	}
+}
+
+// inFlight is the InFlight result for rec, a pending record whose lease is
+// alive. It suggests a retry after about as long as the first request has
+// been running (a quick operation is retried soon, a slow one less often),
+// at least a second and at most until its lease would run out, all measured
+// on the store's clock.
+func inFlight(rec *idemstore.Record) Result {
+	ra := rec.ReadAt.Sub(rec.CreatedAt)
+	if left := rec.LeaseUntil.Sub(rec.ReadAt); ra > left {
 		ra = left
 	}
 	ra = ra.Round(time.Second)
@@ -396,8 +437,9 @@ func (e *Engine) Get(ctx context.Context, key Key) (*idemstore.Record, error) {
 	return e.store.Get(ctx, key)
 }
 
-// Purge deletes completed records that expired before now, in batches of
-// batchSize (0 means the store's default), and reports how many it deleted.
+// Purge deletes completed records whose retention ended by the store's
+// clock, in batches of batchSize (0 means the store's default), and reports
+// how many it deleted.
 func (e *Engine) Purge(ctx context.Context, batchSize int) (int, error) {
-	return e.store.Purge(ctx, idemstore.PurgeParams{Before: e.cfg.Now(), BatchSize: batchSize})
+	return e.store.Purge(ctx, idemstore.PurgeParams{BatchSize: batchSize})
 }

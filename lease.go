@@ -6,7 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -17,16 +19,36 @@ import (
 // A caller inside a business transaction must roll it back.
 var ErrLeaseLost = idemstore.ErrLeaseLost
 
-// leaseState tracks what the holder did with a lease.
-type leaseState uint8
+// LeaseState is what the holder has done with a lease so far.
+type LeaseState uint8
 
+// The states of a Lease.
 const (
-	leaseOpen leaseState = iota
-	leaseTxPrepared
-	leaseCompleted
-	leaseReleased
-	leaseEscalated
+	// LeaseOpen: the operation is running; nothing has ended the lease.
+	LeaseOpen LeaseState = iota
+	// LeaseTxPrepared: a store's CompleteTx was called inside a business
+	// transaction, which may have committed or rolled back (see CheckTx).
+	LeaseTxPrepared
+	// LeaseCompleted: Complete stored the answer.
+	LeaseCompleted
+	// LeaseReleased: Release deleted the reservation.
+	LeaseReleased
+	// LeaseEscalated: Escalate moved the key to needs_review.
+	LeaseEscalated
+	// LeaseAbandoned: the holder gave up without ending the lease (see
+	// Abandon); the record stays pending for recovery.
+	LeaseAbandoned
 )
+
+var leaseStateNames = [...]string{"open", "tx_prepared", "completed", "released", "escalated", "abandoned"}
+
+// String returns the state's lower-case name.
+func (s LeaseState) String() string {
+	if int(s) < len(leaseStateNames) {
+		return leaseStateNames[s]
+	}
+	return "LeaseState(" + strconv.Itoa(int(s)) + ")"
+}
 
 // Lease is the right to run one operation for one key. It is returned by
 // Begin with Outcome Acquired. Exactly one of Complete, Release or Escalate
@@ -34,6 +56,11 @@ const (
 // Extend renews it while the work goes on. Every call is fenced by the
 // lease's token, so a holder whose lease was taken over changes nothing and
 // gets ErrLeaseLost.
+//
+// Complete, Release and Escalate record what happened, so they run detached
+// from the caller's cancellation (a client that hangs up must not cancel
+// them), try again while the store fails transiently, and give up after
+// EngineConfig.SettleTimeout.
 //
 // A Lease is safe for concurrent use (a heartbeat may Extend while the
 // holder completes).
@@ -51,10 +78,11 @@ type Lease struct {
 
 	mu         sync.Mutex
 	leaseUntil time.Time
-	state      leaseState
+	state      LeaseState
 	txResp     *Response // what PrepareTxComplete was given
 
-	ctx leaseContext // see context
+	ctx     leaseContext // see ContextWithLease
+	ctxUsed atomic.Bool
 }
 
 func (e *Engine) newLease(req Request, token string, leaseUntil time.Time) *Lease {
@@ -74,7 +102,10 @@ func (l *Lease) Kind() Kind { return l.kind }
 // Duration returns the lease duration the operation runs with.
 func (l *Lease) Duration() time.Duration { return l.lease }
 
-// Deadline returns when the lease expires unless extended.
+// Deadline returns when the lease expires unless extended, estimated on the
+// local clock from when it was taken or last extended. The store decides on
+// its own clock; this estimate is never later than its decision when the two
+// clocks run at the same rate.
 func (l *Lease) Deadline() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -90,23 +121,21 @@ func (l *Lease) Complete(ctx context.Context, resp *Response) error {
 		return errors.New("idem: Complete needs a response")
 	}
 	p := l.completeParams(resp)
-	err := l.e.store.Complete(ctx, p)
-	if err != nil && l.applied(ctx, idemstore.StateCompleted) {
-		err = nil
-	}
+	err := l.e.settle(ctx, l.key, l.e.cfg.SettleTimeout,
+		func(ctx context.Context) error { return l.e.store.Complete(ctx, p) },
+		l.isNow(idemstore.StateCompleted))
 	if err == nil {
-		l.setState(leaseCompleted)
+		l.setState(LeaseCompleted)
 	}
 	return err
 }
 
-// applied reports whether a change that returned an error was applied all
-// the same: a reply lost after the store committed, or a client library
-// that resent a command whose first attempt had gone through. The record
-// then shows this lease's token in the state the change was to produce.
-func (l *Lease) applied(ctx context.Context, want idemstore.State) bool {
-	rec, err := l.e.store.Get(context.WithoutCancel(ctx), l.key)
-	return err == nil && rec.State == want && rec.Token == l.token
+// isNow returns a settle check: the record shows this lease's token in state
+// want, so the change was applied.
+func (l *Lease) isNow(want idemstore.State) func(*idemstore.Record, error) bool {
+	return func(rec *idemstore.Record, err error) bool {
+		return err == nil && rec.State == want && rec.Token == l.token
+	}
 }
 
 // PrepareTxComplete implements idemstore.TxLease for the stores' CompleteTx:
@@ -119,16 +148,15 @@ func (l *Lease) PrepareTxComplete(resp *Response) (idemstore.CompleteParams, err
 	p := l.completeParams(resp)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.state != leaseOpen && l.state != leaseTxPrepared {
+	if l.state != LeaseOpen && l.state != LeaseTxPrepared {
 		return idemstore.CompleteParams{}, fmt.Errorf("idem: lease already ended: %w", ErrLeaseLost)
 	}
-	l.state = leaseTxPrepared
+	l.state = LeaseTxPrepared
 	l.txResp = p.Response
 	return p, nil
 }
 
 func (l *Lease) completeParams(resp *Response) idemstore.CompleteParams {
-	now := l.e.cfg.Now()
 	stored := resp
 	switch {
 	case resp.NotReplayable != "":
@@ -140,13 +168,7 @@ func (l *Lease) completeParams(resp *Response) idemstore.CompleteParams {
 			stored = &Response{Status: resp.Status, Header: h, Body: resp.Body}
 		}
 	}
-	return idemstore.CompleteParams{
-		Key:       l.key,
-		Token:     l.token,
-		Response:  stored,
-		Now:       now,
-		ExpiresAt: now.Add(l.retention),
-	}
+	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: stored, Retention: l.retention}
 }
 
 // Release deletes the reservation if it is still pending under this lease,
@@ -155,9 +177,13 @@ func (l *Lease) completeParams(resp *Response) idemstore.CompleteParams {
 // whose acknowledgement was lost), Release leaves it alone and returns
 // ErrLeaseLost.
 func (l *Lease) Release(ctx context.Context) error {
-	err := l.e.store.Release(ctx, l.key, l.token)
+	err := l.e.settle(ctx, l.key, l.e.cfg.SettleTimeout,
+		func(ctx context.Context) error {
+			return l.e.store.Release(ctx, idemstore.ReleaseParams{Key: l.key, Token: l.token})
+		},
+		func(rec *idemstore.Record, err error) bool { return err != nil }) // gone: released
 	if err == nil {
-		l.setState(leaseReleased)
+		l.setState(LeaseReleased)
 	}
 	return err
 }
@@ -166,23 +192,39 @@ func (l *Lease) Release(ctx context.Context) error {
 // unknown, and a resolver or an operator must decide. Retries get
 // NeedsReview until then.
 func (l *Lease) Escalate(ctx context.Context, reason string) error {
-	err := l.e.store.Escalate(ctx, idemstore.EscalateParams{Key: l.key, Token: l.token, Reason: reason, Now: l.e.cfg.Now()})
-	if err != nil && l.applied(ctx, idemstore.StateNeedsReview) {
-		err = nil
-	}
+	err := l.e.settle(ctx, l.key, l.e.cfg.SettleTimeout,
+		func(ctx context.Context) error {
+			return l.e.store.Escalate(ctx, idemstore.EscalateParams{Key: l.key, Token: l.token, Reason: reason})
+		},
+		l.isNow(idemstore.StateNeedsReview))
 	if err == nil {
-		l.setState(leaseEscalated)
+		l.setState(LeaseEscalated)
+		l.e.reviewed(ctx, l.key, reason)
 	}
 	return err
 }
 
+// Abandon gives the lease up without ending it, when the outcome is unknown
+// and neither Escalate nor Release could be recorded: the record stays
+// pending under this lease's token until the lease expires, and then
+// recovery settles it by the operation's kind. Whoever settles the lease
+// afterwards (the middleware, for one) must store nothing. Abandon changes
+// nothing in the store, and nothing once the lease has ended.
+func (l *Lease) Abandon() {
+	l.mu.Lock()
+	if l.state == LeaseOpen || l.state == LeaseTxPrepared {
+		l.state = LeaseAbandoned
+	}
+	l.mu.Unlock()
+}
+
 // Extend renews the lease for another lease duration (Request.Lease, or
-// EngineConfig.Lease) from now.
+// EngineConfig.Lease) from the store's now.
 func (l *Lease) Extend(ctx context.Context) error {
-	now := l.e.cfg.Now()
-	until := now.Add(l.lease)
-	err := l.e.store.Extend(ctx, idemstore.ExtendParams{Key: l.key, Token: l.token, LeaseUntil: until, Now: now})
+	start := l.e.cfg.Now()
+	err := l.e.store.Extend(ctx, idemstore.ExtendParams{Key: l.key, Token: l.token, Lease: l.lease})
 	if err == nil {
+		until := start.Add(l.lease)
 		l.mu.Lock()
 		if until.After(l.leaseUntil) {
 			l.leaseUntil = until
@@ -192,21 +234,73 @@ func (l *Lease) Extend(ctx context.Context) error {
 	return err
 }
 
-// Ended reports whether Complete, Release or Escalate succeeded on the lease.
-func (l *Lease) Ended() bool {
+// State returns what the holder has done with the lease so far.
+func (l *Lease) State() LeaseState {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.state >= leaseCompleted
+	return l.state
 }
 
-// txPrepared reports whether a store's CompleteTx was called, and with what.
-func (l *Lease) txPrepared() (*Response, bool) {
+// Ended reports whether Complete, Release or Escalate succeeded on the
+// lease, or it was abandoned: nothing is left for its holder to settle.
+func (l *Lease) Ended() bool { return l.State() >= LeaseCompleted }
+
+// TxOutcome is what became of a business transaction in which a store's
+// CompleteTx completed a lease.
+type TxOutcome int
+
+// The outcomes CheckTx reports.
+const (
+	// TxCommitted: the record is completed under this lease: the business
+	// change and the stored answer committed together.
+	TxCommitted TxOutcome = iota + 1
+	// TxRolledBack: the record is still pending under this lease, so
+	// neither committed; Release is safe.
+	TxRolledBack
+	// TxLost: the record is neither; the lease was lost (taken over,
+	// escalated, released by recovery).
+	TxLost
+)
+
+// CheckTx reads the record after a handler's business transaction ended,
+// to learn whether the CompleteTx inside it committed. With TxCommitted it
+// also returns the stored answer, and marks the lease completed. It runs
+// detached from ctx's cancellation. Call it only once the transaction is
+// over: a transaction still open looks rolled back.
+func (l *Lease) CheckTx(ctx context.Context) (TxOutcome, *Response, error) {
+	var (
+		rec *idemstore.Record
+		err error
+	)
+	err = l.e.settle(ctx, l.key, l.e.cfg.SettleTimeout,
+		func(ctx context.Context) error {
+			rec, err = l.e.store.Get(ctx, l.key)
+			if errors.Is(err, idemstore.ErrNotFound) {
+				return nil
+			}
+			return err
+		}, nil)
+	switch {
+	case err != nil:
+		return 0, nil, err
+	case rec != nil && rec.Token == l.token && rec.State == idemstore.StateCompleted:
+		l.setState(LeaseCompleted)
+		return TxCommitted, rec.Response, nil
+	case rec != nil && rec.Token == l.token && rec.State == idemstore.StatePending:
+		return TxRolledBack, nil, nil
+	}
+	return TxLost, nil, nil
+}
+
+// PreparedTx reports whether a store's CompleteTx was called on the lease,
+// and with what answer (as it was to be stored).
+func (l *Lease) PreparedTx() (*Response, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.txResp, l.state == leaseTxPrepared
+	return l.txResp, l.state == LeaseTxPrepared
 }
 
-func (l *Lease) setState(s leaseState) {
+func (l *Lease) setState(s LeaseState) {
 	l.mu.Lock()
 	l.state = s
 	l.mu.Unlock()
@@ -224,12 +318,6 @@ func (c *leaseContext) Value(key any) any {
 		return c.l
 	}
 	return c.Context.Value(key)
-}
-
-// context returns parent carrying l, for LeaseFrom.
-func (l *Lease) context(parent context.Context) context.Context {
-	l.ctx = leaseContext{Context: parent, l: l}
-	return &l.ctx
 }
 
 // redact returns a short, stable digest of a key for logs, so that keys

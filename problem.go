@@ -13,16 +13,23 @@ const ProblemTypeBase = "https://github.com/idem-dev/idem/blob/main/docs/problem
 
 // Problem type URIs, one per situation (RFC 9457).
 const (
-	ProblemMissingKey    = ProblemTypeBase + "missing-key"
-	ProblemInvalidKey    = ProblemTypeBase + "invalid-key"
-	ProblemMismatch      = ProblemTypeBase + "key-reused"
-	ProblemInFlight      = ProblemTypeBase + "in-flight"
-	ProblemNeedsReview   = ProblemTypeBase + "needs-review"
-	ProblemNotReplayable = ProblemTypeBase + "not-replayable"
-	ProblemBodyTooLarge  = ProblemTypeBase + "body-too-large"
-	ProblemUnavailable   = ProblemTypeBase + "store-unavailable"
-	ProblemScope         = ProblemTypeBase + "scope-denied"
-	ProblemTooLong       = ProblemTypeBase + "too-long"
+	ProblemMissingKey     = ProblemTypeBase + "missing-key"
+	ProblemInvalidKey     = ProblemTypeBase + "invalid-key"
+	ProblemMismatch       = ProblemTypeBase + "key-reused"
+	ProblemInFlight       = ProblemTypeBase + "in-flight"
+	ProblemNeedsReview    = ProblemTypeBase + "needs-review"
+	ProblemNotReplayable  = ProblemTypeBase + "not-replayable"
+	ProblemBodyTooLarge   = ProblemTypeBase + "body-too-large"
+	ProblemUnavailable    = ProblemTypeBase + "store-unavailable"
+	ProblemScope          = ProblemTypeBase + "scope-denied"
+	ProblemTooLong        = ProblemTypeBase + "too-long"
+	ProblemBodyUnreadable = ProblemTypeBase + "body-unreadable"
+
+	// Answers only idem serve gives.
+	ProblemUpstreamUnreachable = ProblemTypeBase + "upstream-unreachable"
+	ProblemUpstreamFailed      = ProblemTypeBase + "upstream-failed"
+	ProblemUpstreamTimeout     = ProblemTypeBase + "upstream-timeout"
+	ProblemShuttingDown        = ProblemTypeBase + "shutting-down"
 )
 
 // Problem is an RFC 9457 problem document.

@@ -86,24 +86,25 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 	if kindOf == nil {
 		kindOf = func(Key) Kind { return External }
 	}
-	now := e.cfg.Now()
-	expired, err := e.store.ListExpiredLeases(ctx, now, opts.Limit)
+	expired, err := e.store.ListExpiredLeases(ctx, opts.Limit)
 	if err != nil {
 		return rep, err
 	}
 	for _, rec := range expired {
+		// Both changes check the expiry again, on the store's clock, in the
+		// same statement: a heartbeat that extended the lease since the
+		// listing wins, and the change reports ErrLeaseLost.
 		var err error
 		if kindOf(rec.Key) == Transactional {
-			if err = e.store.Release(ctx, rec.Key, rec.Token); err == nil {
+			if err = e.store.Release(ctx, idemstore.ReleaseParams{Key: rec.Key, Token: rec.Token, IfExpired: true}); err == nil {
 				rep.Released++
 			}
 		} else {
-			err = e.store.Escalate(ctx, idemstore.EscalateParams{
-				Key: rec.Key, Token: rec.Token, Now: now,
-				Reason: "lease expired with the outcome of an external operation unknown",
-			})
+			const reason = "lease expired with the outcome of an external operation unknown"
+			err = e.store.Escalate(ctx, idemstore.EscalateParams{Key: rec.Key, Token: rec.Token, Reason: reason, IfExpired: true})
 			if err == nil {
 				rep.Escalated++
+				e.reviewed(ctx, rec.Key, reason)
 			}
 		}
 		if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
@@ -124,7 +125,7 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 			rep.Unknown++
 			continue
 		}
-		p := idemstore.ResolveParams{Key: rec.Key, Reason: res.Reason, Now: e.cfg.Now()}
+		p := idemstore.ResolveParams{Key: rec.Key, Reason: res.Reason}
 		switch res.Verdict {
 		case VerdictCompleted:
 			if res.Response == nil {
@@ -133,7 +134,7 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 			}
 			p.Action = idemstore.ResolveComplete
 			p.Response = res.Response
-			p.ExpiresAt = p.Now.Add(e.cfg.Retention)
+			p.Retention = e.cfg.Retention
 		case VerdictNotHappened:
 			p.Action = idemstore.ResolveRelease
 		default:
@@ -159,11 +160,11 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 // would: with a response (the operation happened) or with nil (it did not,
 // so the key is released).
 func (e *Engine) ResolveRecord(ctx context.Context, key Key, resp *Response, reason string) error {
-	p := idemstore.ResolveParams{Key: key, Action: idemstore.ResolveRelease, Reason: reason, Now: e.cfg.Now()}
+	p := idemstore.ResolveParams{Key: key, Action: idemstore.ResolveRelease, Reason: reason}
 	if resp != nil {
 		p.Action = idemstore.ResolveComplete
 		p.Response = resp
-		p.ExpiresAt = p.Now.Add(e.cfg.Retention)
+		p.Retention = e.cfg.Retention
 	}
 	return e.store.Resolve(ctx, p)
 }

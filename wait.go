@@ -73,8 +73,8 @@ func (w *waiter) waitChange(ctx context.Context, seen *idemstore.Record, deadlin
 		if rec.State != idemstore.StatePending || rec.Token != seen.Token {
 			return nil, nil
 		}
-		if !e.cfg.Now().Before(rec.LeaseUntil) {
-			return nil, nil // expired: let classify decide
+		if rec.LeaseExpired() {
+			return nil, nil // expired by the store's clock: let classify decide
 		}
 		seen = rec
 	}

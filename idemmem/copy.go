@@ -2,15 +2,22 @@ package idemmem
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// copyRecord returns a copy of e's record, with its answer decoded, that
-// shares nothing mutable with the store.
-func copyRecord(e *entry) *idemstore.Record {
+// copyRecord returns a copy of e's record, read at now, with its answer
+// decoded, that shares nothing mutable with the store.
+func copyRecord(e *entry, now time.Time) *idemstore.Record {
+	out := e.rec
+	out.ReadAt = now
+	if e.hasReq {
+		req := e.req
+		req.Body = clone(e.req.Body)
+		out.Request = &req
+	}
 	if e.resp == nil {
-		out := e.rec
 		return &out
 	}
 	resp, err := idemstore.DecodeResponse(e.resp)
@@ -21,7 +28,14 @@ func copyRecord(e *entry) *idemstore.Record {
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
-	out := e.rec
 	out.Response = resp
 	return &out
+}
+
+// clone copies b; empty stays nil.
+func clone(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
 }

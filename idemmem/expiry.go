@@ -110,11 +110,12 @@ func (h *expiryHeap) pop() expiryItem {
 	return top
 }
 
-// complete moves e, whose key hashes to h, to completed with the encoded
-// answer resp, and queues its expiry. The caller holds sh.mu.
-func (sh *shard) complete(h uint64, e *entry, resp []byte, expiresAt time.Time) {
+// complete moves e, whose key hashes to h, to completed at now with the
+// encoded answer resp, and queues its expiry. The caller holds sh.mu.
+func (sh *shard) complete(h uint64, e *entry, resp []byte, now, expiresAt time.Time) {
 	e.rec.State = idemstore.StateCompleted
 	e.resp = resp
+	e.rec.UpdatedAt = now
 	e.rec.ExpiresAt = expiresAt.UTC()
 	sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), h: h, e: e})
 }

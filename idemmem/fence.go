@@ -3,27 +3,29 @@ package idemmem
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// fenced runs change on the record for key if it is pending under token,
-// and wakes the key's waiters. The change runs under the shard lock. It
-// returns idemstore.ErrLeaseLost when the record is missing or not pending
-// under token.
-func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, change func(sh *shard, h uint64, e *entry)) error {
+// fenced runs change on the record for key if it is pending under token
+// (and, with ifExpired, its lease has expired by the store's clock), and
+// wakes the key's waiters. The change runs under the shard lock, given the
+// store's now. It returns idemstore.ErrLeaseLost when the record is missing
+// or the condition does not hold.
+func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, ifExpired bool, change func(sh *shard, h uint64, e *entry, now time.Time)) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
 	sh, h := s.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
+	now := s.now()
 	e := sh.lookup(h, key)
-	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != token {
+	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != token || (ifExpired && e.rec.LeaseUntil.After(now)) {
 		return idemstore.ErrLeaseLost
 	}
-	change(sh, h, e)
-	sh.wake(key)
+	change(sh, h, e, now)
 	return nil
 }
 
@@ -38,69 +40,56 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 		return errNilResponse
 	}
 	resp := idemstore.EncodeResponse(p.Response) // outside the lock
-	return s.fenced(ctx, p.Key, p.Token, func(sh *shard, h uint64, e *entry) {
-		sh.complete(h, e, resp, p.ExpiresAt)
+	return s.fenced(ctx, p.Key, p.Token, false, func(sh *shard, h uint64, e *entry, now time.Time) {
+		sh.complete(h, e, resp, now, now.Add(p.Retention))
+		sh.wake(p.Key)
 	})
 }
 
-// Release deletes the record if it is still pending under token.
-func (s *Store) Release(ctx context.Context, key idemstore.Key, token string) error {
-	return s.fenced(ctx, key, token, func(sh *shard, h uint64, e *entry) {
+// Release deletes the record if it is still pending under p.Token (and, with
+// p.IfExpired, its lease has expired).
+func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
+	return s.fenced(ctx, p.Key, p.Token, p.IfExpired, func(sh *shard, h uint64, e *entry, _ time.Time) {
 		sh.drop(s, h, e)
+		sh.wake(p.Key)
 	})
 }
 
 // Escalate moves a pending record to needs_review with p.Reason, fenced by
-// p.Token.
+// p.Token (and, with p.IfExpired, only once its lease has expired).
 func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
-	return s.fenced(ctx, p.Key, p.Token, func(_ *shard, _ uint64, e *entry) {
+	return s.fenced(ctx, p.Key, p.Token, p.IfExpired, func(sh *shard, _ uint64, e *entry, now time.Time) {
 		e.rec.State = idemstore.StateNeedsReview
 		e.rec.Reason = p.Reason
+		e.rec.UpdatedAt = now
+		sh.wake(p.Key)
 	})
 }
 
-// Extend moves the lease deadline of a pending record, fenced by p.Token.
+// Extend moves the lease deadline of a pending record to now + p.Lease,
+// fenced by p.Token. Nothing a waiter cares about changes, so nobody is
+// woken.
 func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	sh, h := s.locate(p.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.lookup(h, p.Key)
-	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != p.Token {
-		return idemstore.ErrLeaseLost
-	}
-	// Nothing a waiter cares about changed, so nobody is woken.
-	e.rec.LeaseUntil = p.LeaseUntil.UTC()
-	return nil
+	return s.fenced(ctx, p.Key, p.Token, false, func(_ *shard, _ uint64, e *entry, now time.Time) {
+		e.rec.LeaseUntil = now.Add(p.Lease)
+		e.rec.UpdatedAt = now
+	})
 }
 
-// Takeover gives a pending record whose lease expired at or before p.Now a
-// new token and lease, fenced by p.OldToken.
+// Takeover gives a pending record whose lease has expired a new token and
+// lease, fenced by p.OldToken.
 func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	sh, h := s.locate(p.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.lookup(h, p.Key)
-	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != p.OldToken || e.rec.LeaseUntil.After(p.Now) {
-		return idemstore.ErrLeaseLost
-	}
-	e.rec.Token = p.NewToken
-	e.rec.LeaseUntil = p.LeaseUntil.UTC()
-	sh.wake(p.Key)
-	return nil
+	return s.fenced(ctx, p.Key, p.OldToken, true, func(sh *shard, _ uint64, e *entry, now time.Time) {
+		e.rec.Token = p.NewToken
+		e.rec.LeaseUntil = now.Add(p.Lease)
+		e.rec.UpdatedAt = now
+		sh.wake(p.Key)
+	})
 }
 
 // Resolve settles a needs_review record: it completes it with p.Response
 // (kept encoded) or deletes it.
 func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
-	if err := s.check(ctx); err != nil {
-		return err
-	}
 	switch p.Action {
 	case idemstore.ResolveComplete:
 		if p.Response == nil {
@@ -110,24 +99,43 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	default:
 		return errors.New("idemmem: unknown ResolveAction")
 	}
-	sh, h := s.locate(p.Key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.lookup(h, p.Key)
-	if e == nil {
-		return idemstore.ErrNotFound
-	}
-	if e.rec.State != idemstore.StateNeedsReview {
-		return idemstore.ErrNotNeedsReview
-	}
-	if p.Action == idemstore.ResolveRelease {
-		sh.drop(s, h, e)
-	} else {
+	return s.inState(ctx, p.Key, idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview, func(sh *shard, h uint64, e *entry, now time.Time) {
+		if p.Action == idemstore.ResolveRelease {
+			sh.drop(s, h, e)
+			return
+		}
 		if p.Reason != "" {
 			e.rec.Reason = p.Reason
 		}
-		sh.complete(h, e, idemstore.EncodeResponse(p.Response), p.ExpiresAt)
+		sh.complete(h, e, idemstore.EncodeResponse(p.Response), now, now.Add(p.Retention))
+	})
+}
+
+// Delete removes a completed record before its retention ends.
+func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
+	return s.inState(ctx, key, idemstore.StateCompleted, idemstore.ErrNotCompleted, func(sh *shard, h uint64, e *entry, _ time.Time) {
+		sh.drop(s, h, e)
+	})
+}
+
+// inState runs change on the record for key if it is in state want, and
+// wakes the key's waiters; it returns idemstore.ErrNotFound for a missing
+// record and wrong for one in another state.
+func (s *Store) inState(ctx context.Context, key idemstore.Key, want idemstore.State, wrong error, change func(sh *shard, h uint64, e *entry, now time.Time)) error {
+	if err := s.check(ctx); err != nil {
+		return err
 	}
-	sh.wake(p.Key)
+	sh, h := s.locate(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.lookup(h, key)
+	if e == nil {
+		return idemstore.ErrNotFound
+	}
+	if e.rec.State != want {
+		return wrong
+	}
+	change(sh, h, e, s.now())
+	sh.wake(key)
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"slices"
-	"time"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -18,12 +17,13 @@ func compareKeys(a, b idemstore.Key) int {
 // is not one snapshot of the whole store; that is fine for admin listings.
 func (s *Store) collect(keep func(*idemstore.Record) bool) []*idemstore.Record {
 	var out []*idemstore.Record
+	now := s.now()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.each(func(e *entry) {
 			if keep(&e.rec) {
-				out = append(out, copyRecord(e))
+				out = append(out, copyRecord(e, now))
 			}
 		})
 		sh.mu.Unlock()
@@ -48,33 +48,36 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 		after = &k
 	}
 	recs := s.collect(func(r *idemstore.Record) bool {
-		return (p.State == "" || r.State == p.State) && (after == nil || compareKeys(r.Key, *after) > 0)
+		return (p.State == "" || r.State == p.State) && (p.Operation == "" || r.Key.Operation == p.Operation) &&
+			(after == nil || compareKeys(r.Key, *after) > 0)
 	})
 	return idemstore.KeyPage(recs, p.Limit), nil
 }
 
-// ListExpiredLeases returns up to limit pending records whose lease expired
-// at or before now, ordered by key. limit follows
-// idemstore.PageLimit.
-func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+// ListExpiredLeases returns up to limit pending records whose lease has
+// expired, oldest deadline first. limit follows idemstore.PageLimit.
+func (s *Store) ListExpiredLeases(ctx context.Context, limit int) ([]*idemstore.Record, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
 	limit = idemstore.PageLimit(limit)
+	now := s.now()
 	recs := s.collect(func(r *idemstore.Record) bool {
 		return r.State == idemstore.StatePending && !r.LeaseUntil.After(now)
 	})
+	slices.SortStableFunc(recs, func(a, b *idemstore.Record) int { return a.LeaseUntil.Compare(b.LeaseUntil) })
 	if len(recs) > limit {
 		recs = recs[:limit]
 	}
 	return recs, nil
 }
 
-// Purge deletes completed records whose ExpiresAt is at or before p.Before,
-// at most p.BatchSize per shard lock, and returns how many it deleted.
+// Purge deletes completed records whose retention has ended, at most
+// p.BatchSize per shard lock, and returns how many it deleted.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
-	before := p.Before.UnixNano()
+	now := s.now()
+	before := now.UnixNano()
 	total := 0
 	for i := range s.shards {
 		sh := &s.shards[i]
@@ -85,7 +88,7 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 			n := 0
 			sh.mu.Lock()
 			for n < p.BatchSize && sh.expiry.due(before) {
-				if sh.evictNext(s, p.Before) {
+				if sh.evictNext(s, now) {
 					n++
 				}
 			}

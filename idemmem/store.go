@@ -34,11 +34,18 @@ type Config struct {
 	// never evicts a pending, needs_review or unexpired completed record.
 	// Defaults to 0, no cap.
 	MaxRecords int
+	// Now is the store's clock: every lease deadline, creation and expiry
+	// time is taken from it, and every expiry judged by it. Defaults to
+	// time.Now. Tests inject a fake clock here.
+	Now func() time.Time
 }
 
 func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = 64
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.Shards > 0 {
 		n := 1
@@ -160,14 +167,20 @@ func (s *Store) check(ctx context.Context) error {
 	return nil
 }
 
+// now is the store's clock, in UTC.
+func (s *Store) now() time.Time { return s.cfg.Now().UTC() }
+
 // entry is a stored record. A completed record keeps its answer encoded
 // (idemstore.EncodeResponse) in resp rather than as a Response with a
 // header map: one pointer-free block that the garbage collector need not
 // scan, which matters when a store holds a day of answers.
 type entry struct {
-	rec  idemstore.Record // Response is always nil here
+	rec  idemstore.Record // Response and Request are always nil here
 	resp []byte
-	next *entry // the next record whose key has the same hash
+	req  idemstore.Request // valid when hasReq
+	next *entry            // the next record whose key has the same hash
+
+	hasReq bool
 }
 
 // expired reports whether e is a completed record that may be evicted at
@@ -178,14 +191,14 @@ func expired(e *entry, now time.Time) bool {
 
 // Reserve inserts a pending record for p.Key unless one exists, in which
 // case it returns a copy of that record and created == false. A completed
-// record that expired at or before p.Now counts as absent. With
-// Config.MaxRecords reached, Reserve evicts what expired at or before p.Now
-// in every shard and fails with ErrFull if that frees nothing.
+// record whose retention has ended counts as absent. With Config.MaxRecords
+// reached, Reserve evicts what expired in every shard and fails with ErrFull
+// if that frees nothing.
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, false, err
 	}
-	now := p.Now.UTC()
+	now := s.now()
 	rec, created, full := s.reserve(p, now)
 	if full {
 		s.evictAll(now)
@@ -206,7 +219,7 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 	// that expired at or before now is left to find.
 	sh.evictExpired(s, now)
 	if old := sh.lookup(h, p.Key); old != nil {
-		return copyRecord(old), false, false
+		return copyRecord(old, now), false, false
 	}
 	if s.cfg.MaxRecords > 0 {
 		if s.count.Add(1) > int64(s.cfg.MaxRecords) {
@@ -219,9 +232,14 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 		Fingerprint: p.Fingerprint,
 		State:       idemstore.StatePending,
 		Token:       p.Token,
-		LeaseUntil:  p.LeaseUntil.UTC(),
+		LeaseUntil:  now.Add(p.Lease),
 		CreatedAt:   now,
+		UpdatedAt:   now,
 	}}
+	if p.Request != nil {
+		e.req, e.hasReq = *p.Request, true
+		e.req.Body = clone(p.Request.Body)
+	}
 	sh.insert(h, e)
 	return nil, true, false
 }
@@ -248,7 +266,7 @@ func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, 
 	if e == nil {
 		return nil, idemstore.ErrNotFound
 	}
-	return copyRecord(e), nil
+	return copyRecord(e, s.now()), nil
 }
 
 // drop deletes e, whose key hashes to h, and reports whether it was still

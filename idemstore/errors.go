@@ -18,6 +18,10 @@ var (
 	// needs_review.
 	ErrNotNeedsReview = errors.New("idem: record does not need review")
 
+	// ErrNotCompleted means Delete found the record in another state than
+	// completed.
+	ErrNotCompleted = errors.New("idem: record is not completed")
+
 	// ErrUnavailable means the store could not be reached or failed in a way
 	// that says nothing about the record. Callers fail closed on it.
 	ErrUnavailable = errors.New("idem: store unavailable")

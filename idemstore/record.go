@@ -61,16 +61,42 @@ type Record struct {
 	// Token is the fencing token of the current lease holder. Every state
 	// change is conditioned on it.
 	Token string
-	// LeaseUntil is when the current lease expires, unless it is extended.
+	// LeaseUntil is when the current lease expires by the store's clock,
+	// unless it is extended.
 	LeaseUntil time.Time
 	// Response is the stored answer of a completed record; nil otherwise.
 	Response *Response
 	// Reason says why a record needs review, or how it was resolved.
-	Reason    string
+	Reason string
+	// Request describes the request that reserved the key, for operators
+	// and resolvers; nil when the caller gave none.
+	Request *Request
+	// CreatedAt is when the key was reserved, and UpdatedAt when the record
+	// last changed (state, token or lease), both by the store's clock.
 	CreatedAt time.Time
+	UpdatedAt time.Time
 	// ExpiresAt is when a completed record may be purged. It is zero while
 	// the record is pending or needs review.
 	ExpiresAt time.Time
+	// ReadAt is the store's clock when the record was read. It is not
+	// stored: it lets a reader judge LeaseUntil and CreatedAt on the clock
+	// they were written with (the lease has expired when ReadAt is not
+	// before LeaseUntil), whatever its own clock says.
+	ReadAt time.Time
+}
+
+// LeaseExpired reports whether the record's lease had expired by the
+// store's clock when it was read.
+func (r *Record) LeaseExpired() bool { return !r.ReadAt.Before(r.LeaseUntil) }
+
+// Request describes the request that reserved a key: what an operator or a
+// resolver needs to find out what became of it. Body is kept only where the
+// route allows it.
+type Request struct {
+	Method string
+	Path   string
+	Query  string
+	Body   []byte
 }
 
 // Response is a stored answer.

@@ -9,6 +9,14 @@ import (
 // concurrent use by many goroutines, and by many processes where the backing
 // service is shared.
 //
+// Time belongs to the store. Callers pass durations (a lease, a retention),
+// never deadlines; the store turns them into deadlines on its own clock
+// (PostgreSQL and MySQL the server's, Redis the server's TIME, SQLite and
+// memory the one host's), and decides whether a lease has expired on that
+// same clock, inside the statement or script that acts on it. Processes with
+// skewed clocks therefore agree on every lease, and an Extend that landed
+// first always beats a Takeover, or a Release or Escalate with IfExpired.
+//
 // Every method that changes a pending record is fenced: it applies only while
 // the record is pending and its token equals the one given, and returns
 // ErrLeaseLost otherwise, changing nothing.
@@ -16,65 +24,85 @@ type Store interface {
 	// Reserve inserts a pending record for p.Key, relying on a unique
 	// constraint (or the backend's equivalent atomic insert) so that exactly
 	// one of any number of concurrent callers can succeed. It is never a read
-	// followed by an insert.
+	// followed by an insert. The new record's CreatedAt and UpdatedAt are the
+	// store's now, and its LeaseUntil is now + p.Lease.
 	//
 	// On success it returns a nil record and created == true: the new record
 	// is what p describes, and the caller already has that (Get returns it
 	// as stored, at the backend's time precision). If a record already
-	// exists, it returns that record and created == false, changing nothing.
-	// If the existing record disappears between the failed insert and the
-	// read, Reserve tries the insert again a bounded number of times.
+	// exists, it returns that record (with ReadAt set) and created == false,
+	// changing nothing. If the existing record disappears between the failed
+	// insert and the read, Reserve tries the insert again a bounded number
+	// of times.
+	//
+	// A Reserve that returns an error may still have inserted the record
+	// (the reply was lost after the commit). The caller must then release
+	// p.Token, fenced, so that no reservation is left without an owner.
 	Reserve(ctx context.Context, p ReserveParams) (rec *Record, created bool, err error)
 
-	// Get returns the record for key, or ErrNotFound.
+	// Get returns the record for key, with ReadAt set, or ErrNotFound.
 	Get(ctx context.Context, key Key) (*Record, error)
 
-	// Complete stores the response and moves the record to completed.
-	// Fenced by p.Token. The store must not keep p.Response, its Header or
-	// its Body after the call returns: it encodes or copies what it keeps
-	// (callers reuse their buffers).
+	// Complete stores the response and moves the record to completed,
+	// expiring p.Retention after the store's now. Fenced by p.Token; the
+	// lease deadline is not checked, the token alone fences. The store must
+	// not keep p.Response, its Header or its Body after the call returns: it
+	// encodes or copies what it keeps (callers reuse their buffers).
 	Complete(ctx context.Context, p CompleteParams) error
 
-	// Release deletes the record if it is still pending under token
+	// Release deletes the record if it is still pending under p.Token
 	// ("release if pending"). A completed record is left alone and
-	// ErrLeaseLost is returned.
-	Release(ctx context.Context, key Key, token string) error
+	// ErrLeaseLost is returned. With p.IfExpired, only a record whose lease
+	// expired by the store's clock is released.
+	Release(ctx context.Context, p ReleaseParams) error
 
 	// Escalate moves a pending record to needs_review with a reason. Fenced
-	// by p.Token.
+	// by p.Token; with p.IfExpired, only a record whose lease expired by the
+	// store's clock is escalated.
 	Escalate(ctx context.Context, p EscalateParams) error
 
-	// Extend moves the lease deadline of a pending record to p.LeaseUntil.
-	// Fenced by p.Token.
+	// Extend moves the lease deadline of a pending record to the store's now
+	// plus p.Lease. Fenced by p.Token. It does not look at the deadline: a
+	// holder whose lease ran out but was not yet taken over keeps it.
 	Extend(ctx context.Context, p ExtendParams) error
 
-	// Takeover gives a pending record whose lease has expired (LeaseUntil <=
-	// p.Now) a new token and lease deadline. Fenced by p.OldToken: of several
-	// concurrent takeovers of one record, exactly one succeeds; the others
-	// get ErrLeaseLost. A record whose lease is still alive is not taken
-	// over (ErrLeaseLost).
+	// Takeover gives a pending record whose lease has expired by the store's
+	// clock (LeaseUntil <= now) a new token and a lease of p.Lease from now.
+	// Fenced by p.OldToken: of several concurrent takeovers of one record,
+	// exactly one succeeds; the others get ErrLeaseLost. A record whose lease
+	// is still alive is not taken over (ErrLeaseLost).
 	Takeover(ctx context.Context, p TakeoverParams) error
 
 	// Resolve settles a needs_review record: it completes it with p.Response
-	// (which, as with Complete, the store must not keep) or deletes it
-	// (release). Records in any other state are left alone and
-	// ErrNotNeedsReview (or ErrNotFound) is returned.
+	// (which, as with Complete, the store must not keep), expiring
+	// p.Retention after now, or deletes it (release). Records in any other
+	// state are left alone and ErrNotNeedsReview (or ErrNotFound) is
+	// returned.
 	Resolve(ctx context.Context, p ResolveParams) error
 
-	// ListExpiredLeases returns up to limit pending records whose lease
-	// expired at or before now, for recovery. limit follows PageLimit: zero
-	// or less means 100, and a store may return at most 1000.
-	ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*Record, error)
+	// Delete removes a completed record before its retention ends, for an
+	// operator who wants the next request with its key to run again. A
+	// pending or needs_review record is left alone and ErrNotCompleted (or
+	// ErrNotFound) is returned.
+	Delete(ctx context.Context, key Key) error
 
-	// List pages through records for admin use, optionally filtered by state.
-	// Pass the returned NextCursor back to continue; an empty NextCursor
-	// means the end.
+	// ListExpiredLeases returns up to limit pending records whose lease
+	// expired by the store's clock, oldest deadline first, for recovery.
+	// limit follows PageLimit: zero or less means 100, and a store may
+	// return at most 1000. Acting on them must go through the fenced,
+	// expiry-checked Release, Escalate or Takeover: a lease listed here may
+	// be extended before the caller acts.
+	ListExpiredLeases(ctx context.Context, limit int) ([]*Record, error)
+
+	// List pages through records for admin use, optionally filtered by state
+	// and operation. Pass the returned NextCursor back to continue; an empty
+	// NextCursor means the end.
 	List(ctx context.Context, p ListParams) (ListPage, error)
 
-	// Purge deletes completed records whose ExpiresAt is at or before
-	// p.Before, in batches of at most p.BatchSize, until none are left or ctx
-	// ends. It returns how many it deleted. Pending and needs_review records
-	// are never purged.
+	// Purge deletes completed records whose ExpiresAt is at or before the
+	// store's now, in batches of at most p.BatchSize, until none are left
+	// or ctx ends. It returns how many it deleted. Pending and needs_review
+	// records are never purged.
 	Purge(ctx context.Context, p PurgeParams) (int, error)
 
 	// Capabilities tells the engine what the store can do beyond the
@@ -107,18 +135,34 @@ type ReserveParams struct {
 	Key         Key
 	Fingerprint string
 	Token       string
-	LeaseUntil  time.Time
-	Now         time.Time
+	// Lease is how long the reservation holds, from the store's now. The
+	// engine always passes a positive duration; the conformance suite passes
+	// zero or less to make a lease that has already expired.
+	Lease time.Duration
+	// Request, when set, describes the request for operators (see
+	// Record.Request). Stores keep it as given.
+	Request *Request
 }
 
 // CompleteParams are the arguments of Store.Complete and of the drivers'
 // CompleteTx.
 type CompleteParams struct {
-	Key       Key
-	Token     string
-	Response  *Response
-	Now       time.Time
-	ExpiresAt time.Time
+	Key      Key
+	Token    string
+	Response *Response
+	// Retention is how long the completed record is kept, from the store's
+	// now. Zero or less makes it purgeable at once.
+	Retention time.Duration
+}
+
+// ReleaseParams are the arguments of Store.Release.
+type ReleaseParams struct {
+	Key   Key
+	Token string
+	// IfExpired releases the record only if its lease expired by the
+	// store's clock, in the same statement, for recovery: a holder whose
+	// heartbeat extended the lease first keeps it.
+	IfExpired bool
 }
 
 // EscalateParams are the arguments of Store.Escalate.
@@ -126,24 +170,26 @@ type EscalateParams struct {
 	Key    Key
 	Token  string
 	Reason string
-	Now    time.Time
+	// IfExpired escalates the record only if its lease expired by the
+	// store's clock (see ReleaseParams.IfExpired).
+	IfExpired bool
 }
 
 // ExtendParams are the arguments of Store.Extend.
 type ExtendParams struct {
-	Key        Key
-	Token      string
-	LeaseUntil time.Time
-	Now        time.Time
+	Key   Key
+	Token string
+	// Lease is the new lease, from the store's now.
+	Lease time.Duration
 }
 
 // TakeoverParams are the arguments of Store.Takeover.
 type TakeoverParams struct {
-	Key        Key
-	OldToken   string
-	NewToken   string
-	LeaseUntil time.Time
-	Now        time.Time
+	Key      Key
+	OldToken string
+	NewToken string
+	// Lease is the new holder's lease, from the store's now.
+	Lease time.Duration
 }
 
 // ResolveAction says how Store.Resolve settles a record.
@@ -163,16 +209,20 @@ type ResolveParams struct {
 	// Response is required with ResolveComplete.
 	Response *Response
 	// Reason, when not empty, replaces the reason the record was escalated
-	// with (for instance with how it was settled); an empty Reason keeps it.
-	Reason    string
-	Now       time.Time
-	ExpiresAt time.Time
+	// with (for instance with how it was settled, and by whom); an empty
+	// Reason keeps it.
+	Reason string
+	// Retention is how long a completed record is kept, from the store's
+	// now (ResolveComplete only).
+	Retention time.Duration
 }
 
 // ListParams are the arguments of Store.List.
 type ListParams struct {
 	// State filters by state; empty means all states.
 	State State
+	// Operation filters by operation, exactly; empty means all.
+	Operation string
 	// Cursor continues a previous listing; empty starts at the beginning.
 	Cursor string
 	// Limit is the page size, as PageLimit reads it: zero or less means
@@ -188,7 +238,6 @@ type ListPage struct {
 
 // PurgeParams are the arguments of Store.Purge.
 type PurgeParams struct {
-	Before time.Time
 	// BatchSize bounds the records deleted by one statement. Zero means 500.
 	BatchSize int
 	// Progress, when set, is called after every batch that deleted
@@ -238,7 +287,8 @@ func (p PurgeParams) Normalize() PurgeParams {
 type TxLease interface {
 	// PrepareTxComplete turns resp into the fenced completion to apply
 	// (stripping unstorable headers, applying the size limit, setting the
-	// expiry) and notes that the lease is being completed in a transaction.
+	// retention) and notes that the lease is being completed in a
+	// transaction.
 	PrepareTxComplete(resp *Response) (CompleteParams, error)
 }
 

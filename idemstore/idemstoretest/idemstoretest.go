@@ -1,6 +1,7 @@
 package idemstoretest
 
 import (
+	"context"
 	"testing"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -16,6 +17,31 @@ type Harness struct {
 	// (closed pool, wrong port). Every call must fail with an error wrapping
 	// idemstore.ErrUnavailable.
 	Unavailable func(t *testing.T) idemstore.Store
+	// Tx, if set, runs the CompleteTx part of the suite: stores that offer
+	// CompleteTx (the SQL drivers) return a TxHarness over a store made by
+	// New and a business table in the same database.
+	Tx func(t *testing.T) TxHarness
+}
+
+// TxHarness runs business transactions for the CompleteTx part of the
+// suite. Each SQL driver implements it over its own transaction type.
+type TxHarness struct {
+	// Store is the store under test (made by Harness.New).
+	Store idemstore.Store
+	// Levels are the isolation levels the driver's CompleteTx must work
+	// at, by name as Run receives them ("read committed", "repeatable
+	// read", "serializable"). The suite runs every transactional test at
+	// each.
+	Levels []string
+	// Run opens a transaction at level, inserts the business row id,
+	// calls between (when not nil) while the transaction is open and
+	// before CompleteTx, then calls the driver's CompleteTx with lease and
+	// resp. If CompleteTx fails, Run rolls back and returns its error.
+	// Otherwise it commits when commit is true (returning the commit's
+	// error) and rolls back when it is false.
+	Run func(ctx context.Context, level string, lease idemstore.TxLease, resp *idemstore.Response, id string, commit bool, between func()) error
+	// Committed reports whether the business row id was committed.
+	Committed func(ctx context.Context, id string) (bool, error)
 }
 
 // Exercise runs the whole conformance suite against the stores h makes.
@@ -32,8 +58,10 @@ func Exercise(t *testing.T, h Harness) {
 	}{
 		{"Reserve", testReserve},
 		{"Fencing", testFencing},
+		{"Expiry", testExpiry},
 		{"Takeover", testTakeover},
 		{"Review", testReview},
+		{"Delete", testDelete},
 		{"List", testList},
 		{"Purge", testPurge},
 		{"Payload", testPayload},
@@ -43,6 +71,8 @@ func Exercise(t *testing.T, h Harness) {
 		{"Unavailable", testUnavailable},
 		{"Notify", testNotify},
 		{"Concurrency", testConcurrency},
+		{"Engine", testEngine},
+		{"CompleteTx", testCompleteTx},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

@@ -1,0 +1,245 @@
+package idem
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+)
+
+// ScopeFunc says whose key a request carries: a user ID, a tenant, a hash
+// of the credential. Keys are unique per scope, so one client can never
+// read another's answer. Return a *ScopeError to choose the status (401 or
+// 403); any other error answers 401.
+type ScopeFunc func(*http.Request) (string, error)
+
+// GlobalScope puts every request in one scope. Choose it only when the
+// service has a single client, or when keys are unguessable and answers
+// hold nothing private: any client that knows a key gets its answer.
+func GlobalScope(*http.Request) (string, error) { return "global", nil }
+
+// ScopeError is returned by a ScopeFunc to refuse a request.
+type ScopeError struct {
+	// Status is the HTTP status to answer: 401 or 403. Defaults to 401.
+	Status int
+	// Detail is shown to the client.
+	Detail string
+}
+
+// Error describes the refusal.
+func (e *ScopeError) Error() string { return "idem: scope refused: " + e.Detail }
+
+// Policy is how a route is protected.
+type Policy struct {
+	// Disabled leaves the route unprotected.
+	Disabled bool
+	// KeyOptional lets a request without an Idempotency-Key through,
+	// unprotected, instead of answering 400.
+	KeyOptional bool
+	// Kind decides what an expired lease means (see Kind). Defaults to
+	// External. Choose Transactional for handlers that complete with a
+	// store's CompleteTx inside their business transaction.
+	Kind Kind
+	// ExcludeFields are JSON Pointers of body members left out of the
+	// fingerprint. Defaults to none.
+	ExcludeFields []string
+	// MaxRequestBody bounds the request body read for the fingerprint;
+	// larger requests get 413 and the handler does not run. Defaults to
+	// 1 MiB.
+	MaxRequestBody int64
+	// Wait, when positive, makes a duplicate of an in-flight request wait up
+	// to this long and then get the first answer, instead of 409.
+	Wait time.Duration
+	// Lease overrides EngineConfig.Lease when positive.
+	Lease time.Duration
+	// Retention overrides EngineConfig.Retention when positive.
+	Retention time.Duration
+	// BufferFlushes makes a handler's Flush a no-op while its answer is
+	// buffered, so that handlers (and reverse proxies) that flush out of
+	// habit stay replayable. Server-sent event streams (text/event-stream)
+	// still stream. Defaults to false: a Flush streams the answer, which is
+	// then recorded as not replayable.
+	BufferFlushes bool
+	// StoreRequestBody keeps the request body on the record (up to
+	// MaxStoredRequestBody bytes), so that an operator settling a key in
+	// review sees what was asked. Method, path and query are always kept.
+	// Defaults to false: bodies may hold what an operator should not see.
+	StoreRequestBody bool
+	// ReleaseStatuses are the statuses that mean "nothing happened, try
+	// again": the key is released instead of storing the answer. Defaults to
+	// 429 and 503; an empty non-nil slice releases on none.
+	ReleaseStatuses []int
+}
+
+func (p Policy) withDefaults() Policy {
+	if p.MaxRequestBody == 0 {
+		p.MaxRequestBody = 1 << 20
+	}
+	if p.ReleaseStatuses == nil {
+		p.ReleaseStatuses = []int{http.StatusTooManyRequests, http.StatusServiceUnavailable}
+	}
+	return p
+}
+
+// MaxStoredRequestBody is the largest request body Policy.StoreRequestBody
+// keeps; a larger one is not kept.
+const MaxStoredRequestBody = 64 << 10
+
+// Event describes one protected request, for metrics and audit hooks.
+type Event struct {
+	Request *http.Request
+	// Operation is the record's operation ("POST /payments").
+	Operation string
+	// Outcome is what happened: "acquired", "replayed", "mismatch",
+	// "in_flight", "needs_review", "not_replayable", "missing_key",
+	// "invalid_key", "scope_denied", "too_long", "body_too_large", "body_unreadable",
+	// "unavailable", "fail_open", "no_key" (an optional key not sent) or
+	// "canceled" (the client left while the key was being checked; Status
+	// is then 499 and nothing was written).
+	Outcome string
+	// Settlement says, after an acquired request, what became of its key:
+	// "completed", "completed_tx", "not_replayable", "released",
+	// "escalated", "handler" (the handler settled it itself) or "failed".
+	Settlement string
+	// Status is the HTTP status the client got; 0 when the handler
+	// panicked (net/http then drops the connection, unless a recovering
+	// middleware outside this one answers).
+	Status int
+	// Duration is the time spent in the middleware and the handler.
+	Duration time.Duration
+}
+
+// Config configures Middleware.
+type Config struct {
+	// Scope says whose key a request carries. Required: NewMiddleware fails
+	// without it. Use GlobalScope to choose a single scope deliberately.
+	Scope ScopeFunc
+
+	// Methods are the protected methods. Defaults to POST and PATCH.
+	Methods []string
+
+	// Operation names the operation of a request. Defaults to the method and
+	// the route pattern (r.Pattern, set by http.ServeMux when the middleware
+	// wraps a routed handler), or the method and URL path when there is no
+	// pattern.
+	//
+	// Routers that fill in r.Pattern as they route, such as chi, give the
+	// pattern routed so far: with chi, middleware added with With on a route
+	// sees the route's pattern ("POST /orders/{id}"), in a subrouter's Use
+	// the mount ("POST /v1/*", one operation for every route below it), and
+	// on the root router nothing yet (the method and path). Every placement
+	// runs a handler at most once per key; they differ only in which
+	// requests count as the same operation.
+	Operation func(*http.Request) string
+
+	// Policy is the protection of every route not in Routes.
+	Policy Policy
+
+	// Routes overrides Policy per operation, keyed by the Operation value
+	// ("POST /payments/{id}/refund"). A route's policy replaces the default
+	// whole; its zero fields take the defaults.
+	Routes map[string]Policy
+
+	// FailOpen runs the handler unprotected when the store cannot be reached,
+	// instead of answering 503. Defaults to false (fail closed): without the
+	// store, idem cannot promise at-most-once.
+	FailOpen bool
+
+	// OnOutcome, if set, is called once per protected request, after the
+	// answer was written.
+	OnOutcome func(Event)
+
+	// Logger receives structured logs; keys appear only as short hashes.
+	// Defaults to the engine's logger.
+	Logger *slog.Logger
+}
+
+// Middleware returns net/http middleware that makes the protected methods
+// safe to retry. It panics on an invalid configuration; use NewMiddleware to
+// get the error instead.
+func Middleware(e *Engine, cfg Config) func(http.Handler) http.Handler {
+	mw, err := NewMiddleware(e, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return mw
+}
+
+// NewMiddleware is Middleware, returning configuration errors.
+func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, error) {
+	if e == nil {
+		return nil, errors.New("idem: Middleware needs an engine")
+	}
+	if cfg.Scope == nil {
+		return nil, errors.New("idem: Config.Scope is required (use idem.GlobalScope to put every request in one scope deliberately)")
+	}
+	if cfg.Methods == nil {
+		cfg.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if cfg.Operation == nil {
+		cfg.Operation = DefaultOperation
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = e.cfg.Logger
+	}
+	m := &middleware{e: e, cfg: cfg, policy: cfg.Policy.withDefaults()}
+	if err := m.policy.validate(); err != nil {
+		return nil, err
+	}
+	if len(cfg.Routes) > 0 {
+		m.routes = make(map[string]*Policy, len(cfg.Routes))
+		for op, p := range cfg.Routes {
+			p = p.withDefaults()
+			if err := p.validate(); err != nil {
+				return nil, fmt.Errorf("route %q: %w", op, err)
+			}
+			m.routes[op] = &p
+		}
+	}
+	return func(next http.Handler) http.Handler {
+		return &handler{m: m, next: next}
+	}, nil
+}
+
+func (p Policy) validate() error {
+	if p.MaxRequestBody < 0 {
+		return fmt.Errorf("idem: Policy.MaxRequestBody %d is negative", p.MaxRequestBody)
+	}
+	if p.Kind != External && p.Kind != Transactional {
+		return fmt.Errorf("idem: Policy.Kind %v is unknown", p.Kind)
+	}
+	for _, ptr := range p.ExcludeFields {
+		if _, err := parsePointer(ptr); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DefaultOperation is the default Config.Operation: the method and route
+// pattern, or the method and path when the request was not routed by a
+// pattern.
+func DefaultOperation(r *http.Request) string {
+	if r.Pattern != "" {
+		// A pattern may already start with its method ("POST /payments").
+		if len(r.Pattern) > len(r.Method) && r.Pattern[len(r.Method)] == ' ' && r.Pattern[:len(r.Method)] == r.Method {
+			return r.Pattern
+		}
+		return r.Method + " " + r.Pattern
+	}
+	return r.Method + " " + r.URL.Path
+}
+
+type middleware struct {
+	e      *Engine
+	cfg    Config
+	policy Policy
+	routes map[string]*Policy
+}
+
+type handler struct {
+	m    *middleware
+	next http.Handler
+}
+

@@ -1,0 +1,84 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Settlement never belongs to the client: Complete, Release and Escalate run
+// detached from the caller's cancellation, bounded by
+// EngineConfig.SettleTimeout, and try again while the store fails
+// transiently. A change that returned an error may have been applied all the
+// same (a reply lost after the commit, a client library that resent a
+// command whose first attempt went through), so after every error the record
+// is read back to see.
+
+// Backoff between settlement attempts.
+const (
+	settleFirstPause = 10 * time.Millisecond
+	settleMaxPause   = time.Second
+)
+
+// orphanTimeout bounds the release of a reservation whose Reserve failed:
+// short, because the caller is waiting to answer an error.
+const orphanTimeout = 2 * time.Second
+
+// settle runs change on key's record until it succeeds, is refused for good,
+// or timeout passes, detached from ctx's cancellation. done is given the
+// record read back after every error (nil and ErrNotFound when it is gone)
+// and reports whether change has taken effect, so that an applied change
+// whose reply was lost counts as a success; a nil done reads nothing.
+func (e *Engine) settle(ctx context.Context, key Key, timeout time.Duration, change func(context.Context) error, done func(*idemstore.Record, error) bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	pause := settleFirstPause
+	for {
+		err := change(ctx)
+		if err == nil {
+			return nil
+		}
+		if done != nil {
+			rec, gerr := e.store.Get(ctx, key)
+			if (gerr == nil || errors.Is(gerr, idemstore.ErrNotFound)) && done(rec, gerr) {
+				return nil
+			}
+		}
+		if !transient(err) || ctx.Err() != nil {
+			return err
+		}
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		pause = min(2*pause, settleMaxPause)
+	}
+}
+
+// transient reports whether a failed store call may succeed if tried again.
+func transient(err error) bool {
+	return errors.Is(err, idemstore.ErrUnavailable) || errors.Is(err, idemstore.ErrRetryable) ||
+		errors.Is(err, context.DeadlineExceeded)
+}
+
+// releaseOrphan releases token's reservation of key, which a failed Reserve
+// or Takeover may have left behind with nobody holding it. A record that is
+// not pending under token (the usual case: nothing was written) is left
+// alone.
+func (e *Engine) releaseOrphan(ctx context.Context, key Key, token string) {
+	err := e.settle(ctx, key, min(orphanTimeout, e.cfg.SettleTimeout),
+		func(ctx context.Context) error {
+			return e.store.Release(ctx, idemstore.ReleaseParams{Key: key, Token: token})
+		},
+		func(rec *idemstore.Record, err error) bool { return err != nil || rec.Token != token || rec.State != idemstore.StatePending })
+	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: releasing a reservation whose Reserve failed did not succeed; it stays pending until its lease expires",
+			slog.String("key", redact(key)), slog.Any("error", err))
+	}
+}
