@@ -18,7 +18,7 @@ type execer interface {
 // and changes nothing. The lease deadline is not checked: the token alone
 // fences.
 func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
-	return complete(ctx, s.db, p)
+	return s.complete(ctx, s.db, p)
 }
 
 // CompleteTx completes the lease inside tx, the caller's own transaction on
@@ -38,15 +38,16 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, lease idemstore.TxLe
 	if err != nil {
 		return err
 	}
-	return complete(ctx, tx, p)
+	return s.complete(ctx, tx, p)
 }
 
 // complete is the fenced completion shared by Complete and CompleteTx.
-func complete(ctx context.Context, ex execer, p idemstore.CompleteParams) error {
+func (s *Store) complete(ctx context.Context, ex execer, p idemstore.CompleteParams) error {
+	now := s.now()
 	res, err := ex.ExecContext(ctx, `UPDATE idem_records
-		SET state = 'completed', response = ?, expires_at = ?
+		SET state = 'completed', response = ?, expires_at = ?, updated_at = ?
 		WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'pending' AND token = ?`,
-		idemstore.EncodeResponse(p.Response), nullMillis(p.ExpiresAt),
+		idemstore.EncodeResponse(p.Response), millis(now.Add(p.Retention)), millis(now),
 		p.Key.Scope, p.Key.Operation, p.Key.Key, p.Token)
 	return fenced(ctx, res, err)
 }

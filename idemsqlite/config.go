@@ -1,5 +1,7 @@
 package idemsqlite
 
+import "time"
+
 // Config configures a Store. The zero value is ready to use.
 type Config struct {
 	// SkipMigrate stops New from applying the embedded schema migrations.
@@ -7,12 +9,21 @@ type Config struct {
 	// and the application should not run DDL at start-up. Defaults to
 	// false: New migrates.
 	SkipMigrate bool
+
+	// Now is the store's clock: every lease deadline, creation and expiry
+	// time is taken from it, and every expiry judged by it. SQLite runs on
+	// one host, so every process sharing the file shares this clock.
+	// Defaults to time.Now; tests inject a fake clock here.
+	Now func() time.Time
 }
 
-// withDefaults returns c with its zero fields filled in. Every current
-// field's zero value is its default; new fields with other defaults are
-// filled here.
-func (c Config) withDefaults() Config { return c }
+// withDefaults returns c with its zero fields filled in.
+func (c Config) withDefaults() Config {
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
 
 // validate reports a misconfiguration at construction time. No current
 // combination of fields is invalid; new fields are checked here.

@@ -2,7 +2,6 @@ package idemsqlite
 
 import (
 	"context"
-	"time"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -30,6 +29,10 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 		q += ` AND state = ?`
 		args = append(args, string(p.State))
 	}
+	if p.Operation != "" {
+		q += ` AND operation = ?`
+		args = append(args, p.Operation)
+	}
 	if after != nil {
 		q += ` AND (scope, operation, "key") > (?, ?, ?)`
 		args = append(args, after.Scope, after.Operation, after.Key)
@@ -43,19 +46,20 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	return idemstore.KeyPage(recs, p.Limit), nil
 }
 
-// ListExpiredLeases returns up to limit pending records whose lease expired
-// at or before now, oldest deadline first (straight from the
+// ListExpiredLeases returns up to limit pending records whose lease has
+// expired by the store's clock, oldest deadline first (straight from the
 // (state, lease_until) index, without a sort). limit follows
 // idemstore.PageLimit.
-func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+func (s *Store) ListExpiredLeases(ctx context.Context, limit int) ([]*idemstore.Record, error) {
 	limit = idemstore.PageLimit(limit)
 	return s.query(ctx, `SELECT `+recordColumns+` FROM idem_records
 		WHERE state = 'pending' AND lease_until <= ?
-		ORDER BY lease_until LIMIT ?`, millis(now), limit)
+		ORDER BY lease_until LIMIT ?`, millis(s.now()), limit)
 }
 
 // query runs a SELECT of recordColumns and scans every row.
 func (s *Store) query(ctx context.Context, q string, args ...any) (recs []*idemstore.Record, err error) {
+	now := s.now()
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, interpretError(ctx, err)
@@ -66,7 +70,7 @@ func (s *Store) query(ctx context.Context, q string, args ...any) (recs []*idems
 		}
 	}()
 	for rows.Next() {
-		rec, err := scanRecord(rows)
+		rec, err := scanRecord(rows, now)
 		if err != nil {
 			return nil, interpretError(ctx, err)
 		}

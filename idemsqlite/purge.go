@@ -6,7 +6,8 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// Purge deletes completed records whose expiry is at or before p.Before, at
+// Purge deletes completed records whose expiry has passed by the store's
+// clock, at
 // most p.BatchSize per statement, each statement its own short write
 // transaction so that reservations from other connections and processes
 // get the write lock between batches. It stops when a batch deletes fewer
@@ -18,7 +19,7 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 		res, err := s.db.ExecContext(ctx, `DELETE FROM idem_records WHERE rowid IN (
 			SELECT rowid FROM idem_records
 			WHERE state = 'completed' AND expires_at <= ?
-			LIMIT ?)`, millis(p.Before), p.BatchSize)
+			LIMIT ?)`, millis(s.now()), p.BatchSize)
 		if err != nil {
 			return 0, interpretError(ctx, err)
 		}

@@ -22,11 +22,13 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 // reserveOnce makes one insert and, on conflict, one read. It returns a nil
 // record and nil error when the conflicting row was gone by the read.
 func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	now := s.now()
 	res, err := s.db.ExecContext(ctx, `INSERT INTO idem_records
-		(scope, operation, "key", fingerprint, state, token, lease_until, created_at)
-		VALUES (?, ?, ?, ?, 'pending', ?, ?, ?)
+		(scope, operation, "key", fingerprint, state, token, lease_until, created_at, updated_at, request)
+		VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
 		ON CONFLICT (scope, operation, "key") DO NOTHING`,
-		p.Key.Scope, p.Key.Operation, p.Key.Key, p.Fingerprint, p.Token, millis(p.LeaseUntil), millis(p.Now))
+		p.Key.Scope, p.Key.Operation, p.Key.Key, p.Fingerprint, p.Token, millis(now.Add(p.Lease)), millis(now), millis(now),
+		idemstore.EncodeRequest(p.Request))
 	if err != nil {
 		return nil, false, interpretError(ctx, err)
 	}

@@ -9,8 +9,8 @@ import (
 )
 
 // Resolve settles a needs_review record: with idemstore.ResolveComplete it
-// stores p.Response and p.Reason and completes the record (expiring at
-// p.ExpiresAt); with idemstore.ResolveRelease it deletes it. A missing record
+// stores p.Response and p.Reason and completes the record (expiring
+// p.Retention from now); with idemstore.ResolveRelease it deletes it. A missing record
 // gives idemstore.ErrNotFound, a record in another state
 // idemstore.ErrNotNeedsReview; neither is changed.
 func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
@@ -23,10 +23,11 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		if p.Response == nil {
 			return errorf("Resolve: ResolveComplete needs a Response")
 		}
+		now := s.now()
 		res, err = s.db.ExecContext(ctx, `UPDATE idem_records
-			SET state = 'completed', response = ?, reason = COALESCE(NULLIF(?, ''), reason), expires_at = ?
+			SET state = 'completed', response = ?, reason = COALESCE(NULLIF(?, ''), reason), expires_at = ?, updated_at = ?
 			WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'needs_review'`,
-			idemstore.EncodeResponse(p.Response), p.Reason, nullMillis(p.ExpiresAt),
+			idemstore.EncodeResponse(p.Response), p.Reason, millis(now.Add(p.Retention)), millis(now),
 			p.Key.Scope, p.Key.Operation, p.Key.Key)
 	case idemstore.ResolveRelease:
 		res, err = s.db.ExecContext(ctx, `DELETE FROM idem_records
@@ -35,25 +36,38 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	default:
 		return errorf("Resolve: unknown action %d", p.Action)
 	}
-	err = fenced(ctx, res, err)
+	return s.explain(ctx, p.Key, fenced(ctx, res, err), idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview)
+}
+
+// Delete removes a completed record before its retention ends. A pending or
+// needs_review record is left alone and idemstore.ErrNotCompleted is
+// returned; a missing one gives idemstore.ErrNotFound.
+func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM idem_records
+		WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'completed'`, key.Scope, key.Operation, key.Key)
+	return s.explain(ctx, key, fenced(ctx, res, err), idemstore.StateCompleted, idemstore.ErrNotCompleted)
+}
+
+// explain turns the ErrLeaseLost of a change conditioned on state want into
+// why it matched nothing: idemstore.ErrNotFound, wrong (another state), or
+// idemstore.ErrRetryable when the record is in state want again (changed
+// between the two statements). Other results pass through. The record is
+// only read to choose the error.
+func (s *Store) explain(ctx context.Context, k idemstore.Key, err error, want idemstore.State, wrong error) error {
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		return err
 	}
-	// Nothing matched: say why. The record is only read to choose the
-	// error; it was not changed.
 	var state string
 	err = s.db.QueryRowContext(ctx, `SELECT state FROM idem_records
-		WHERE scope = ? AND operation = ? AND "key" = ?`, p.Key.Scope, p.Key.Operation, p.Key.Key).Scan(&state)
+		WHERE scope = ? AND operation = ? AND "key" = ?`, k.Scope, k.Operation, k.Key).Scan(&state)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idemstore.ErrNotFound
 	case err != nil:
 		return interpretError(ctx, err)
-	case state == string(idemstore.StateNeedsReview):
-		// Released and escalated again between the two statements: the
-		// caller may look again.
+	case state == string(want):
 		return idemstore.ErrRetryable
 	default:
-		return idemstore.ErrNotNeedsReview
+		return wrong
 	}
 }

@@ -45,29 +45,36 @@ func (s *Store) Capabilities() idemstore.Capabilities {
 }
 
 // recordColumns is the column list scanRecord reads, in order.
-const recordColumns = `scope, operation, "key", fingerprint, state, token, lease_until, response, reason, created_at, expires_at`
+const recordColumns = `scope, operation, "key", fingerprint, state, token, lease_until, response, reason, created_at, expires_at, updated_at, request`
 
 // rowScanner is *sql.Row or *sql.Rows.
 type rowScanner interface {
 	Scan(dest ...any) error
 }
 
-// scanRecord reads one row selected with recordColumns.
-func scanRecord(r rowScanner) (*idemstore.Record, error) {
+// scanRecord reads one row selected with recordColumns, read at now.
+func scanRecord(r rowScanner, now time.Time) (*idemstore.Record, error) {
 	var (
-		rec                   idemstore.Record
-		state                 string
-		leaseUntil, createdAt int64
-		expiresAt             sql.NullInt64
-		response              []byte
+		rec                              idemstore.Record
+		state                            string
+		leaseUntil, createdAt, updatedAt int64
+		expiresAt                        sql.NullInt64
+		response, request                []byte
 	)
 	if err := r.Scan(&rec.Key.Scope, &rec.Key.Operation, &rec.Key.Key, &rec.Fingerprint, &state, &rec.Token,
-		&leaseUntil, &response, &rec.Reason, &createdAt, &expiresAt); err != nil {
+		&leaseUntil, &response, &rec.Reason, &createdAt, &expiresAt, &updatedAt, &request); err != nil {
 		return nil, err
 	}
 	rec.State = idemstore.State(state)
 	rec.LeaseUntil = fromMillis(leaseUntil)
 	rec.CreatedAt = fromMillis(createdAt)
+	rec.UpdatedAt = fromMillis(updatedAt)
+	rec.ReadAt = now.Truncate(time.Millisecond)
+	req, err := idemstore.DecodeRequest(request)
+	if err != nil {
+		return nil, err
+	}
+	rec.Request = req
 	if expiresAt.Valid {
 		rec.ExpiresAt = fromMillis(expiresAt.Int64)
 	}
@@ -81,9 +88,10 @@ func scanRecord(r rowScanner) (*idemstore.Record, error) {
 
 // Get returns the record for key, or idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	now := s.now() // taken before the read: a lease expiring meanwhile still counts as alive
 	row := s.db.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM idem_records
 		WHERE scope = ? AND operation = ? AND "key" = ?`, key.Scope, key.Operation, key.Key)
-	rec, err := scanRecord(row)
+	rec, err := scanRecord(row, now)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, idemstore.ErrNotFound
 	}
@@ -92,6 +100,9 @@ func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, 
 	}
 	return rec, nil
 }
+
+// now is the store's clock.
+func (s *Store) now() time.Time { return s.cfg.Now() }
 
 // millis turns t into the unix milliseconds stored in the time columns. The
 // zero time is stored as 0.

@@ -40,7 +40,7 @@ func raceReserve(f *fixture, keys []idemstore.Key, n int) map[idemstore.Key][]re
 				<-start
 				res.rec, res.created, res.err = f.s.Reserve(ctx, idemstore.ReserveParams{
 					Key: k, Fingerprint: "fp-" + res.token, Token: res.token,
-					LeaseUntil: f.base.Add(leaseLong), Now: f.base,
+					Lease: leaseLive,
 				})
 			}()
 		}
@@ -147,7 +147,7 @@ func churn(f *fixture, goroutines, rounds int) {
 			<-start
 			for range rounds {
 				tok := newToken()
-				rec, created, err := f.s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+				rec, created, err := f.s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, Lease: leaseLive})
 				switch {
 				case errors.Is(err, idemstore.ErrRetryable):
 					continue // allowed after MaxReserveAttempts of bad luck
@@ -177,9 +177,9 @@ func churn(f *fixture, goroutines, rounds int) {
 				mu.Unlock()
 				// A second holder would also have overwritten this token,
 				// and this Release would then fail.
-				err = f.s.Release(ctx, k, tok)
+				err = f.s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: tok})
 				for i := 0; errors.Is(err, idemstore.ErrRetryable) && i < 5; i++ {
-					err = f.s.Release(ctx, k, tok)
+					err = f.s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: tok})
 				}
 				if err != nil {
 					fail(fmt.Errorf("release by the holder: %w", err))

@@ -22,7 +22,7 @@ func testErrors(t *testing.T, h Harness) {
 		t.Parallel()
 		f := newFixture(t, s)
 		k := f.key("k")
-		rec, created, err := s.Reserve(cancelled(), idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+		rec, created, err := s.Reserve(cancelled(), idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: newToken(), Lease: leaseLive})
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("Reserve with a cancelled context: err = %v, want context.Canceled", err)
 		}
@@ -35,7 +35,7 @@ func testErrors(t *testing.T, h Harness) {
 	t.Run("CancelledGet", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseLong)
+		rec := f.reserve(f.key("k"), leaseLive)
 		_, err := s.Get(cancelled(), rec.Key)
 		requireErrIs(t, err, context.Canceled, "Get with a cancelled context")
 		_, err = s.Get(cancelled(), f.key("missing"))
@@ -45,8 +45,8 @@ func testErrors(t *testing.T, h Harness) {
 	t.Run("CancelledComplete", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseLong)
-		err := s.Complete(cancelled(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: jsonResponse(`{}`), Now: f.base, ExpiresAt: f.base.Add(expireLater)})
+		rec := f.reserve(f.key("k"), leaseLive)
+		err := s.Complete(cancelled(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: jsonResponse(`{}`), Retention: retainLive})
 		requireErrIs(t, err, context.Canceled, "Complete with a cancelled context")
 		f.requireUnchanged(rec, "Complete with a cancelled context")
 	})
@@ -57,7 +57,7 @@ func testErrors(t *testing.T, h Harness) {
 		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 		defer cancel()
 		k := f.key("k")
-		_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+		_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: newToken(), Lease: leaseLive})
 		if !errors.Is(err, context.DeadlineExceeded) || created {
 			t.Fatalf("Reserve past its deadline: created = %v, err = %v; want false, context.DeadlineExceeded", created, err)
 		}
@@ -70,7 +70,6 @@ func testUnavailable(t *testing.T, h Harness) {
 		t.Skip("Harness.Unavailable is not set")
 	}
 	s := h.Unavailable(t)
-	base := baseTime()
 	k := idemstore.Key{Scope: newScope(), Operation: "POST /things", Key: "k"}
 	resp := jsonResponse(`{}`)
 	calls := []struct {
@@ -78,7 +77,7 @@ func testUnavailable(t *testing.T, h Harness) {
 		call func(t *testing.T, ctx context.Context) error
 	}{
 		{"Reserve", func(t *testing.T, ctx context.Context) error {
-			rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: newToken(), LeaseUntil: base.Add(leaseLong), Now: base})
+			rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: newToken(), Lease: leaseLive})
 			if created {
 				t.Errorf("Reserve on an unreachable store reported created (record %v)", rec)
 			}
@@ -86,26 +85,27 @@ func testUnavailable(t *testing.T, h Harness) {
 		}},
 		{"Get", func(t *testing.T, ctx context.Context) error { _, err := s.Get(ctx, k); return err }},
 		{"Complete", func(t *testing.T, ctx context.Context) error {
-			return s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: resp, Now: base, ExpiresAt: base.Add(expireLater)})
+			return s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: resp, Retention: retainLive})
 		}},
-		{"Release", func(t *testing.T, ctx context.Context) error { return s.Release(ctx, k, "t") }},
+		{"Release", func(t *testing.T, ctx context.Context) error { return s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: "t"}) }},
 		{"Escalate", func(t *testing.T, ctx context.Context) error {
-			return s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: "t", Reason: "r", Now: base})
+			return s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: "t", Reason: "r"})
 		}},
 		{"Extend", func(t *testing.T, ctx context.Context) error {
-			return s.Extend(ctx, idemstore.ExtendParams{Key: k, Token: "t", LeaseUntil: base.Add(leaseLong), Now: base})
+			return s.Extend(ctx, idemstore.ExtendParams{Key: k, Token: "t", Lease: leaseLive})
 		}},
 		{"Takeover", func(t *testing.T, ctx context.Context) error {
-			return s.Takeover(ctx, idemstore.TakeoverParams{Key: k, OldToken: "t", NewToken: "u", LeaseUntil: base.Add(leaseLong), Now: base.Add(clockLater)})
+			return s.Takeover(ctx, idemstore.TakeoverParams{Key: k, OldToken: "t", NewToken: "u", Lease: leaseLive})
 		}},
 		{"ResolveComplete", func(t *testing.T, ctx context.Context) error {
-			return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveComplete, Response: resp, Now: base, ExpiresAt: base.Add(expireLater)})
+			return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveComplete, Response: resp, Retention: retainLive})
 		}},
 		{"ResolveRelease", func(t *testing.T, ctx context.Context) error {
-			return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveRelease, Now: base})
+			return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveRelease})
 		}},
+		{"Delete", func(t *testing.T, ctx context.Context) error { return s.Delete(ctx, k) }},
 		{"ListExpiredLeases", func(t *testing.T, ctx context.Context) error {
-			_, err := s.ListExpiredLeases(ctx, base, 10)
+			_, err := s.ListExpiredLeases(ctx, 10)
 			return err
 		}},
 		{"List", func(t *testing.T, ctx context.Context) error {
@@ -113,7 +113,7 @@ func testUnavailable(t *testing.T, h Harness) {
 			return err
 		}},
 		{"Purge", func(t *testing.T, ctx context.Context) error {
-			_, err := s.Purge(ctx, idemstore.PurgeParams{Before: base, BatchSize: 10})
+			_, err := s.Purge(ctx, idemstore.PurgeParams{BatchSize: 10})
 			return err
 		}},
 	}

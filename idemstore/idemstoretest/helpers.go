@@ -16,21 +16,26 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// Offsets from a test's base time. Every completed record expires in the
-// future and every lease the suite calls expired still lies in the future of
-// the wall clock: only the Now passed to the store says it has expired. This
-// keeps stores with real TTLs honest.
+// Durations the suite passes. The store adds them to its own clock, so a
+// lease of leaseExpired has expired the moment it is granted, and a record
+// completed with retainExpired may be purged at once: no test waits for time
+// to pass. Live ones are far enough away for any test to finish first.
 const (
-	hour        = time.Hour
-	leaseShort  = 1 * hour // a lease the suite later treats as expired
-	clockLater  = 2 * hour // the Now at which leaseShort has expired
-	leaseLong   = 3 * hour // a lease still alive at clockLater
-	expireSoon  = 1 * hour // ExpiresAt purged by Purge{Before: base+clockLater}
-	expireLater = 3 * hour // ExpiresAt kept by that purge
+	hour          = time.Hour
+	leaseLive     = 1 * hour
+	leaseLonger   = 3 * hour
+	leaseExpired  = -1 * hour
+	retainLive    = 3 * hour
+	retainExpired = -1 * hour
 )
 
-// baseTime is the suite's clock: now, in UTC, at millisecond precision.
-func baseTime() time.Time { return time.Now().UTC().Truncate(time.Millisecond) }
+// slack is the precision every store keeps at least: a millisecond.
+const slack = time.Millisecond
+
+// clockTolerance is how far a store's clock may be from this process's for
+// the suite's sanity check of its times (which catches unit and time zone
+// mistakes, not skew).
+const clockTolerance = 10 * time.Minute
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -46,17 +51,15 @@ func newScope() string { return "idemtest-" + randomHex(8) }
 // newToken returns a fresh lease token.
 func newToken() string { return "tok-" + randomHex(12) }
 
-// fixture holds what one subtest needs: a store, a private scope and a base
-// time.
+// fixture holds what one subtest needs: a store and a private scope.
 type fixture struct {
 	t     *testing.T
 	s     idemstore.Store
 	scope string
-	base  time.Time
 }
 
 func newFixture(t *testing.T, s idemstore.Store) *fixture {
-	return &fixture{t: t, s: s, scope: newScope(), base: baseTime()}
+	return &fixture{t: t, s: s, scope: newScope()}
 }
 
 func (f *fixture) ctx() context.Context { return f.t.Context() }
@@ -66,52 +69,137 @@ func (f *fixture) key(name string) idemstore.Key {
 	return idemstore.Key{Scope: f.scope, Operation: "POST /things", Key: name}
 }
 
-// reserve reserves k with a fresh token and a lease of base+lease, and
-// requires that it was created.
+// reserve reserves k with a fresh token and the given lease, requires that
+// it was created as asked, and returns the record as stored.
 func (f *fixture) reserve(k idemstore.Key, lease time.Duration) *idemstore.Record {
 	f.t.Helper()
-	p := idemstore.ReserveParams{
-		Key:         k,
-		Fingerprint: "fp-" + k.Key,
-		Token:       newToken(),
-		LeaseUntil:  f.base.Add(lease),
-		Now:         f.base,
-	}
+	return f.reserveWith(idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + k.Key, Token: newToken(), Lease: lease})
+}
+
+// reserveWith reserves p.Key as reserve does, with p as given.
+func (f *fixture) reserveWith(p idemstore.ReserveParams) *idemstore.Record {
+	f.t.Helper()
 	rec, created, err := f.s.Reserve(f.ctx(), p)
 	if err != nil {
-		f.t.Fatalf("Reserve(%v): %v", k, err)
+		f.t.Fatalf("Reserve(%v): %v", p.Key, err)
 	}
 	if !created {
-		f.t.Fatalf("Reserve(%v): created = false for a fresh key", k)
+		f.t.Fatalf("Reserve(%v): created = false for a fresh key", p.Key)
 	}
 	if rec != nil {
-		f.t.Fatalf("Reserve(%v): created, with a record %+v; want nil", k, *rec)
+		f.t.Fatalf("Reserve(%v): created, with a record %+v; want nil", p.Key, *rec)
 	}
-	rec = f.get(k)
-	if rec.Token != p.Token || rec.State != idemstore.StatePending {
-		f.t.Fatalf("Reserve(%v): stored token %q in state %s, want %q pending", k, rec.Token, rec.State, p.Token)
+	rec = f.get(p.Key)
+	if rec.Token != p.Token || rec.State != idemstore.StatePending || rec.Fingerprint != p.Fingerprint {
+		f.t.Fatalf("Reserve(%v): stored token %q fingerprint %q in state %s, want %q %q pending", p.Key, rec.Token, rec.Fingerprint, rec.State, p.Token, p.Fingerprint)
+	}
+	// One now, taken by the store, makes CreatedAt, UpdatedAt and the
+	// lease deadline.
+	if d := rec.LeaseUntil.Sub(rec.CreatedAt); !near(d, p.Lease) {
+		f.t.Fatalf("Reserve(%v) with Lease %v: LeaseUntil - CreatedAt = %v", p.Key, p.Lease, d)
+	}
+	if !sameInstant(rec.UpdatedAt, rec.CreatedAt) {
+		f.t.Fatalf("Reserve(%v): UpdatedAt %v, want CreatedAt %v", p.Key, rec.UpdatedAt, rec.CreatedAt)
+	}
+	if rec.ReadAt.Before(rec.CreatedAt.Add(-slack)) {
+		f.t.Fatalf("Reserve(%v): read at %v, before it was created at %v", p.Key, rec.ReadAt, rec.CreatedAt)
+	}
+	if off := time.Since(rec.CreatedAt); off > clockTolerance || off < -clockTolerance {
+		f.t.Fatalf("Reserve(%v): CreatedAt %v is %v away from this process's clock (a unit or time zone mistake?)", p.Key, rec.CreatedAt, off)
+	}
+	if !rec.ExpiresAt.IsZero() || rec.Response != nil {
+		f.t.Fatalf("Reserve(%v): pending record has ExpiresAt %v, response %s; want zero, nil", p.Key, rec.ExpiresAt, summary(rec.Response))
 	}
 	return rec
 }
 
-// complete completes rec (reserved by this fixture) with resp and
-// ExpiresAt = base+expires.
-func (f *fixture) complete(rec *idemstore.Record, resp *idemstore.Response, expires time.Duration) {
+// near reports whether a and b are within slack of each other.
+func near(a, b time.Duration) bool { return a-b <= slack && b-a <= slack }
+
+// during runs change on the existing record for k and returns the window
+// of the store's clock it ran in: the ReadAt of a read before and of a
+// read after (which must find the record still there).
+func (f *fixture) during(k idemstore.Key, change func() error) (lo, hi time.Time, after *idemstore.Record, err error) {
 	f.t.Helper()
-	err := f.s.Complete(f.ctx(), idemstore.CompleteParams{
-		Key: rec.Key, Token: rec.Token, Response: resp, Now: f.base, ExpiresAt: f.base.Add(expires),
+	lo = f.get(k).ReadAt
+	err = change()
+	after = f.get(k)
+	return lo.Add(-slack), after.ReadAt.Add(slack), after, err
+}
+
+// requireWithin requires t - d to lie in [lo, hi]: a deadline the store
+// computed as its now plus d during that window.
+func requireWithin(tb testing.TB, what string, t time.Time, d time.Duration, lo, hi time.Time) {
+	tb.Helper()
+	if now := t.Add(-d); now.Before(lo) || now.After(hi) {
+		tb.Fatalf("%s = %v: minus %v that is %v, outside the store's clock during the call [%v, %v]", what, t, d, now, lo, hi)
+	}
+}
+
+// complete completes rec (reserved by this fixture) with resp and the given
+// retention, requires the stored record to show it, and returns that
+// record.
+func (f *fixture) complete(rec *idemstore.Record, resp *idemstore.Response, retention time.Duration) *idemstore.Record {
+	f.t.Helper()
+	lo, hi, got, err := f.during(rec.Key, func() error {
+		return f.s.Complete(f.ctx(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: resp, Retention: retention})
 	})
 	if err != nil {
 		f.t.Fatalf("Complete(%v): %v", rec.Key, err)
 	}
+	requireWithin(f.t, "Complete: ExpiresAt", got.ExpiresAt, retention, lo, hi)
+	requireWithin(f.t, "Complete: UpdatedAt", got.UpdatedAt, 0, lo, hi)
+	want := *rec
+	want.State = idemstore.StateCompleted
+	want.Response = resp
+	want.ExpiresAt, want.UpdatedAt = got.ExpiresAt, got.UpdatedAt
+	if d := diffRecord(got, &want); d != "" {
+		f.t.Fatalf("after Complete(%v): %s", rec.Key, d)
+	}
+	return got
 }
 
-func (f *fixture) escalate(rec *idemstore.Record, reason string) {
+// escalate escalates rec (reserved by this fixture) with reason and returns
+// the stored record.
+func (f *fixture) escalate(rec *idemstore.Record, reason string) *idemstore.Record {
 	f.t.Helper()
-	err := f.s.Escalate(f.ctx(), idemstore.EscalateParams{Key: rec.Key, Token: rec.Token, Reason: reason, Now: f.base})
+	lo, hi, got, err := f.during(rec.Key, func() error {
+		return f.s.Escalate(f.ctx(), idemstore.EscalateParams{Key: rec.Key, Token: rec.Token, Reason: reason})
+	})
 	if err != nil {
 		f.t.Fatalf("Escalate(%v): %v", rec.Key, err)
 	}
+	requireWithin(f.t, "Escalate: UpdatedAt", got.UpdatedAt, 0, lo, hi)
+	want := *rec
+	want.State = idemstore.StateNeedsReview
+	want.Reason = reason
+	want.UpdatedAt = got.UpdatedAt
+	if d := diffRecord(got, &want); d != "" {
+		f.t.Fatalf("after Escalate(%v): %s", rec.Key, d)
+	}
+	if !got.ExpiresAt.IsZero() || got.Response != nil {
+		f.t.Fatalf("needs_review record has ExpiresAt %v, response %s; want zero, nil", got.ExpiresAt, summary(got.Response))
+	}
+	return got
+}
+
+// extend extends rec's lease to lease from now and returns the stored
+// record.
+func (f *fixture) extend(rec *idemstore.Record, lease time.Duration) *idemstore.Record {
+	f.t.Helper()
+	lo, hi, got, err := f.during(rec.Key, func() error {
+		return f.s.Extend(f.ctx(), idemstore.ExtendParams{Key: rec.Key, Token: rec.Token, Lease: lease})
+	})
+	if err != nil {
+		f.t.Fatalf("Extend(%v): %v", rec.Key, err)
+	}
+	requireWithin(f.t, "Extend: LeaseUntil", got.LeaseUntil, lease, lo, hi)
+	want := *rec
+	want.LeaseUntil, want.UpdatedAt = got.LeaseUntil, got.UpdatedAt
+	if d := diffRecord(got, &want); d != "" {
+		f.t.Fatalf("after Extend(%v) (only LeaseUntil and UpdatedAt may move): %s", rec.Key, d)
+	}
+	return got
 }
 
 // get returns the stored record for k, failing the test on any error.
@@ -125,6 +213,9 @@ func (f *fixture) get(k idemstore.Key) *idemstore.Record {
 		f.t.Fatalf("Get(%v): nil record and nil error", k)
 	}
 	checkUTC(f.t, rec)
+	if rec.ReadAt.IsZero() {
+		f.t.Fatalf("Get(%v): ReadAt is zero; stores set it to their clock at the read", k)
+	}
 	return rec
 }
 
@@ -162,7 +253,7 @@ func sameInstant(a, b time.Time) bool {
 // checkUTC requires every non-zero time of rec to be in UTC.
 func checkUTC(t *testing.T, rec *idemstore.Record) {
 	t.Helper()
-	for name, tm := range map[string]time.Time{"LeaseUntil": rec.LeaseUntil, "CreatedAt": rec.CreatedAt, "ExpiresAt": rec.ExpiresAt} {
+	for name, tm := range map[string]time.Time{"LeaseUntil": rec.LeaseUntil, "CreatedAt": rec.CreatedAt, "UpdatedAt": rec.UpdatedAt, "ExpiresAt": rec.ExpiresAt, "ReadAt": rec.ReadAt} {
 		if !tm.IsZero() && tm.Location() != time.UTC {
 			t.Errorf("%v: %s = %v is in %v, want UTC", rec.Key, name, tm, tm.Location())
 		}
@@ -200,6 +291,12 @@ func diffRecord(got, want *idemstore.Record) string {
 	if !sameInstant(got.CreatedAt, want.CreatedAt) {
 		add("CreatedAt %v, want %v", got.CreatedAt, want.CreatedAt)
 	}
+	if !sameInstant(got.UpdatedAt, want.UpdatedAt) {
+		add("UpdatedAt %v, want %v", got.UpdatedAt, want.UpdatedAt)
+	}
+	if rd := diffRequest(got.Request, want.Request); rd != "" {
+		add("Request: %s", rd)
+	}
 	if !sameInstant(got.ExpiresAt, want.ExpiresAt) {
 		add("ExpiresAt %v, want %v", got.ExpiresAt, want.ExpiresAt)
 	}
@@ -207,6 +304,22 @@ func diffRecord(got, want *idemstore.Record) string {
 		add("Response: %s", rd)
 	}
 	return strings.Join(d, "; ")
+}
+
+// diffRequest describes how got differs from want, or returns "". A nil
+// body equals an empty one.
+func diffRequest(got, want *idemstore.Request) string {
+	if got == nil || want == nil {
+		if got != want {
+			return fmt.Sprintf("got %+v, want %+v", got, want)
+		}
+		return ""
+	}
+	if got.Method != want.Method || got.Path != want.Path || got.Query != want.Query || !bytes.Equal(got.Body, want.Body) {
+		return fmt.Sprintf("got %s %q ?%q (%d body bytes), want %s %q ?%q (%d body bytes)",
+			got.Method, got.Path, got.Query, len(got.Body), want.Method, want.Path, want.Query, len(want.Body))
+	}
+	return ""
 }
 
 // diffResponse describes how got differs from want, or returns "". A nil
@@ -278,11 +391,3 @@ func jsonResponse(body string) *idemstore.Response {
 	}
 }
 
-// expectCompleted is what rec looks like after fixture.complete.
-func (f *fixture) expectCompleted(rec *idemstore.Record, resp *idemstore.Response, expires time.Duration) *idemstore.Record {
-	want := *rec
-	want.State = idemstore.StateCompleted
-	want.Response = resp
-	want.ExpiresAt = f.base.Add(expires)
-	return &want
-}

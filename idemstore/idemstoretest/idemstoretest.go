@@ -33,12 +33,17 @@ type TxHarness struct {
 	// read", "serializable"). The suite runs every transactional test at
 	// each.
 	Levels []string
-	// Run opens a transaction at level, inserts the business row id,
-	// calls between (when not nil) while the transaction is open and
-	// before CompleteTx, then calls the driver's CompleteTx with lease and
-	// resp. If CompleteTx fails, Run rolls back and returns its error.
+	// Run opens a transaction at level and starts it (a first statement,
+	// so that a snapshot is taken where the database takes one then),
+	// calls between (when not nil) while the transaction is open, inserts
+	// the business row id, then calls the driver's CompleteTx with lease
+	// and resp. If CompleteTx fails, Run rolls back and returns its error.
 	// Otherwise it commits when commit is true (returning the commit's
-	// error) and rolls back when it is false.
+	// error) and rolls back when it is false. between runs changes to the
+	// record from other connections (a heartbeat, a waiter, a takeover);
+	// a database with a single writer (SQLite) cannot let them run while
+	// a write transaction is open, so its harness calls between after
+	// BEGIN and before the transaction's first statement.
 	Run func(ctx context.Context, level string, lease idemstore.TxLease, resp *idemstore.Response, id string, commit bool, between func()) error
 	// Committed reports whether the business row id was committed.
 	Committed func(ctx context.Context, id string) (bool, error)

@@ -9,10 +9,25 @@ import (
 )
 
 // populate fills a fresh store with records in every state and returns
-// their keys by state. Pending records whose lease the suite treats as
-// expired at base+clockLater are returned separately.
+// their keys by state, pending ones with a live or an expired lease apart.
+// Completed records are spread over two operations.
 type population struct {
 	live, expired, completed, review []idemstore.Key
+}
+
+// otherOperation is the operation of half the completed records populate
+// makes.
+const otherOperation = "PATCH /things/{id}"
+
+// byOperation returns the keys of keys whose operation is op ("" for all).
+func byOperation(keys []idemstore.Key, op string) []idemstore.Key {
+	var out []idemstore.Key
+	for _, k := range keys {
+		if op == "" || k.Operation == op {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 func (p population) byState(st idemstore.State) []idemstore.Key {
@@ -33,20 +48,24 @@ func populate(f *fixture) population {
 	n := 0
 	next := func() idemstore.Key { n++; return f.key(fmt.Sprintf("k%03d", n)) }
 	for range 4 {
-		p.live = append(p.live, f.reserve(next(), leaseLong).Key)
+		p.live = append(p.live, f.reserve(next(), leaseLive).Key)
 	}
 	for range 3 {
-		p.expired = append(p.expired, f.reserve(next(), leaseShort).Key)
+		p.expired = append(p.expired, f.reserve(next(), leaseExpired).Key)
 	}
-	// A lease that ends exactly at base+clockLater has expired then.
-	p.expired = append(p.expired, f.reserve(next(), clockLater).Key)
-	for range 6 {
-		rec := f.reserve(next(), leaseShort)
-		f.complete(rec, jsonResponse(`{}`), expireLater)
+	// A lease that ends as it is granted has expired.
+	p.expired = append(p.expired, f.reserve(next(), 0).Key)
+	for i := range 6 {
+		k := next()
+		if i%2 == 1 {
+			k.Operation = otherOperation
+		}
+		rec := f.reserve(k, leaseExpired)
+		f.complete(rec, jsonResponse(`{}`), retainLive)
 		p.completed = append(p.completed, rec.Key)
 	}
 	for range 5 {
-		rec := f.reserve(next(), leaseShort)
+		rec := f.reserve(next(), leaseExpired)
 		f.escalate(rec, "check")
 		p.review = append(p.review, rec.Key)
 	}
@@ -85,16 +104,21 @@ func testList(t *testing.T, h Harness) {
 		t.Parallel()
 		f := newFixture(t, h.New(t))
 		pop := populate(f)
-		for _, st := range []idemstore.State{"", idemstore.StatePending, idemstore.StateCompleted, idemstore.StateNeedsReview} {
+		for _, q := range []struct {
+			st idemstore.State
+			op string
+		}{{"", ""}, {idemstore.StatePending, ""}, {idemstore.StateCompleted, ""}, {idemstore.StateNeedsReview, ""},
+			{idemstore.StateCompleted, otherOperation}, {"", otherOperation}, {idemstore.StatePending, otherOperation}} {
+			st := q.st
 			for _, limit := range []int{0, 1, 2, 5, 1000} {
-				what := fmt.Sprintf("List(State %q, Limit %d)", st, limit)
+				what := fmt.Sprintf("List(State %q, Operation %q, Limit %d)", st, q.op, limit)
 				var got []idemstore.Key
 				cursor := ""
 				for page := 0; ; page++ {
 					if page > 100 {
 						t.Fatalf("%s: more than 100 pages for %d records; does NextCursor advance?", what, len(pop.byState("")))
 					}
-					res, err := f.s.List(f.ctx(), idemstore.ListParams{State: st, Cursor: cursor, Limit: limit})
+					res, err := f.s.List(f.ctx(), idemstore.ListParams{State: st, Operation: q.op, Cursor: cursor, Limit: limit})
 					if err != nil {
 						t.Fatalf("%s page %d: %v", what, page, err)
 					}
@@ -109,6 +133,12 @@ func testList(t *testing.T, h Harness) {
 						if st != "" && r.State != st {
 							t.Fatalf("%s: record %v in state %q", what, r.Key, r.State)
 						}
+						if q.op != "" && r.Key.Operation != q.op {
+							t.Fatalf("%s: record %v of another operation", what, r.Key)
+						}
+						if r.ReadAt.IsZero() {
+							t.Fatalf("%s: record %v has no ReadAt", what, r.Key)
+						}
 						if r.Key.Scope == f.scope {
 							if r.Fingerprint != "fp-"+r.Key.Key {
 								t.Fatalf("%s: record %v has fingerprint %q", what, r.Key, r.Fingerprint)
@@ -121,7 +151,7 @@ func testList(t *testing.T, h Harness) {
 					}
 					cursor = res.NextCursor
 				}
-				requireSameKeys(t, what, got, pop.byState(st))
+				requireSameKeys(t, what, got, byOperation(pop.byState(st), q.op))
 			}
 		}
 	})
@@ -130,22 +160,21 @@ func testList(t *testing.T, h Harness) {
 		t.Parallel()
 		f := newFixture(t, h.New(t))
 		pop := populate(f)
-		now := f.base.Add(clockLater)
-		recs, err := f.s.ListExpiredLeases(f.ctx(), now, 100)
+		recs, err := f.s.ListExpiredLeases(f.ctx(), 100)
 		if err != nil {
 			t.Fatalf("ListExpiredLeases: %v", err)
 		}
 		var got []idemstore.Key
 		for _, r := range recs {
 			checkUTC(t, r)
-			if r.State != idemstore.StatePending || r.LeaseUntil.After(now) {
-				t.Errorf("ListExpiredLeases returned %v in state %q with lease until %v (now %v)", r.Key, r.State, r.LeaseUntil, now)
+			if r.State != idemstore.StatePending || !r.LeaseExpired() {
+				t.Errorf("ListExpiredLeases returned %v in state %q with lease until %v, read at %v", r.Key, r.State, r.LeaseUntil, r.ReadAt)
 			}
 			got = append(got, r.Key)
 		}
 		requireSameKeys(t, "ListExpiredLeases", got, pop.expired)
 
-		limited, err := f.s.ListExpiredLeases(f.ctx(), now, 2)
+		limited, err := f.s.ListExpiredLeases(f.ctx(), 2)
 		if err != nil {
 			t.Fatalf("ListExpiredLeases(limit 2): %v", err)
 		}
@@ -162,7 +191,7 @@ func testList(t *testing.T, h Harness) {
 
 		// A limit of zero means the default page (idemstore.PageLimit), not
 		// an empty one.
-		dflt, err := f.s.ListExpiredLeases(f.ctx(), now, 0)
+		dflt, err := f.s.ListExpiredLeases(f.ctx(), 0)
 		if err != nil {
 			t.Fatalf("ListExpiredLeases(limit 0): %v", err)
 		}
@@ -170,13 +199,12 @@ func testList(t *testing.T, h Harness) {
 			t.Fatalf("ListExpiredLeases(limit 0) returned %d records, want 1 to %d (%d leases have expired)", len(dflt), idemstore.PageLimit(0), len(pop.expired))
 		}
 
-		// Before any lease has expired there is nothing to recover.
-		none, err := f.s.ListExpiredLeases(f.ctx(), f.base, 100)
-		if err != nil {
-			t.Fatalf("ListExpiredLeases(base): %v", err)
-		}
-		if len(none) != 0 {
-			t.Fatalf("ListExpiredLeases at the reservation time returned %d records, want 0", len(none))
+		// Oldest deadline first.
+		for i := 1; i < len(recs); i++ {
+			if recs[i].LeaseUntil.Before(recs[i-1].LeaseUntil) {
+				t.Fatalf("ListExpiredLeases: %v (lease until %v) after %v (until %v); want the oldest deadline first",
+					recs[i].Key, recs[i].LeaseUntil, recs[i-1].Key, recs[i-1].LeaseUntil)
+			}
 		}
 	})
 }

@@ -29,20 +29,20 @@ func testNotify(t *testing.T, h Harness) {
 		change func(f *fixture, rec *idemstore.Record) error
 	}{
 		{"Complete", func(f *fixture, rec *idemstore.Record) error {
-			return s.Complete(f.ctx(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: jsonResponse(`{}`), Now: f.base, ExpiresAt: f.base.Add(expireLater)})
+			return s.Complete(f.ctx(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: jsonResponse(`{}`), Retention: retainLive})
 		}},
 		{"Release", func(f *fixture, rec *idemstore.Record) error {
-			return s.Release(f.ctx(), rec.Key, rec.Token)
+			return s.Release(f.ctx(), idemstore.ReleaseParams{Key: rec.Key, Token: rec.Token})
 		}},
 		{"Escalate", func(f *fixture, rec *idemstore.Record) error {
-			return s.Escalate(f.ctx(), idemstore.EscalateParams{Key: rec.Key, Token: rec.Token, Reason: "r", Now: f.base})
+			return s.Escalate(f.ctx(), idemstore.EscalateParams{Key: rec.Key, Token: rec.Token, Reason: "r"})
 		}},
 	}
 	for _, c := range changes {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, s)
-			rec := f.reserve(f.key("k"), leaseLong)
+			rec := f.reserve(f.key("k"), leaseLive)
 			ch, cancel, err := n.Subscribe(f.ctx(), rec.Key)
 			if err != nil {
 				t.Fatalf("Subscribe: %v", err)
@@ -64,14 +64,14 @@ func testNotify(t *testing.T, h Harness) {
 	t.Run("AfterCancel", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseLong)
+		rec := f.reserve(f.key("k"), leaseLive)
 		_, cancel, err := n.Subscribe(f.ctx(), rec.Key)
 		if err != nil {
 			t.Fatalf("Subscribe: %v", err)
 		}
 		cancel()
 		// Changing a record nobody listens to any more must still work.
-		if err := s.Release(f.ctx(), rec.Key, rec.Token); err != nil {
+		if err := s.Release(f.ctx(), idemstore.ReleaseParams{Key: rec.Key, Token: rec.Token}); err != nil {
 			t.Fatalf("Release after cancelled subscription: %v", err)
 		}
 	})

@@ -53,9 +53,15 @@ func testPayload(t *testing.T, h Harness) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, s)
-			rec := f.reserve(f.key(tc.name), leaseLong)
-			f.complete(rec, tc.resp, expireLater)
+			rec := f.reserve(f.key(tc.name), leaseLive)
 			want := tc.want
+			if want == nil {
+				want = tc.resp
+			}
+			f.complete(rec, want, retainLive)
+			rec = f.reserve(f.key(tc.name+"-as-given"), leaseLive)
+			f.complete(rec, tc.resp, retainLive)
+			want = tc.want
 			if want == nil {
 				want = tc.resp
 			}
@@ -66,7 +72,7 @@ func testPayload(t *testing.T, h Harness) {
 			if len(got.Response.Body) != len(want.Body) {
 				t.Fatalf("Get: body of %d bytes, want %d", len(got.Response.Body), len(want.Body))
 			}
-			again, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: rec.Key, Fingerprint: rec.Fingerprint, Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+			again, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: rec.Key, Fingerprint: rec.Fingerprint, Token: newToken(), Lease: leaseLive})
 			if err != nil || created {
 				t.Fatalf("Reserve of the completed key: created = %v, err = %v", created, err)
 			}
@@ -82,8 +88,10 @@ func testPayload(t *testing.T, h Harness) {
 func testResponseNotKept(t *testing.T, h Harness) {
 	f := newFixture(t, h.New(t))
 	resp := &idemstore.Response{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":1}`)}
-	rec := f.reserve(f.key("reused"), leaseLong)
-	f.complete(rec, resp, expireLater)
+	rec := f.reserve(f.key("reused"), leaseLive)
+	if err := f.s.Complete(f.ctx(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: resp, Retention: retainLive}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
 	// The caller reuses everything.
 	resp.Status = 500
 	resp.Body[2] = 'X'
@@ -122,7 +130,7 @@ func testKeys(t *testing.T, h Harness) {
 		}
 		for i, k := range keys {
 			rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{
-				Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base,
+				Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), Lease: leaseLive,
 			})
 			if err != nil || !created || rec != nil {
 				t.Fatalf("Reserve(%q): created = %v, record %v, err = %v", k, created, rec, err)
@@ -132,9 +140,8 @@ func testKeys(t *testing.T, h Harness) {
 				t.Fatalf("Reserve(%q) returned key %q", k, rec.Key)
 			}
 			f.requireUnchanged(rec, "Reserve")
-			resp := jsonResponse(fmt.Sprintf(`{"i":%d}`, i))
-			f.complete(rec, resp, expireLater)
-			f.requireUnchanged(f.expectCompleted(rec, resp, expireLater), "Complete")
+			done := f.complete(rec, jsonResponse(fmt.Sprintf(`{"i":%d}`, i)), retainLive)
+			f.requireUnchanged(done, "Complete")
 		}
 	})
 
@@ -166,7 +173,7 @@ func testKeys(t *testing.T, h Harness) {
 				if strings.ContainsRune(k.Scope+k.Operation, 0) {
 					// NUL cannot be stored in some backends' text columns;
 					// a store may refuse such a key, but must not mix it up.
-					_, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+					_, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), Lease: leaseLive})
 					if err != nil {
 						recs = nil
 						break
@@ -177,7 +184,7 @@ func testKeys(t *testing.T, h Harness) {
 					recs = append(recs, f.get(k))
 					continue
 				}
-				rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), LeaseUntil: f.base.Add(leaseLong), Now: f.base})
+				rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: k, Fingerprint: fmt.Sprintf("fp-%d", i), Token: newToken(), Lease: leaseLive})
 				if err != nil {
 					t.Fatalf("Reserve(%q): %v", k, err)
 				}

@@ -13,42 +13,51 @@ func testPurge(t *testing.T, h Harness) {
 		t.Parallel()
 		f := newFixture(t, h.New(t))
 		n := 0
-		completed := func(expires time.Duration) idemstore.Key {
-			n++
-			rec := f.reserve(f.key(fmt.Sprintf("k%03d", n)), leaseLong)
-			f.complete(rec, jsonResponse(fmt.Sprintf(`{"n":%d}`, n)), expires)
-			return rec.Key
+		next := func() idemstore.Key { n++; return f.key(fmt.Sprintf("k%03d", n)) }
+		// completed reserves one key per retention, then completes each
+		// with its retention. Reservations come first: a store may evict
+		// expired records when it reserves, which would leave Purge less
+		// to do.
+		completed := func(retentions ...time.Duration) []idemstore.Key {
+			recs := make([]*idemstore.Record, len(retentions))
+			for i := range recs {
+				recs[i] = f.reserve(next(), leaseLive)
+			}
+			keys := make([]idemstore.Key, len(recs))
+			for i, rec := range recs {
+				f.complete(rec, jsonResponse(fmt.Sprintf(`{"n":%d}`, i)), retentions[i])
+				keys[i] = rec.Key
+			}
+			return keys
 		}
-		var doomed, kept []idemstore.Key
-		for range 24 {
-			doomed = append(doomed, completed(expireSoon))
+		times := func(n int, d time.Duration) []time.Duration {
+			out := make([]time.Duration, n)
+			for i := range out {
+				out[i] = d
+			}
+			return out
 		}
-		// ExpiresAt == Before is purged too.
-		doomed = append(doomed, completed(clockLater))
+		var kept []idemstore.Key
 		for range 3 {
-			kept = append(kept, completed(expireLater))
-		}
-		kept = append(kept, completed(clockLater+time.Millisecond))
-		for range 3 {
-			n++
-			kept = append(kept, f.reserve(f.key(fmt.Sprintf("k%03d", n)), leaseShort).Key)
+			kept = append(kept, f.reserve(next(), leaseExpired).Key) // pending, expired lease
 		}
 		for range 2 {
-			n++
-			rec := f.reserve(f.key(fmt.Sprintf("k%03d", n)), leaseShort)
+			rec := f.reserve(next(), leaseExpired)
 			f.escalate(rec, "check")
 			kept = append(kept, rec.Key)
 		}
+		kept = append(kept, completed(times(3, retainLive)...)...)
+		// Retention zero ends as the record completes: purged too.
+		doomed := completed(append(times(24, retainExpired), 0)...)
 		keptBefore := make([]*idemstore.Record, len(kept))
 		for i, k := range kept {
 			keptBefore[i] = f.get(k)
 		}
 
-		before := f.base.Add(clockLater)
 		purge := func(batch, want int) {
 			t.Helper()
 			var progress []int
-			got, err := f.s.Purge(f.ctx(), idemstore.PurgeParams{Before: before, BatchSize: batch,
+			got, err := f.s.Purge(f.ctx(), idemstore.PurgeParams{BatchSize: batch,
 				Progress: func(n int) { progress = append(progress, n) }})
 			if err != nil {
 				t.Fatalf("Purge(BatchSize %d): %v", batch, err)
@@ -82,15 +91,11 @@ func testPurge(t *testing.T, h Harness) {
 		purge(7, 0)
 
 		// An exact multiple of the batch size: 7+7, then an empty batch.
-		for range 14 {
-			completed(expireSoon)
-		}
+		completed(times(14, retainExpired)...)
 		purge(7, 14)
 
 		// The default batch size.
-		for range 3 {
-			completed(expireSoon)
-		}
+		completed(times(3, retainExpired)...)
 		purge(0, 3)
 		for _, r := range keptBefore {
 			f.requireUnchanged(r, "Purge")

@@ -20,58 +20,46 @@ func testReserve(t *testing.T, h Harness) {
 			Operation: pad("POST /", idemstore.MaxOperationLength),
 			Key:       pad("k", idemstore.MaxKeyLength),
 		}
-		rec := f.reserve(k, leaseLong)
-		resp := jsonResponse(`{"long":true}`)
-		f.complete(rec, resp, expireLater)
-		if d := diffRecord(f.get(k), f.expectCompleted(rec, resp, expireLater)); d != "" {
-			t.Fatalf("record with the longest key: %s", d)
-		}
+		rec := f.reserve(k, leaseLive)
+		f.complete(rec, jsonResponse(`{"long":true}`), retainLive)
 	})
 
 	t.Run("NewRecord", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
 		k := f.key("new")
-		// Sub-millisecond parts must survive at least to the millisecond.
+		// A lease with sub-millisecond parts survives at least to the
+		// millisecond; the request is kept as given.
 		p := idemstore.ReserveParams{
 			Key:         k,
 			Fingerprint: "v1:sha256:abc",
 			Token:       newToken(),
-			LeaseUntil:  f.base.Add(leaseLong + 123*time.Millisecond + 400*time.Microsecond),
-			Now:         f.base.Add(7*time.Millisecond + 300*time.Microsecond),
+			Lease:       leaseLive + 123*time.Millisecond + 400*time.Microsecond,
+			Request:     &idemstore.Request{Method: "POST", Path: "/things", Query: "a=1&b=%20", Body: []byte(`{"amount":100}`)},
 		}
-		rec, created, err := s.Reserve(f.ctx(), p)
-		if err != nil {
-			t.Fatalf("Reserve: %v", err)
-		}
-		if !created || rec != nil {
-			t.Fatalf("Reserve of a fresh key: created = %v, record %v; want true, nil", created, rec)
-		}
+		got := f.reserveWith(p)
 		want := &idemstore.Record{
 			Key:         k,
 			Fingerprint: p.Fingerprint,
 			State:       idemstore.StatePending,
 			Token:       p.Token,
-			LeaseUntil:  p.LeaseUntil,
-			CreatedAt:   p.Now,
+			LeaseUntil:  got.LeaseUntil, // checked against CreatedAt by reserveWith
+			Request:     p.Request,
+			CreatedAt:   got.CreatedAt,
+			UpdatedAt:   got.CreatedAt,
 		}
-		got := f.get(k)
-		checkUTC(t, got)
 		if d := diffRecord(got, want); d != "" {
 			t.Fatalf("Get after Reserve: %s", d)
-		}
-		if !got.ExpiresAt.IsZero() || got.Response != nil {
-			t.Errorf("Get: pending record has ExpiresAt %v, response %s; want zero, nil", got.ExpiresAt, summary(got.Response))
 		}
 	})
 
 	t.Run("ExistingPending", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		first := f.reserve(f.key("k"), leaseLong)
+		first := f.reserve(f.key("k"), leaseLive)
 		rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{
-			Key: first.Key, Fingerprint: "another", Token: newToken(),
-			LeaseUntil: f.base.Add(leaseLong + hour), Now: f.base.Add(time.Second),
+			Key: first.Key, Fingerprint: "another", Token: newToken(), Lease: leaseLonger,
+			Request: &idemstore.Request{Method: "POST", Path: "/other"},
 		})
 		if err != nil {
 			t.Fatalf("second Reserve: %v", err)
@@ -79,23 +67,37 @@ func testReserve(t *testing.T, h Harness) {
 		if created {
 			t.Fatal("second Reserve: created = true for an existing key")
 		}
+		checkUTC(t, rec)
 		if d := diffRecord(rec, first); d != "" {
 			t.Fatalf("second Reserve must return the existing record unchanged: %s", d)
 		}
+		if rec.ReadAt.Before(first.ReadAt) || rec.LeaseExpired() {
+			t.Fatalf("second Reserve: the existing record was read at %v (first read at %v) with its live lease until %v judged expired",
+				rec.ReadAt, first.ReadAt, rec.LeaseUntil)
+		}
 		f.requireUnchanged(first, "a second Reserve")
+	})
+
+	t.Run("ExistingExpiredIsNotReplaced", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		first := f.reserve(f.key("k"), leaseExpired)
+		rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: first.Key, Fingerprint: first.Fingerprint, Token: newToken(), Lease: leaseLive})
+		if err != nil || created {
+			t.Fatalf("Reserve over an expired lease: created = %v, err = %v; want false, nil (only Takeover replaces a holder)", created, err)
+		}
+		if !rec.LeaseExpired() {
+			t.Fatalf("Reserve returned the expired lease (until %v) read at %v: LeaseExpired = false", rec.LeaseUntil, rec.ReadAt)
+		}
+		f.requireUnchanged(first, "Reserve over an expired lease")
 	})
 
 	t.Run("ExistingCompleted", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseLong)
-		resp := jsonResponse(`{"id":42}`)
-		f.complete(rec, resp, expireLater)
-		want := f.expectCompleted(rec, resp, expireLater)
-		got, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{
-			Key: rec.Key, Fingerprint: rec.Fingerprint, Token: newToken(),
-			LeaseUntil: f.base.Add(leaseLong), Now: f.base.Add(time.Second),
-		})
+		rec := f.reserve(f.key("k"), leaseLive)
+		want := f.complete(rec, jsonResponse(`{"id":42}`), retainLive)
+		got, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: rec.Key, Fingerprint: rec.Fingerprint, Token: newToken(), Lease: leaseLive})
 		if err != nil || created {
 			t.Fatalf("Reserve of a completed key: created = %v, err = %v; want false, nil", created, err)
 		}
@@ -109,19 +111,13 @@ func testReserve(t *testing.T, h Harness) {
 	t.Run("ExistingNeedsReview", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseLong)
-		f.escalate(rec, "provider timed out")
-		want := *rec
-		want.State = idemstore.StateNeedsReview
-		want.Reason = "provider timed out"
-		got, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{
-			Key: rec.Key, Fingerprint: rec.Fingerprint, Token: newToken(),
-			LeaseUntil: f.base.Add(leaseLong), Now: f.base.Add(time.Second),
-		})
+		rec := f.reserve(f.key("k"), leaseLive)
+		want := f.escalate(rec, "provider timed out")
+		got, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: rec.Key, Fingerprint: rec.Fingerprint, Token: newToken(), Lease: leaseLive})
 		if err != nil || created {
 			t.Fatalf("Reserve of a needs_review key: created = %v, err = %v; want false, nil", created, err)
 		}
-		if d := diffRecord(got, &want); d != "" {
+		if d := diffRecord(got, want); d != "" {
 			t.Fatalf("Reserve of a needs_review key: %s", d)
 		}
 	})
@@ -139,13 +135,13 @@ func testReserve(t *testing.T, h Harness) {
 		}
 		recs := make([]*idemstore.Record, len(keys))
 		for i, k := range keys {
-			recs[i] = f.reserve(k, leaseLong) // fails unless created
+			recs[i] = f.reserve(k, leaseLive) // fails unless created
 		}
 		for _, r := range recs {
 			f.requireUnchanged(r, "reserving the same key elsewhere")
 		}
 		// Finishing one leaves the others alone.
-		f.complete(recs[0], jsonResponse(`{}`), expireLater)
+		f.complete(recs[0], jsonResponse(`{}`), retainLive)
 		for _, r := range recs[1:] {
 			f.requireUnchanged(r, "completing the same key in another scope or operation")
 		}

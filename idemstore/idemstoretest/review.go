@@ -10,20 +10,11 @@ import (
 func testReview(t *testing.T, h Harness) {
 	s := h.New(t)
 
-	// escalated reserves a key and escalates it, returning the record as it
-	// should now be stored.
+	// escalated reserves a key and escalates it, returning the record as
+	// stored.
 	escalated := func(f *fixture, name string) *idemstore.Record {
 		f.t.Helper()
-		rec := f.reserve(f.key(name), leaseLong)
-		f.escalate(rec, "payment provider timed out")
-		want := *rec
-		want.State = idemstore.StateNeedsReview
-		want.Reason = "payment provider timed out"
-		f.requireUnchanged(&want, "Escalate")
-		if got := f.get(rec.Key); !got.ExpiresAt.IsZero() || got.Response != nil {
-			f.t.Fatalf("needs_review record has ExpiresAt %v, response %s; want zero, nil", got.ExpiresAt, summary(got.Response))
-		}
-		return rec
+		return f.escalate(f.reserve(f.key(name), leaseLive), "payment provider timed out")
 	}
 
 	t.Run("Escalate", func(t *testing.T) {
@@ -38,20 +29,26 @@ func testReview(t *testing.T, h Harness) {
 		f := newFixture(t, s)
 		rec := escalated(f, "k")
 		resp := &idemstore.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"charged":true}`)}
-		err := s.Resolve(f.ctx(), idemstore.ResolveParams{
-			Key: rec.Key, Action: idemstore.ResolveComplete, Response: resp,
-			Reason: "provider confirms the charge", Now: f.base, ExpiresAt: f.base.Add(expireLater),
+		lo, hi, got, err := f.during(rec.Key, func() error {
+			return s.Resolve(f.ctx(), idemstore.ResolveParams{
+				Key: rec.Key, Action: idemstore.ResolveComplete, Response: resp,
+				Reason: "provider confirms the charge", Retention: retainLive,
+			})
 		})
 		if err != nil {
 			t.Fatalf("Resolve complete: %v", err)
 		}
-		got := f.get(rec.Key)
-		want := f.expectCompleted(rec, resp, expireLater)
+		requireWithin(t, "ExpiresAt", got.ExpiresAt, retainLive, lo, hi)
+		requireWithin(t, "UpdatedAt", got.UpdatedAt, 0, lo, hi)
+		want := *rec
+		want.State = idemstore.StateCompleted
+		want.Response = resp
 		want.Reason = "provider confirms the charge" // a Reason given replaces the escalation's
-		if d := diffRecord(got, want); d != "" {
+		want.ExpiresAt, want.UpdatedAt = got.ExpiresAt, got.UpdatedAt
+		if d := diffRecord(got, &want); d != "" {
 			t.Fatalf("after Resolve complete: %s", d)
 		}
-		err = s.Resolve(f.ctx(), idemstore.ResolveParams{Key: rec.Key, Action: idemstore.ResolveRelease, Now: f.base})
+		err = s.Resolve(f.ctx(), idemstore.ResolveParams{Key: rec.Key, Action: idemstore.ResolveRelease})
 		requireErrIs(t, err, idemstore.ErrNotNeedsReview, "Resolve of a resolved record")
 		f.requireUnchanged(got, "refused Resolve")
 		requireFencedOut(f, rec.Key, rec.Token, "after Resolve")
@@ -62,10 +59,7 @@ func testReview(t *testing.T, h Harness) {
 		f := newFixture(t, s)
 		rec := escalated(f, "k")
 		resp := &idemstore.Response{Status: http.StatusCreated, Body: []byte(`{}`)}
-		err := s.Resolve(f.ctx(), idemstore.ResolveParams{
-			Key: rec.Key, Action: idemstore.ResolveComplete, Response: resp,
-			Now: f.base, ExpiresAt: f.base.Add(expireLater),
-		})
+		err := s.Resolve(f.ctx(), idemstore.ResolveParams{Key: rec.Key, Action: idemstore.ResolveComplete, Response: resp, Retention: retainLive})
 		if err != nil {
 			t.Fatalf("Resolve complete without a reason: %v", err)
 		}
@@ -78,27 +72,28 @@ func testReview(t *testing.T, h Harness) {
 		t.Parallel()
 		f := newFixture(t, s)
 		rec := escalated(f, "k")
-		err := s.Resolve(f.ctx(), idemstore.ResolveParams{Key: rec.Key, Action: idemstore.ResolveRelease, Reason: "provider has no charge", Now: f.base})
+		err := s.Resolve(f.ctx(), idemstore.ResolveParams{Key: rec.Key, Action: idemstore.ResolveRelease, Reason: "provider has no charge"})
 		if err != nil {
 			t.Fatalf("Resolve release: %v", err)
 		}
 		f.requireGone(rec.Key)
-		err = s.Resolve(f.ctx(), idemstore.ResolveParams{Key: rec.Key, Action: idemstore.ResolveRelease, Now: f.base})
+		err = s.Resolve(f.ctx(), idemstore.ResolveParams{Key: rec.Key, Action: idemstore.ResolveRelease})
 		requireErrIs(t, err, idemstore.ErrNotFound, "Resolve of a released record")
-		f.reserve(rec.Key, leaseLong) // the key can run again
+		f.reserve(rec.Key, leaseLive) // the key can run again
 	})
 
 	t.Run("ResolveOtherStates", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		pending := f.reserve(f.key("pending"), leaseLong)
-		done := f.reserve(f.key("done"), leaseLong)
-		f.complete(done, jsonResponse(`{}`), expireLater)
-		for _, k := range []idemstore.Key{pending.Key, done.Key} {
+		pending := f.reserve(f.key("pending"), leaseLive)
+		expired := f.reserve(f.key("expired"), leaseExpired)
+		done := f.reserve(f.key("done"), leaseLive)
+		f.complete(done, jsonResponse(`{}`), retainLive)
+		for _, k := range []idemstore.Key{pending.Key, expired.Key, done.Key} {
 			before := f.get(k)
 			for _, p := range []idemstore.ResolveParams{
-				{Key: k, Action: idemstore.ResolveComplete, Response: jsonResponse(`{"resolved":true}`), Now: f.base, ExpiresAt: f.base.Add(expireLater)},
-				{Key: k, Action: idemstore.ResolveRelease, Now: f.base},
+				{Key: k, Action: idemstore.ResolveComplete, Response: jsonResponse(`{"resolved":true}`), Retention: retainLive},
+				{Key: k, Action: idemstore.ResolveRelease},
 			} {
 				err := s.Resolve(f.ctx(), p)
 				requireErrIs(t, err, idemstore.ErrNotNeedsReview, "Resolve of a "+string(before.State)+" record")
@@ -107,9 +102,42 @@ func testReview(t *testing.T, h Harness) {
 		}
 		missing := f.key("missing")
 		for _, a := range []idemstore.ResolveAction{idemstore.ResolveComplete, idemstore.ResolveRelease} {
-			err := s.Resolve(f.ctx(), idemstore.ResolveParams{Key: missing, Action: a, Response: jsonResponse(`{}`), Now: f.base, ExpiresAt: f.base.Add(expireLater)})
+			err := s.Resolve(f.ctx(), idemstore.ResolveParams{Key: missing, Action: a, Response: jsonResponse(`{}`), Retention: retainLive})
 			requireErrIs(t, err, idemstore.ErrNotFound, "Resolve of a missing record")
 			f.requireGone(missing)
 		}
+	})
+}
+
+// testDelete checks that an operator can delete a completed record, and
+// nothing else.
+func testDelete(t *testing.T, h Harness) {
+	s := h.New(t)
+
+	t.Run("Completed", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		rec := f.reserve(f.key("k"), leaseLive)
+		f.complete(rec, jsonResponse(`{"id":7}`), retainLive)
+		if err := s.Delete(f.ctx(), rec.Key); err != nil {
+			t.Fatalf("Delete of a completed record: %v", err)
+		}
+		f.requireGone(rec.Key)
+		requireErrIs(t, s.Delete(f.ctx(), rec.Key), idemstore.ErrNotFound, "second Delete")
+		f.reserve(rec.Key, leaseLive) // the key runs again
+	})
+
+	t.Run("OtherStates", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		pending := f.reserve(f.key("pending"), leaseLive)
+		review := f.escalate(f.reserve(f.key("review"), leaseLive), "check")
+		for _, rec := range []*idemstore.Record{pending, review} {
+			before := f.get(rec.Key)
+			requireErrIs(t, s.Delete(f.ctx(), rec.Key), idemstore.ErrNotCompleted, "Delete of a "+string(before.State)+" record")
+			f.requireUnchanged(before, "refused Delete")
+		}
+		missing := f.key("missing")
+		requireErrIs(t, s.Delete(f.ctx(), missing), idemstore.ErrNotFound, "Delete of a missing record")
 	})
 }

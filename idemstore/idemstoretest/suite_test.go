@@ -41,15 +41,14 @@ func (m mutant) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 	switch m.bug {
 	case "ignores-context":
 		ctx = context.Background()
-	case "second-precision":
-		p.LeaseUntil = p.LeaseUntil.Truncate(time.Second)
-		p.Now = p.Now.Truncate(time.Second)
+	case "lease-in-seconds":
+		p.Lease = p.Lease.Truncate(time.Second)
 	case "joins-key-parts":
 		p.Key = idemstore.Key{Scope: p.Key.Scope + "|" + p.Key.Operation, Key: p.Key.Key}
 	}
 	rec, created, err := m.Store.Reserve(ctx, p)
 	if m.bug == "last-writer-wins" && err == nil && !created && rec.State == idemstore.StatePending {
-		_ = m.Store.Release(ctx, p.Key, rec.Token)
+		_ = m.Store.Release(ctx, idemstore.ReleaseParams{Key: p.Key, Token: rec.Token})
 		return m.Store.Reserve(ctx, p)
 	}
 	if m.bug == "joins-key-parts" && rec != nil {
@@ -69,9 +68,29 @@ func (m mutant) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 
 func (m mutant) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
 	if m.bug == "takeover-ignores-lease" {
-		p.Now = p.Now.Add(1000 * time.Hour)
+		// Replace the holder, live or not.
+		if err := m.Store.Release(ctx, idemstore.ReleaseParams{Key: p.Key, Token: p.OldToken}); err != nil {
+			return err
+		}
+		_, _, err := m.Store.Reserve(ctx, idemstore.ReserveParams{Key: p.Key, Token: p.NewToken, Lease: p.Lease})
+		return err
 	}
 	return m.Store.Takeover(ctx, p)
+}
+
+func (m mutant) Release(ctx context.Context, p idemstore.ReleaseParams) error {
+	if m.bug == "ignores-if-expired" {
+		p.IfExpired = false
+	}
+	return m.Store.Release(ctx, p)
+}
+
+func (m mutant) Get(ctx context.Context, k idemstore.Key) (*idemstore.Record, error) {
+	rec, err := m.Store.Get(ctx, k)
+	if m.bug == "no-read-at" && rec != nil {
+		rec.ReadAt = time.Time{}
+	}
+	return rec, err
 }
 
 func (m mutant) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
@@ -117,7 +136,10 @@ func TestSuiteCatchesBugs(t *testing.T) {
 		{"swallows-lease-lost", "Fencing", "Fencing/StaleToken"},
 		{"swallows-lease-lost", "Takeover", "Takeover/AcceptedAfterExpiry"},
 		{"takeover-ignores-lease", "Takeover", "Takeover/RefusedWhileLeaseAlive"},
-		{"second-precision", "Reserve", "Reserve/NewRecord"},
+		{"lease-in-seconds", "Reserve", "Reserve/NewRecord"},
+		{"ignores-if-expired", "Expiry", "Expiry/RefusedWhileLeaseAlive"},
+		{"ignores-if-expired", "Engine", "Engine/RecoverRacesHeartbeat"},
+		{"no-read-at", "Reserve", "Reserve/NewRecord"},
 		{"ignores-context", "Errors", "Errors/CancelledReserve"},
 		{"joins-key-parts", "Keys", "Keys/LookAlikesStayApart"},
 		{"list-drops-page-end", "List", "List/Pages"},

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -13,30 +12,26 @@ import (
 func testTakeover(t *testing.T, h Harness) {
 	s := h.New(t)
 
-	takeover := func(f *fixture, k idemstore.Key, oldToken string, now time.Time) (string, error) {
+	takeover := func(f *fixture, k idemstore.Key, oldToken string) (string, error) {
 		newTok := newToken()
-		err := s.Takeover(f.ctx(), idemstore.TakeoverParams{
-			Key: k, OldToken: oldToken, NewToken: newTok, LeaseUntil: f.base.Add(leaseLong), Now: now,
-		})
+		err := s.Takeover(f.ctx(), idemstore.TakeoverParams{Key: k, OldToken: oldToken, NewToken: newTok, Lease: leaseLonger})
 		return newTok, err
 	}
 
 	t.Run("RefusedWhileLeaseAlive", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseShort)
-		for _, now := range []time.Time{f.base, f.base.Add(leaseShort - time.Millisecond)} {
-			_, err := takeover(f, rec.Key, rec.Token, now)
-			requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover of a live lease")
-			f.requireUnchanged(rec, "refused Takeover")
-		}
+		rec := f.reserve(f.key("k"), leaseLive)
+		_, err := takeover(f, rec.Key, rec.Token)
+		requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover of a live lease")
+		f.requireUnchanged(rec, "refused Takeover")
 	})
 
 	t.Run("RefusedWithWrongToken", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseShort)
-		_, err := takeover(f, rec.Key, newToken(), f.base.Add(clockLater))
+		rec := f.reserve(f.key("k"), leaseExpired)
+		_, err := takeover(f, rec.Key, newToken())
 		requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover with a wrong old token")
 		f.requireUnchanged(rec, "refused Takeover")
 	})
@@ -45,7 +40,7 @@ func testTakeover(t *testing.T, h Harness) {
 		t.Parallel()
 		f := newFixture(t, s)
 		k := f.key("missing")
-		_, err := takeover(f, k, newToken(), f.base.Add(clockLater))
+		_, err := takeover(f, k, newToken())
 		requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover of a missing record")
 		f.requireGone(k)
 	})
@@ -53,13 +48,13 @@ func testTakeover(t *testing.T, h Harness) {
 	t.Run("RefusedWhenCompletedOrNeedsReview", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		done := f.reserve(f.key("done"), leaseShort)
-		f.complete(done, jsonResponse(`{}`), expireLater)
-		review := f.reserve(f.key("review"), leaseShort)
+		done := f.reserve(f.key("done"), leaseExpired)
+		f.complete(done, jsonResponse(`{}`), retainLive)
+		review := f.reserve(f.key("review"), leaseExpired)
 		f.escalate(review, "unknown outcome")
 		for _, rec := range []*idemstore.Record{done, review} {
 			before := f.get(rec.Key)
-			_, err := takeover(f, rec.Key, rec.Token, f.base.Add(clockLater))
+			_, err := takeover(f, rec.Key, rec.Token)
 			requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover of a "+string(before.State)+" record")
 			f.requireUnchanged(before, "refused Takeover")
 		}
@@ -68,38 +63,36 @@ func testTakeover(t *testing.T, h Harness) {
 	t.Run("AcceptedAfterExpiry", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseShort)
-		newTok, err := takeover(f, rec.Key, rec.Token, f.base.Add(clockLater))
+		rec := f.reserve(f.key("k"), leaseExpired)
+		var newTok string
+		lo, hi, got, err := f.during(rec.Key, func() (err error) {
+			newTok, err = takeover(f, rec.Key, rec.Token)
+			return err
+		})
 		if err != nil {
 			t.Fatalf("Takeover of an expired lease: %v", err)
 		}
+		requireWithin(t, "LeaseUntil", got.LeaseUntil, leaseLonger, lo, hi)
+		requireWithin(t, "UpdatedAt", got.UpdatedAt, 0, lo, hi)
 		want := *rec
 		want.Token = newTok
-		want.LeaseUntil = f.base.Add(leaseLong)
-		f.requireUnchanged(&want, "Takeover (only Token and LeaseUntil may change)")
+		want.LeaseUntil, want.UpdatedAt = got.LeaseUntil, got.UpdatedAt
+		f.requireUnchanged(&want, "Takeover (only Token, LeaseUntil and UpdatedAt may change)")
 
 		// The old holder is fenced out of everything, the new one is not.
 		requireFencedOut(f, rec.Key, rec.Token, "with the token that was taken over")
-		_, err = takeover(f, rec.Key, rec.Token, f.base.Add(clockLater))
-		requireErrIs(t, err, idemstore.ErrLeaseLost, "Takeover with the token that was taken over")
-
-		want.LeaseUntil = f.base.Add(leaseLong + hour)
-		if err := s.Extend(f.ctx(), idemstore.ExtendParams{Key: rec.Key, Token: newTok, LeaseUntil: want.LeaseUntil, Now: f.base.Add(clockLater)}); err != nil {
-			t.Fatalf("Extend with the new token: %v", err)
-		}
-		f.requireUnchanged(&want, "Extend with the new token")
-		f.complete(&want, jsonResponse(`{"by":"new holder"}`), expireLater)
-		f.requireUnchanged(f.expectCompleted(&want, jsonResponse(`{"by":"new holder"}`), expireLater), "Complete by the new holder")
+		next := f.extend(&want, leaseLonger)
+		f.complete(next, jsonResponse(`{"by":"new holder"}`), retainLive)
 	})
 
 	t.Run("AcceptedAtDeadline", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseShort)
-		// LeaseUntil <= Now: a lease expires at its deadline.
-		newTok, err := takeover(f, rec.Key, rec.Token, rec.LeaseUntil)
+		// A lease of zero ends as it is granted: LeaseUntil <= now.
+		rec := f.reserve(f.key("k"), 0)
+		newTok, err := takeover(f, rec.Key, rec.Token)
 		if err != nil {
-			t.Fatalf("Takeover with Now == LeaseUntil: %v", err)
+			t.Fatalf("Takeover of a lease at its deadline: %v", err)
 		}
 		if got := f.get(rec.Key); got.Token != newTok {
 			t.Fatalf("after Takeover token = %q, want %q", got.Token, newTok)
@@ -114,7 +107,7 @@ func testTakeover(t *testing.T, h Harness) {
 	t.Run("Concurrent", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseShort)
+		rec := f.reserve(f.key("k"), leaseExpired)
 		const n = 20
 		var (
 			wg      sync.WaitGroup
@@ -122,8 +115,6 @@ func testTakeover(t *testing.T, h Harness) {
 			tokens  = make([]string, n)
 			errs    = make([]error, n)
 			ctx     = f.ctx()
-			later   = f.base.Add(clockLater)
-			newUpTo = f.base.Add(leaseLong)
 		)
 		for i := range n {
 			tokens[i] = newToken()
@@ -131,7 +122,7 @@ func testTakeover(t *testing.T, h Harness) {
 			go func() {
 				defer wg.Done()
 				<-start
-				errs[i] = s.Takeover(ctx, idemstore.TakeoverParams{Key: rec.Key, OldToken: rec.Token, NewToken: tokens[i], LeaseUntil: newUpTo, Now: later})
+				errs[i] = s.Takeover(ctx, idemstore.TakeoverParams{Key: rec.Key, OldToken: rec.Token, NewToken: tokens[i], Lease: leaseLive})
 			}()
 		}
 		close(start)
@@ -163,7 +154,7 @@ func testTakeover(t *testing.T, h Harness) {
 func testTakeoverRacesComplete(t *testing.T, s idemstore.Store) {
 	f := newFixture(t, s)
 	for round := range 5 {
-		rec := f.reserve(f.key(fmt.Sprintf("k%d", round)), leaseShort)
+		rec := f.reserve(f.key(fmt.Sprintf("k%d", round)), leaseExpired)
 		const n = 4
 		var (
 			wg       sync.WaitGroup
@@ -178,14 +169,14 @@ func testTakeoverRacesComplete(t *testing.T, s idemstore.Store) {
 		go func() {
 			defer wg.Done()
 			<-start
-			complErr = s.Complete(ctx, idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: resp, Now: f.base.Add(clockLater), ExpiresAt: f.base.Add(expireLater)})
+			complErr = s.Complete(ctx, idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: resp, Retention: retainLive})
 		}()
 		for i := range n {
 			tokens[i] = newToken()
 			go func() {
 				defer wg.Done()
 				<-start
-				errs[i] = s.Takeover(ctx, idemstore.TakeoverParams{Key: rec.Key, OldToken: rec.Token, NewToken: tokens[i], LeaseUntil: f.base.Add(leaseLong), Now: f.base.Add(clockLater)})
+				errs[i] = s.Takeover(ctx, idemstore.TakeoverParams{Key: rec.Key, OldToken: rec.Token, NewToken: tokens[i], Lease: leaseLive})
 			}()
 		}
 		close(start)
@@ -210,8 +201,11 @@ func testTakeoverRacesComplete(t *testing.T, s idemstore.Store) {
 		}
 		got := f.get(rec.Key)
 		if complErr == nil {
-			if d := diffRecord(got, f.expectCompleted(rec, resp, expireLater)); d != "" {
-				t.Fatalf("round %d: Complete won but the record is: %s", round, d)
+			if got.State != idemstore.StateCompleted || got.Token != rec.Token {
+				t.Fatalf("round %d: Complete won but the record is %q with token %q", round, got.State, got.Token)
+			}
+			if d := diffResponse(got.Response, resp); d != "" {
+				t.Fatalf("round %d: Complete won but the response is: %s", round, d)
 			}
 		} else if got.State != idemstore.StatePending || got.Token != winner {
 			t.Fatalf("round %d: a takeover won but the record is %q with token %q, want pending with %q", round, got.State, got.Token, winner)
