@@ -228,4 +228,3 @@ func readLimited(buf *bytes.Buffer, body io.Reader, limit int64) (over bool, err
 		}
 	}
 }
-

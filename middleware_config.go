@@ -242,4 +242,3 @@ type handler struct {
 	m    *middleware
 	next http.Handler
 }
-

@@ -76,7 +76,9 @@ func (e *Engine) releaseOrphan(ctx context.Context, key Key, token string) {
 		func(ctx context.Context) error {
 			return e.store.Release(ctx, idemstore.ReleaseParams{Key: key, Token: token})
 		},
-		func(rec *idemstore.Record, err error) bool { return err != nil || rec.Token != token || rec.State != idemstore.StatePending })
+		func(rec *idemstore.Record, err error) bool {
+			return err != nil || rec.Token != token || rec.State != idemstore.StatePending
+		})
 	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: releasing a reservation whose Reserve failed did not succeed; it stays pending until its lease expires",
 			slog.String("key", redact(key)), slog.Any("error", err))

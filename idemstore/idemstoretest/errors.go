@@ -87,7 +87,9 @@ func testUnavailable(t *testing.T, h Harness) {
 		{"Complete", func(t *testing.T, ctx context.Context) error {
 			return s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: resp, Retention: retainLive})
 		}},
-		{"Release", func(t *testing.T, ctx context.Context) error { return s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: "t"}) }},
+		{"Release", func(t *testing.T, ctx context.Context) error {
+			return s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: "t"})
+		}},
 		{"Escalate", func(t *testing.T, ctx context.Context) error {
 			return s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: "t", Reason: "r"})
 		}},

@@ -390,4 +390,3 @@ func jsonResponse(body string) *idemstore.Response {
 		Body:   []byte(body),
 	}
 }
-

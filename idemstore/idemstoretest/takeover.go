@@ -110,11 +110,11 @@ func testTakeover(t *testing.T, h Harness) {
 		rec := f.reserve(f.key("k"), leaseExpired)
 		const n = 20
 		var (
-			wg      sync.WaitGroup
-			start   = make(chan struct{})
-			tokens  = make([]string, n)
-			errs    = make([]error, n)
-			ctx     = f.ctx()
+			wg     sync.WaitGroup
+			start  = make(chan struct{})
+			tokens = make([]string, n)
+			errs   = make([]error, n)
+			ctx    = f.ctx()
 		)
 		for i := range n {
 			tokens[i] = newToken()
