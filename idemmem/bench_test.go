@@ -40,17 +40,15 @@ func ringKeys() []idemstore.Key {
 // store-level cost of one Begin + Complete in the engine.
 func reserveComplete(tb testing.TB, s *idemmem.Store, keys []idemstore.Key, next func() bool) {
 	ctx := context.Background()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := 0; next(); i++ {
-		now = now.Add(time.Millisecond)
 		k := keys[i%benchRing]
 		_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
-			Key: k, Fingerprint: "v1:abc", Token: "token", LeaseUntil: now.Add(30 * time.Second), Now: now,
+			Key: k, Fingerprint: "v1:abc", Token: "token", Lease: 30 * time.Second,
 		})
 		if err != nil || !created {
 			tb.Fatalf("Reserve: created = %v, err = %v", created, err)
 		}
-		err = s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "token", Response: benchResponse, Now: now, ExpiresAt: now.Add(time.Millisecond)})
+		err = s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "token", Response: benchResponse, Retention: time.Millisecond})
 		if err != nil {
 			tb.Fatalf("Complete: %v", err)
 		}
@@ -81,15 +79,14 @@ func BenchmarkReserveComplete(b *testing.B) {
 func BenchmarkReplayGet(b *testing.B) {
 	s := idemmem.MustNew(idemmem.Config{})
 	ctx := context.Background()
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	k := idemstore.Key{Scope: "tenant", Operation: "POST /payments", Key: "replayed"}
-	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil {
+	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Token: "t", Lease: time.Minute}); err != nil {
 		b.Fatal(err)
 	}
-	if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: benchResponse, Now: now, ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
+	if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: benchResponse, Retention: 24 * time.Hour}); err != nil {
 		b.Fatal(err)
 	}
-	p := idemstore.ReserveParams{Key: k, Token: "other", LeaseUntil: now.Add(time.Minute), Now: now}
+	p := idemstore.ReserveParams{Key: k, Token: "other", Lease: time.Minute}
 	replay := func(tb testing.TB) {
 		rec, created, err := s.Reserve(ctx, p)
 		if err != nil || created || rec.Response == nil {

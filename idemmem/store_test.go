@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,10 +15,36 @@ import (
 
 var base = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-func reserve(t *testing.T, s *idemmem.Store, k idemstore.Key, now time.Time) (*idemstore.Record, error) {
+// clock is a fake store clock, starting at base.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// set moves the clock to base+d.
+func (c *clock) set(d time.Duration) {
+	c.mu.Lock()
+	c.t = base.Add(d)
+	c.mu.Unlock()
+}
+
+// newStore returns a store on a fake clock.
+func newStore(cfg idemmem.Config) (*idemmem.Store, *clock) {
+	c := &clock{t: base}
+	cfg.Now = c.Now
+	return idemmem.MustNew(cfg), c
+}
+
+func reserve(t *testing.T, s *idemmem.Store, k idemstore.Key) (*idemstore.Record, error) {
 	t.Helper()
 	rec, created, err := s.Reserve(context.Background(), idemstore.ReserveParams{
-		Key: k, Fingerprint: "fp", Token: "tok-" + k.Key, LeaseUntil: now.Add(time.Minute), Now: now,
+		Key: k, Fingerprint: "fp", Token: "tok-" + k.Key, Lease: time.Minute,
 	})
 	if err != nil {
 		return nil, err
@@ -28,9 +55,9 @@ func reserve(t *testing.T, s *idemmem.Store, k idemstore.Key, now time.Time) (*i
 	return s.Get(context.Background(), k)
 }
 
-func complete(t *testing.T, s *idemmem.Store, rec *idemstore.Record, resp *idemstore.Response, expires time.Time) {
+func complete(t *testing.T, s *idemmem.Store, rec *idemstore.Record, resp *idemstore.Response, retention time.Duration) {
 	t.Helper()
-	err := s.Complete(context.Background(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: resp, Now: base, ExpiresAt: expires})
+	err := s.Complete(context.Background(), idemstore.CompleteParams{Key: rec.Key, Token: rec.Token, Response: resp, Retention: retention})
 	if err != nil {
 		t.Fatalf("Complete(%v): %v", rec.Key, err)
 	}
@@ -52,9 +79,9 @@ func TestNewValidates(t *testing.T) {
 
 func TestReadersGetCopies(t *testing.T) {
 	t.Parallel()
-	s := idemmem.MustNew(idemmem.Config{})
+	s, _ := newStore(idemmem.Config{})
 	ctx := context.Background()
-	rec, err := reserve(t, s, key(1), base)
+	rec, err := reserve(t, s, key(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,12 +90,12 @@ func TestReadersGetCopies(t *testing.T) {
 	if err != nil || got.Token != "tok-1" {
 		t.Fatalf("Get after mutating Get's record: %v, %v", got, err)
 	}
-	complete(t, s, got, &idemstore.Response{Status: 200, Header: http.Header{"A": {"1"}}, Body: []byte("body")}, base.Add(time.Hour))
+	complete(t, s, got, &idemstore.Response{Status: 200, Header: http.Header{"A": {"1"}}, Body: []byte("body")}, time.Hour)
 
 	for _, read := range []func() *idemstore.Record{
 		func() *idemstore.Record { r, _ := s.Get(ctx, key(1)); return r },
 		func() *idemstore.Record {
-			r, _, _ := s.Reserve(ctx, idemstore.ReserveParams{Key: key(1), Now: base})
+			r, _, _ := s.Reserve(ctx, idemstore.ReserveParams{Key: key(1)})
 			return r
 		},
 		func() *idemstore.Record {
@@ -90,16 +117,16 @@ func TestReadersGetCopies(t *testing.T) {
 
 func TestExpiredRecordsAreEvicted(t *testing.T) {
 	t.Parallel()
-	s := idemmem.MustNew(idemmem.Config{Shards: 1})
+	s, clk := newStore(idemmem.Config{Shards: 1})
 	ctx := context.Background()
 	for i := range 10 {
-		rec, err := reserve(t, s, key(i), base)
+		rec, err := reserve(t, s, key(i))
 		if err != nil {
 			t.Fatal(err)
 		}
-		complete(t, s, rec, &idemstore.Response{Status: 200}, base.Add(time.Duration(i+1)*time.Minute))
+		complete(t, s, rec, &idemstore.Response{Status: 200}, time.Duration(i+1)*time.Minute)
 	}
-	pending, err := reserve(t, s, key(100), base) // never evicted
+	pending, err := reserve(t, s, key(100)) // never evicted
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +135,9 @@ func TestExpiredRecordsAreEvicted(t *testing.T) {
 	}
 
 	// A Reserve at base+5m evicts the five records that expired by then.
-	if _, err := reserve(t, s, key(200), base.Add(5*time.Minute)); err != nil {
+	clk.set(5 * time.Minute)
+
+	if _, err := reserve(t, s, key(200)); err != nil {
 		t.Fatal(err)
 	}
 	if n := s.Len(); n != 7 {
@@ -123,15 +152,19 @@ func TestExpiredRecordsAreEvicted(t *testing.T) {
 
 	// An expired record of the reserved key itself counts as absent, even
 	// in a shard the sweep has not reached.
-	s2 := idemmem.MustNew(idemmem.Config{})
-	rec, _ := reserve(t, s2, key(1), base)
-	complete(t, s2, rec, &idemstore.Response{Status: 200}, base.Add(time.Minute))
-	if _, err := reserve(t, s2, key(1), base.Add(time.Minute)); err != nil {
+	s2, clk2 := newStore(idemmem.Config{})
+	rec, _ := reserve(t, s2, key(1))
+	complete(t, s2, rec, &idemstore.Response{Status: 200}, time.Minute)
+	clk2.set(time.Minute)
+
+	if _, err := reserve(t, s2, key(1)); err != nil {
 		t.Fatalf("Reserve of an expired key: %v", err)
 	}
 
 	// The pending record outlives everything.
-	if _, err := reserve(t, s, key(300), base.Add(24*time.Hour)); err != nil {
+	clk.set(24 * time.Hour)
+
+	if _, err := reserve(t, s, key(300)); err != nil {
 		t.Fatal(err)
 	}
 	got, err := s.Get(ctx, pending.Key)
@@ -145,32 +178,34 @@ func TestExpiredRecordsAreEvicted(t *testing.T) {
 
 func TestMaxRecords(t *testing.T) {
 	t.Parallel()
-	s := idemmem.MustNew(idemmem.Config{MaxRecords: 3})
+	s, clk := newStore(idemmem.Config{MaxRecords: 3})
 	ctx := context.Background()
 	var recs []*idemstore.Record
 	for i := range 3 {
-		rec, err := reserve(t, s, key(i), base)
+		rec, err := reserve(t, s, key(i))
 		if err != nil {
 			t.Fatal(err)
 		}
 		recs = append(recs, rec)
 	}
-	_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key(3), Token: "t", Now: base})
+	_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key(3), Token: "t"})
 	if !errors.Is(err, idemmem.ErrFull) || !errors.Is(err, idemstore.ErrUnavailable) || created {
 		t.Fatalf("Reserve over the cap: created = %v, err = %v; want ErrFull wrapping ErrUnavailable", created, err)
 	}
 	// An existing key is still answered at the cap.
-	if got, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key(0), Now: base}); err != nil || created || got.Token != recs[0].Token {
+	if got, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key(0)}); err != nil || created || got.Token != recs[0].Token {
 		t.Fatalf("Reserve of an existing key at the cap: %v, %v, %v", got, created, err)
 	}
 
 	// Live records are never evicted for room: not pending, not
 	// needs_review, not completed before ExpiresAt.
-	complete(t, s, recs[0], &idemstore.Response{Status: 200}, base.Add(time.Hour))
-	if err := s.Escalate(ctx, idemstore.EscalateParams{Key: recs[1].Key, Token: recs[1].Token, Reason: "r", Now: base}); err != nil {
+	complete(t, s, recs[0], &idemstore.Response{Status: 200}, time.Hour)
+	if err := s.Escalate(ctx, idemstore.EscalateParams{Key: recs[1].Key, Token: recs[1].Token, Reason: "r"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reserve(t, s, key(3), base.Add(59*time.Minute)); !errors.Is(err, idemmem.ErrFull) {
+	clk.set(59 * time.Minute)
+
+	if _, err := reserve(t, s, key(3)); !errors.Is(err, idemmem.ErrFull) {
 		t.Fatalf("Reserve at the cap before anything expired: err = %v, want ErrFull", err)
 	}
 	for _, r := range recs {
@@ -181,17 +216,23 @@ func TestMaxRecords(t *testing.T) {
 
 	// Once the completed record has expired it makes room, in whichever
 	// shard it lives.
-	if _, err := reserve(t, s, key(3), base.Add(time.Hour)); err != nil {
+	clk.set(time.Hour)
+
+	if _, err := reserve(t, s, key(3)); err != nil {
 		t.Fatalf("Reserve at the cap after an expiry: %v", err)
 	}
 	// Release makes room too.
-	if err := s.Release(ctx, recs[2].Key, recs[2].Token); err != nil {
+	if err := s.Release(ctx, idemstore.ReleaseParams{Key: recs[2].Key, Token: recs[2].Token}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := reserve(t, s, key(4), base.Add(time.Hour)); err != nil {
+	clk.set(time.Hour)
+
+	if _, err := reserve(t, s, key(4)); err != nil {
 		t.Fatalf("Reserve after a Release: %v", err)
 	}
-	if _, err := reserve(t, s, key(5), base.Add(time.Hour)); !errors.Is(err, idemmem.ErrFull) {
+	clk.set(time.Hour)
+
+	if _, err := reserve(t, s, key(5)); !errors.Is(err, idemmem.ErrFull) {
 		t.Fatalf("Reserve over the cap: err = %v, want ErrFull", err)
 	}
 	if n := s.Len(); n != 3 {
@@ -201,9 +242,9 @@ func TestMaxRecords(t *testing.T) {
 
 func TestCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 	t.Parallel()
-	s := idemmem.MustNew(idemmem.Config{})
+	s, _ := newStore(idemmem.Config{})
 	ctx := context.Background()
-	if _, err := reserve(t, s, key(1), base); err != nil {
+	if _, err := reserve(t, s, key(1)); err != nil {
 		t.Fatal(err)
 	}
 	ch, cancel, err := s.Subscribe(ctx, key(1))
@@ -232,9 +273,9 @@ func TestCloseWakesWaitersAndRefusesCalls(t *testing.T) {
 
 func TestSubscribeCancel(t *testing.T) {
 	t.Parallel()
-	s := idemmem.MustNew(idemmem.Config{})
+	s, _ := newStore(idemmem.Config{})
 	ctx := context.Background()
-	rec, err := reserve(t, s, key(1), base)
+	rec, err := reserve(t, s, key(1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +285,7 @@ func TestSubscribeCancel(t *testing.T) {
 	cancel1()
 	cancel1()
 	// Extend changes nothing a waiter cares about.
-	if err := s.Extend(ctx, idemstore.ExtendParams{Key: key(1), Token: rec.Token, LeaseUntil: base.Add(time.Hour), Now: base}); err != nil {
+	if err := s.Extend(ctx, idemstore.ExtendParams{Key: key(1), Token: rec.Token, Lease: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -252,7 +293,7 @@ func TestSubscribeCancel(t *testing.T) {
 		t.Fatal("Extend woke a waiter")
 	default:
 	}
-	complete(t, s, rec, &idemstore.Response{Status: 200}, base.Add(time.Hour))
+	complete(t, s, rec, &idemstore.Response{Status: 200}, time.Hour)
 	select {
 	case <-ch2:
 	default:
@@ -267,7 +308,7 @@ func TestSubscribeCancel(t *testing.T) {
 
 func TestListRejectsBadCursor(t *testing.T) {
 	t.Parallel()
-	s := idemmem.MustNew(idemmem.Config{})
+	s, _ := newStore(idemmem.Config{})
 	if _, err := s.List(context.Background(), idemstore.ListParams{Cursor: "!!not a cursor"}); err == nil {
 		t.Fatal("List with a malformed cursor: no error")
 	}
