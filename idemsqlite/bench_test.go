@@ -73,14 +73,13 @@ func BenchmarkReserveComplete(b *testing.B) {
 		b.Run("c="+strconv.Itoa(n), func(b *testing.B) {
 			s, _ := newStore(b)
 			ctx := context.Background()
-			now := time.Now().UTC()
 			b.ReportAllocs()
 			b.ResetTimer()
 			runConcurrent(b, n, func(i int) error {
 				k := benchKey(i)
 				tok := "tok-" + strconv.Itoa(i)
 				_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
-					Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(time.Minute), Now: now,
+					Key: k, Fingerprint: "fp", Token: tok, Lease: time.Minute,
 				})
 				if err != nil {
 					return err
@@ -89,7 +88,7 @@ func BenchmarkReserveComplete(b *testing.B) {
 					return errors.New("fresh key not created")
 				}
 				return s.Complete(ctx, idemstore.CompleteParams{
-					Key: k, Token: tok, Response: benchResponse, Now: now, ExpiresAt: now.Add(24 * time.Hour),
+					Key: k, Token: tok, Response: benchResponse, Retention: 24 * time.Hour,
 				})
 			})
 			reportPairs(b)
@@ -114,10 +113,10 @@ func BenchmarkRawInsertUpdate(b *testing.B) {
 				k := benchKey(i)
 				tok := "tok-" + strconv.Itoa(i)
 				res, err := db.ExecContext(ctx, `INSERT INTO idem_records
-					(scope, operation, "key", fingerprint, state, token, lease_until, created_at)
-					VALUES (?, ?, ?, ?, 'pending', ?, ?, ?)
+					(scope, operation, "key", fingerprint, state, token, lease_until, created_at, updated_at, request)
+					VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
 					ON CONFLICT (scope, operation, "key") DO NOTHING`,
-					k.Scope, k.Operation, k.Key, "fp", tok, now.Add(time.Minute).UnixMilli(), now.UnixMilli())
+					k.Scope, k.Operation, k.Key, "fp", tok, now.Add(time.Minute).UnixMilli(), now.UnixMilli(), now.UnixMilli(), nil)
 				if err != nil {
 					return err
 				}
@@ -125,9 +124,9 @@ func BenchmarkRawInsertUpdate(b *testing.B) {
 					return errors.Join(errors.New("insert did not create"), err)
 				}
 				res, err = db.ExecContext(ctx, `UPDATE idem_records
-					SET state = 'completed', response = ?, expires_at = ?
+					SET state = 'completed', response = ?, expires_at = ?, updated_at = ?
 					WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'pending' AND token = ?`,
-					blob, now.Add(24*time.Hour).UnixMilli(), k.Scope, k.Operation, k.Key, tok)
+					blob, now.Add(24*time.Hour).UnixMilli(), now.UnixMilli(), k.Scope, k.Operation, k.Key, tok)
 				if err != nil {
 					return err
 				}
@@ -149,8 +148,7 @@ func BenchmarkGetCompleted(b *testing.B) {
 		b.Run("c="+strconv.Itoa(n), func(b *testing.B) {
 			s, _ := newStore(b)
 			ctx := context.Background()
-			now := time.Now().UTC()
-			populate(b, s, keys, now)
+			populate(b, s, keys)
 			b.ReportAllocs()
 			b.ResetTimer()
 			runConcurrent(b, n, func(i int) error {
@@ -169,17 +167,17 @@ func BenchmarkGetCompleted(b *testing.B) {
 }
 
 // populate stores n completed records under benchKey(0..n-1).
-func populate(b *testing.B, s *idemsqlite.Store, n int, now time.Time) {
+func populate(b *testing.B, s *idemsqlite.Store, n int) {
 	b.Helper()
 	ctx := context.Background()
 	for i := range n {
 		tok := "tok-" + strconv.Itoa(i)
 		if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: benchKey(i), Fingerprint: "fp", Token: tok,
-			LeaseUntil: now.Add(time.Minute), Now: now}); err != nil {
+			Lease: time.Minute}); err != nil {
 			b.Fatal(err)
 		}
 		if err := s.Complete(ctx, idemstore.CompleteParams{Key: benchKey(i), Token: tok, Response: benchResponse,
-			Now: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+			Retention: time.Hour}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -15,17 +15,16 @@ import (
 // txLease is the part of a lease CompleteTx uses: it hands out the fenced
 // completion for its key and token, as the engine's *idem.Lease does.
 type txLease struct {
-	key       idemstore.Key
-	token     string
-	expiresAt time.Time
-	err       error
+	key   idemstore.Key
+	token string
+	err   error
 }
 
 func (l txLease) PrepareTxComplete(resp *idemstore.Response) (idemstore.CompleteParams, error) {
 	if l.err != nil {
 		return idemstore.CompleteParams{}, l.err
 	}
-	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: resp, Now: l.expiresAt.Add(-time.Hour), ExpiresAt: l.expiresAt}, nil
+	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: resp, Retention: time.Hour}, nil
 }
 
 // txFixture is a store, a business table in the same file, and a reserved
@@ -35,7 +34,6 @@ type txFixture struct {
 	db    *sql.DB
 	key   idemstore.Key
 	token string
-	now   time.Time
 }
 
 func newTxFixture(t *testing.T) *txFixture {
@@ -45,9 +43,9 @@ func newTxFixture(t *testing.T) *txFixture {
 		t.Fatal(err)
 	}
 	f := &txFixture{s: s, db: db, key: idemstore.Key{Scope: "user-1", Operation: "POST /orders", Key: "k1"},
-		token: "tok-1", now: time.Now().UTC().Truncate(time.Millisecond)}
+		token: "tok-1"}
 	if _, created, err := s.Reserve(context.Background(), idemstore.ReserveParams{
-		Key: f.key, Fingerprint: "fp", Token: f.token, LeaseUntil: f.now.Add(time.Minute), Now: f.now,
+		Key: f.key, Fingerprint: "fp", Token: f.token, Lease: time.Minute,
 	}); err != nil || !created {
 		t.Fatalf("Reserve: created=%v err=%v", created, err)
 	}
@@ -87,69 +85,7 @@ func (f *txFixture) orders(t *testing.T) int {
 }
 
 func (f *txFixture) lease() txLease {
-	return txLease{key: f.key, token: f.token, expiresAt: f.now.Add(24 * time.Hour)}
-}
-
-func TestCompleteTxCommitsTogether(t *testing.T) {
-	t.Parallel()
-	f := newTxFixture(t)
-	if err := f.order(t, f.lease(), true); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.orders(t); n != 1 {
-		t.Fatalf("%d orders after commit, want 1", n)
-	}
-	rec, err := f.s.Get(context.Background(), f.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.State != idemstore.StateCompleted || rec.Response == nil || string(rec.Response.Body) != `{"id":"o1"}` ||
-		rec.Response.Status != 201 || !rec.ExpiresAt.Equal(f.now.Add(24*time.Hour)) {
-		t.Fatalf("after commit: %+v (response %+v)", rec, rec.Response)
-	}
-}
-
-func TestCompleteTxRollbackLeavesBothAbsent(t *testing.T) {
-	t.Parallel()
-	f := newTxFixture(t)
-	if err := f.order(t, f.lease(), false); err != nil {
-		t.Fatal(err)
-	}
-	if n := f.orders(t); n != 0 {
-		t.Fatalf("%d orders after rollback, want 0", n)
-	}
-	rec, err := f.s.Get(context.Background(), f.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.State != idemstore.StatePending || rec.Token != f.token || rec.Response != nil {
-		t.Fatalf("after rollback: %+v, want the key still pending under %q", rec, f.token)
-	}
-	// The lease still works: a plain Complete succeeds now.
-	if err := f.s.Complete(context.Background(), idemstore.CompleteParams{Key: f.key, Token: f.token,
-		Response: &idemstore.Response{Status: 204}, Now: f.now, ExpiresAt: f.now.Add(time.Hour)}); err != nil {
-		t.Fatalf("Complete after rollback: %v", err)
-	}
-}
-
-func TestCompleteTxLeaseLost(t *testing.T) {
-	t.Parallel()
-	f := newTxFixture(t)
-	stale := f.lease()
-	stale.token = "someone-else"
-	if err := f.order(t, stale, true); !errors.Is(err, idemstore.ErrLeaseLost) {
-		t.Fatalf("CompleteTx with a stale token: %v, want ErrLeaseLost", err)
-	}
-	if n := f.orders(t); n != 0 {
-		t.Fatalf("%d orders after a lost lease, want 0", n)
-	}
-	rec, err := f.s.Get(context.Background(), f.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rec.State != idemstore.StatePending || rec.Token != f.token {
-		t.Fatalf("after a lost lease: %+v", rec)
-	}
+	return txLease{key: f.key, token: f.token}
 }
 
 func TestCompleteTxPrepareError(t *testing.T) {

@@ -32,11 +32,10 @@ func Example() {
 	}
 
 	ctx := context.Background()
-	now := time.Now()
 	key := idemstore.Key{Scope: "user-42", Operation: "POST /payments", Key: "8e03978e-40d5"}
 
 	_, created, err := store.Reserve(ctx, idemstore.ReserveParams{
-		Key: key, Fingerprint: "sha256:abc", Token: "lease-1", LeaseUntil: now.Add(30 * time.Second), Now: now,
+		Key: key, Fingerprint: "sha256:abc", Token: "lease-1", Lease: 30 * time.Second,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -45,7 +44,7 @@ func Example() {
 
 	// A retry arriving now finds the key taken.
 	rec, created, err := store.Reserve(ctx, idemstore.ReserveParams{
-		Key: key, Fingerprint: "sha256:abc", Token: "lease-2", LeaseUntil: now.Add(30 * time.Second), Now: now,
+		Key: key, Fingerprint: "sha256:abc", Token: "lease-2", Lease: 30 * time.Second,
 	})
 	if err != nil {
 		log.Fatal(err)
@@ -53,7 +52,7 @@ func Example() {
 	fmt.Println("retry reserved:", created, rec.State)
 
 	err = store.Complete(ctx, idemstore.CompleteParams{
-		Key: key, Token: "lease-1", Now: now, ExpiresAt: now.Add(24 * time.Hour),
+		Key: key, Token: "lease-1", Retention: 24 * time.Hour,
 		Response: &idemstore.Response{Status: 201, Body: []byte(`{"payment":"pay_1"}`)},
 	})
 	if err != nil {

@@ -64,7 +64,6 @@ func runHelper(name, path string) error {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 
 	ctx := context.Background()
-	now := time.Now().UTC()
 	const workers = 4
 	var (
 		mu   sync.Mutex
@@ -79,7 +78,7 @@ func runHelper(name, path string) error {
 			for i := w; i < helperKeys; i += workers {
 				tok := helperToken(name, i)
 				rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{
-					Key: helperKey(i), Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(time.Hour), Now: now,
+					Key: helperKey(i), Fingerprint: "fp", Token: tok, Lease: time.Hour,
 				})
 				mu.Lock()
 				switch {
@@ -102,7 +101,7 @@ func runHelper(name, path string) error {
 		tok := helperToken(name, i)
 		if err := s.Complete(ctx, idemstore.CompleteParams{
 			Key: helperKey(i), Token: tok, Response: &idemstore.Response{Status: 201, Body: []byte(tok)},
-			Now: now, ExpiresAt: now.Add(time.Hour),
+			Retention: time.Hour,
 		}); err != nil {
 			return fmt.Errorf("complete %d: %w", i, err)
 		}

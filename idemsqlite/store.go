@@ -69,7 +69,7 @@ func scanRecord(r rowScanner, now time.Time) (*idemstore.Record, error) {
 	rec.LeaseUntil = fromMillis(leaseUntil)
 	rec.CreatedAt = fromMillis(createdAt)
 	rec.UpdatedAt = fromMillis(updatedAt)
-	rec.ReadAt = now.Truncate(time.Millisecond)
+	rec.ReadAt = now.UTC().Truncate(time.Millisecond)
 	req, err := idemstore.DecodeRequest(request)
 	if err != nil {
 		return nil, err

@@ -47,7 +47,47 @@ func TestConformance(t *testing.T) {
 			db.Close()
 			return s
 		},
+		Tx: txHarness,
 	})
+}
+
+// txHarness runs business transactions on a table beside the records. The
+// store's Open makes every transaction BEGIN IMMEDIATE, so no other
+// connection writes while one is open: between runs before it begins.
+func txHarness(t *testing.T) idemstoretest.TxHarness {
+	s, db := newStore(t)
+	if _, err := db.Exec(`CREATE TABLE business (id TEXT PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	return idemstoretest.TxHarness{
+		Store:  s,
+		Levels: []string{"serializable"},
+		Run: func(ctx context.Context, level string, lease idemstore.TxLease, resp *idemstore.Response, id string, commit bool, between func()) error {
+			if between != nil {
+				between()
+			}
+			tx, err := db.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, `INSERT INTO business (id) VALUES (?)`, id); err != nil {
+				return err
+			}
+			if err := s.CompleteTx(ctx, tx, lease, resp); err != nil {
+				return err
+			}
+			if !commit {
+				return tx.Rollback()
+			}
+			return tx.Commit()
+		},
+		Committed: func(ctx context.Context, id string) (bool, error) {
+			var n int
+			err := db.QueryRowContext(ctx, `SELECT count(*) FROM business WHERE id = ?`, id).Scan(&n)
+			return n == 1, err
+		},
+	}
 }
 
 func TestNewRejectsNilDB(t *testing.T) {
