@@ -60,8 +60,8 @@ func benchSetNX(b *testing.B, client redis.UniversalClient) {
 }
 
 func benchReserveComplete(b *testing.B, client redis.UniversalClient) {
-	// Completed records live for RetentionGrace only, so a long run does
-	// not leave its keys behind.
+	// Completed records (retention zero) live for RetentionGrace only, so a
+	// long run does not leave its keys behind.
 	s, err := New(client, Config{Prefix: testPrefix(), RetentionGrace: time.Minute})
 	if err != nil {
 		b.Fatal(err)
@@ -69,16 +69,15 @@ func benchReserveComplete(b *testing.B, client redis.UniversalClient) {
 	b.Cleanup(func() { deletePrefix(b, s) })
 	resp := &idemstore.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}
 	runWorkers(b, "pairs/s", func(ctx context.Context, n int64) error {
-		now := time.Now()
 		k := idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: fmt.Sprintf("k-%d", n)}
 		tok := fmt.Sprintf("t-%d", n)
 		_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
-			Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(30 * time.Second), Now: now,
+			Key: k, Fingerprint: "fp", Token: tok, Lease: 30 * time.Second,
 		})
 		if err != nil || !created {
 			return fmt.Errorf("Reserve: created %v, %v", created, err)
 		}
-		if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: resp, Now: now, ExpiresAt: now}); err != nil {
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: resp}); err != nil {
 			return fmt.Errorf("Complete: %w", err)
 		}
 		return nil

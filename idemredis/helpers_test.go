@@ -70,7 +70,8 @@ func newUncleanedStore(t testing.TB, client redis.UniversalClient) *Store {
 	return s
 }
 
-// deletePrefix removes every record of s, on every master.
+// deletePrefix removes every key of s (records and tombstones), on every
+// master.
 func deletePrefix(t testing.TB, s *Store) {
 	ctx := context.Background()
 	nodes, err := s.masters(ctx)
@@ -81,7 +82,7 @@ func deletePrefix(t testing.TB, s *Store) {
 	for _, n := range nodes {
 		var cursor uint64
 		for {
-			keys, next, err := n.client.Scan(ctx, cursor, s.match, 1000).Result()
+			keys, next, err := n.client.Scan(ctx, cursor, globEscape(s.cfg.Prefix)+":*", 1000).Result()
 			if err != nil {
 				t.Logf("cleanup of %s: %v", s.cfg.Prefix, err)
 				return

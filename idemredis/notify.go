@@ -10,10 +10,11 @@ import (
 )
 
 // Subscribe returns a channel that receives a value after the record for key
-// was completed, released or escalated. The scripts that make those changes
-// publish on the record's own channel, <prefix>:{<tag>}:n, with SPUBLISH
-// (or PUBLISH with Config.ClassicPubSub), so on a Cluster only the node
-// that owns the record's slot carries the message.
+// was completed, released, escalated, taken over, resolved or deleted. The
+// scripts that make those changes publish on the record's own channel,
+// <prefix>:{<tag>}:n, with SPUBLISH (or PUBLISH with Config.ClassicPubSub),
+// so on a Cluster only the node that owns the record's slot carries the
+// message.
 //
 // Subscribe returns once the subscription is confirmed, so a change made
 // after it returns is not missed while the connection stays up. Messages

@@ -19,8 +19,11 @@ import (
 
 // Listing works by SCAN with MATCH "<prefix>:{*}:r" and TYPE hash on every
 // master (on a Cluster, the masters from ForEachMaster, in address order),
-// followed by one pipelined HMGET of state and lease per SCAN batch, and
-// one of the whole records for those returned. There is no index, so the
+// followed by one pipeline per SCAN batch of TIME and an HMGET of state,
+// lease and operation per key, and one pipeline of TIME and the whole
+// records for those returned. TIME comes from the node that holds the
+// records, first in the pipeline: it is the node's clock at or just before
+// the reads, which judge expiry and become the records' ReadAt. There is no index, so the
 // scripts that change records stay single-key and single-round-trip; the
 // price is that List, ListExpiredLeases and Purge read through every key of
 // every master (see doc.go).
@@ -91,25 +94,29 @@ func decodePosition(cursor string) (position, error) {
 	return position{node: n, cursor: c, key: parts[2]}, nil
 }
 
-// summary is what the first, cheap pass of a listing reads of a record.
+// summary is what the first, cheap pass of a listing reads of a record,
+// with the TIME of the node that holds it.
 type summary struct {
 	state      idemstore.State
+	operation  string
 	leaseUntil time.Time
+	now        time.Time
 }
 
 // hit is a record the first pass selected.
 type hit struct {
-	pos  position
-	node redis.Cmdable
+	pos        position
+	node       redis.Cmdable
+	leaseUntil time.Time
 }
 
 // walk visits the store's records from pos on, node by node and SCAN batch
-// by batch, each batch in key order. For each batch it reads only the state
-// and lease deadline of each record (one pipelined HMGET), and calls fn for
-// those keep accepts, until fn returns false or the last node is done. A
-// record may be visited twice if SCAN returns it twice (it can while the
-// keyspace is rehashed); records created during the walk may or may not be
-// visited.
+// by batch, each batch in key order. For each batch it reads only the state,
+// lease deadline and operation of each record and the node's TIME (one
+// pipeline), and calls fn for those keep accepts, until fn returns false or
+// the last node is done. A record may be visited twice if SCAN returns it
+// twice (it can while the keyspace is rehashed); records created during the
+// walk may or may not be visited.
 func (s *Store) walk(ctx context.Context, from position, keep func(summary) bool, fn func(hit) bool) error {
 	nodes, err := s.masters(ctx)
 	if err != nil {
@@ -142,7 +149,8 @@ func (s *Store) walk(ctx context.Context, from position, keep func(summary) bool
 				if sum == nil || !keep(*sum) {
 					continue
 				}
-				if !fn(hit{pos: position{node: i, cursor: cursor, key: keys[j]}, node: nodes[i].client}) {
+				h := hit{pos: position{node: i, cursor: cursor, key: keys[j]}, node: nodes[i].client, leaseUntil: sum.leaseUntil}
+				if !fn(h) {
 					return nil
 				}
 			}
@@ -155,20 +163,23 @@ func (s *Store) walk(ctx context.Context, from position, keep func(summary) bool
 	return nil
 }
 
-// summaries reads the state and lease deadline of the records under keys in
-// one pipeline; a key that vanished since the SCAN yields nil.
+// summaries reads the state, lease deadline and operation of the records
+// under keys, after the node's TIME, in one pipeline; a key that vanished
+// since the SCAN yields nil.
 func (s *Store) summaries(ctx context.Context, c redis.Cmdable, keys []string) ([]*summary, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
 	pipe := c.Pipeline()
+	clock := pipe.Time(ctx)
 	cmds := make([]*redis.SliceCmd, len(keys))
 	for i, k := range keys {
-		cmds[i] = pipe.HMGet(ctx, k, fieldNames[fState], fieldNames[fLeaseUntil])
+		cmds[i] = pipe.HMGet(ctx, k, fieldNames[fState], fieldNames[fLeaseUntil], fieldNames[fOperation])
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return nil, interpretError(ctx, err)
 	}
+	now := clock.Val().UTC()
 	out := make([]*summary, len(keys))
 	for i, cmd := range cmds {
 		v := cmd.Val()
@@ -181,48 +192,57 @@ func (s *Store) summaries(ctx context.Context, c redis.Cmdable, keys []string) (
 		if err != nil {
 			return nil, fmt.Errorf("idemredis: bad lease_until in %s: %w", keys[i], err)
 		}
-		out[i] = &summary{state: idemstore.State(st), leaseUntil: lease}
+		op, _ := v[2].(string)
+		out[i] = &summary{state: idemstore.State(st), operation: op, leaseUntil: lease, now: now}
 	}
 	return out, nil
 }
 
-// fetch reads the whole records of hits, one pipeline per run of hits on the
-// same node, and keeps those that still exist and that keep still accepts
-// (a record can change between the two passes).
+// fetch reads the whole records of hits, one pipeline (the node's TIME,
+// then the records) per node, and keeps, in the order of hits, those that
+// still exist and that keep still accepts (a record can change between the
+// two passes). Each record's ReadAt is its node's TIME.
 func (s *Store) fetch(ctx context.Context, hits []hit, keep func(summary) bool) ([]*idemstore.Record, error) {
-	var out []*idemstore.Record
-	for len(hits) > 0 {
-		n := 1
-		for n < len(hits) && hits[n].pos.node == hits[0].pos.node {
-			n++
+	recs := make([]*idemstore.Record, len(hits))
+	done := make([]bool, len(hits))
+	for first := range hits {
+		if done[first] {
+			continue
 		}
-		pipe := hits[0].node.Pipeline()
-		cmds := make([]*redis.SliceCmd, n)
-		for i, h := range hits[:n] {
-			cmds[i] = pipe.HMGet(ctx, h.pos.key, fieldNames[:]...)
+		node := hits[first].pos.node
+		pipe := hits[first].node.Pipeline()
+		clock := pipe.Time(ctx)
+		var idx []int
+		var cmds []*redis.SliceCmd
+		for i := first; i < len(hits); i++ {
+			if !done[i] && hits[i].pos.node == node {
+				done[i] = true
+				idx = append(idx, i)
+				cmds = append(cmds, pipe.HMGet(ctx, hits[i].pos.key, fieldNames[:]...))
+			}
 		}
 		if _, err := pipe.Exec(ctx); err != nil {
 			return nil, interpretError(ctx, err)
 		}
-		for i, cmd := range cmds {
-			rec, err := decodeRecord(cmd.Val())
+		now := clock.Val().UTC()
+		for j, cmd := range cmds {
+			rec, err := decodeRecord(cmd.Val(), now)
 			if err != nil {
-				return nil, fmt.Errorf("%w (key %s)", err, hits[i].pos.key)
+				return nil, fmt.Errorf("%w (key %s)", err, hits[idx[j]].pos.key)
 			}
-			if rec != nil && keep(summary{state: rec.State, leaseUntil: rec.LeaseUntil}) {
-				out = append(out, rec)
+			if rec != nil && keep(summary{state: rec.State, operation: rec.Key.Operation, leaseUntil: rec.LeaseUntil, now: now}) {
+				recs[idx[j]] = rec
 			}
 		}
-		hits = hits[n:]
 	}
-	return out, nil
+	return slices.DeleteFunc(recs, func(r *idemstore.Record) bool { return r == nil }), nil
 }
 
-// List pages through the store's records, optionally filtered by state.
-// Records come in SCAN order (by node, then by batch, then by key), which
-// is stable while the keyspace does not change; the cursor is opaque. A
-// page reads the state of every record it passes over but the whole record
-// only of those it returns.
+// List pages through the store's records, optionally filtered by state and
+// operation. Records come in SCAN order (by node, then by batch, then by
+// key), which is stable while the keyspace does not change; the cursor is
+// opaque. A page reads the state and operation of every record it passes
+// over but the whole record only of those it returns.
 func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
 	p = p.Normalize()
 	if p.State != "" && !p.State.Valid() {
@@ -232,7 +252,9 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	if err != nil {
 		return idemstore.ListPage{}, err
 	}
-	keep := func(sum summary) bool { return p.State == "" || sum.state == p.State }
+	keep := func(sum summary) bool {
+		return (p.State == "" || sum.state == p.State) && (p.Operation == "" || sum.operation == p.Operation)
+	}
 	for {
 		var hits []hit
 		err = s.walk(ctx, from, keep, func(h hit) bool {
@@ -260,77 +282,52 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease expired
-// at or before now. limit follows
-// idemstore.PageLimit.
-func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+// by the TIME of the node that holds them, oldest deadline first. limit
+// follows idemstore.PageLimit. With no index to sort by, it makes one full
+// pass, keeping the limit oldest deadlines seen, then reads those records
+// whole and drops any that changed meanwhile (an extended lease, a released
+// record), so it may return fewer than limit while more are expired.
+func (s *Store) ListExpiredLeases(ctx context.Context, limit int) ([]*idemstore.Record, error) {
 	limit = idemstore.PageLimit(limit)
 	keep := func(sum summary) bool {
-		return sum.state == idemstore.StatePending && !sum.leaseUntil.After(now)
+		return sum.state == idemstore.StatePending && !sum.leaseUntil.After(sum.now)
 	}
 	var hits []hit
 	err := s.walk(ctx, position{}, keep, func(h hit) bool {
-		hits = append(hits, h)
-		return len(hits) < limit
+		if hits = append(hits, h); len(hits) >= 2*limit {
+			hits = oldestDeadlines(hits, limit)
+		}
+		return true
 	})
 	if err != nil {
 		return nil, err
 	}
-	return s.fetch(ctx, hits, keep)
-}
-
-// Purge deletes completed records whose expires_at is at or before
-// p.Before. It scans every master once and sends the conditional deletes in
-// pipelines of at most p.BatchSize scripts. Records whose Redis TTL already
-// ran out are gone without being counted.
-func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
-	p = p.Normalize()
-	nodes, err := s.masters(ctx)
+	hits = oldestDeadlines(hits, limit)
+	recs, err := s.fetch(ctx, hits, keep)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	before := micros(p.Before)
-	if before == "" {
-		return 0, nil
-	}
-	total := 0
-	for _, n := range nodes {
-		if err := purgeScript.Load(ctx, n.client).Err(); err != nil {
-			return total, interpretError(ctx, err)
-		}
-		var cursor uint64
-		for {
-			keys, next, err := n.client.ScanType(ctx, cursor, s.match, int64(s.cfg.ScanCount), "hash").Result()
-			if err != nil {
-				return total, interpretError(ctx, err)
-			}
-			for chunk := range slices.Chunk(keys, p.BatchSize) {
-				deleted, err := s.purgeBatch(ctx, n.client, chunk, before)
-				total += deleted
-				p.Report(deleted, total)
-				if err != nil {
-					return total, err
-				}
-			}
-			if cursor = next; cursor == 0 {
-				break
-			}
-		}
-	}
-	return total, nil
+	slices.SortStableFunc(recs, func(a, b *idemstore.Record) int { return a.LeaseUntil.Compare(b.LeaseUntil) })
+	return recs, nil
 }
 
-func (s *Store) purgeBatch(ctx context.Context, c redis.Cmdable, keys []string, before string) (int, error) {
-	pipe := c.Pipeline()
-	cmds := make([]*redis.Cmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = purgeScript.EvalSha(ctx, pipe, []string{k}, before)
+// oldestDeadlines sorts hits by lease deadline (then node and key), drops
+// the second visit of a record that SCAN returned twice, and keeps the
+// first limit.
+func oldestDeadlines(hits []hit, limit int) []hit {
+	slices.SortFunc(hits, func(a, b hit) int {
+		return cmp.Or(a.leaseUntil.Compare(b.leaseUntil), cmp.Compare(a.pos.node, b.pos.node), cmp.Compare(a.pos.key, b.pos.key))
+	})
+	type id struct {
+		node int
+		key  string
 	}
-	_, err := pipe.Exec(ctx)
-	deleted := 0
-	for _, cmd := range cmds {
-		if n, _ := cmd.Int64(); n == 1 {
-			deleted++
-		}
-	}
-	return deleted, interpretError(ctx, err)
+	seen := make(map[id]bool, len(hits))
+	hits = slices.DeleteFunc(hits, func(h hit) bool {
+		k := id{h.pos.node, h.pos.key}
+		dup := seen[k]
+		seen[k] = true
+		return dup
+	})
+	return hits[:min(len(hits), limit)]
 }

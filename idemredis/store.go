@@ -21,10 +21,11 @@ type Config struct {
 	// '{' or '}', which would break the hash tag. Defaults to "idem".
 	Prefix string
 
-	// RetentionGrace is added to a completed record's remaining retention
-	// (ExpiresAt - Now) to get its Redis TTL. Until the TTL ends the record
-	// stays readable and Purge can still remove it; after that Redis drops
-	// it on its own. Defaults to 1h.
+	// RetentionGrace is added to a completed record's retention to get its
+	// Redis TTL (a negative retention counts as zero, so the TTL is never
+	// shorter than the grace). Until the TTL ends the record stays readable
+	// and Purge can still remove it; after that Redis drops it on its own.
+	// Defaults to 1h.
 	RetentionGrace time.Duration
 
 	// ClassicPubSub makes the store publish and subscribe with PUBLISH and
@@ -71,6 +72,9 @@ type Store struct {
 	cfg    Config
 	// match is the SCAN pattern that selects this store's record keys.
 	match string
+	// callID returns the id that tells a resent script from a new call
+	// (see resend.go); tests replace it to resend a call.
+	callID func() string
 }
 
 var (
@@ -99,7 +103,7 @@ func New(client redis.UniversalClient, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{client: client, cfg: cfg, match: globEscape(cfg.Prefix) + ":{*}:r"}, nil
+	return &Store{client: client, cfg: cfg, match: globEscape(cfg.Prefix) + ":{*}:r", callID: newCallID}, nil
 }
 
 // Capabilities reports that the store can wake waiters (pub/sub) but has no
@@ -122,14 +126,15 @@ func hashTag(k idemstore.Key) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// keys are the Redis names of one record: the hash <prefix>:{<tag>}:r and
-// its notification channel <prefix>:{<tag>}:n, which shares the tag and so
-// the Cluster slot, letting a script SPUBLISH to it.
-type keys struct{ record, channel string }
+// keys are the Redis names of one record: the hash <prefix>:{<tag>}:r, its
+// tombstone <prefix>:{<tag>}:g (see resend.go) and its notification channel
+// <prefix>:{<tag>}:n. All three share the tag and so the Cluster slot,
+// which lets one script touch the first two and SPUBLISH to the third.
+type keys struct{ record, tombstone, channel string }
 
 func (s *Store) keys(k idemstore.Key) keys {
 	base := s.cfg.Prefix + ":{" + hashTag(k) + "}:"
-	return keys{record: base + "r", channel: base + "n"}
+	return keys{record: base + "r", tombstone: base + "g", channel: base + "n"}
 }
 
 func (s *Store) recordKey(k idemstore.Key) string { return s.keys(k).record }

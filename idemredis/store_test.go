@@ -1,7 +1,6 @@
 package idemredis
 
 import (
-	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -103,19 +102,35 @@ func TestTTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Date(2001, 2, 3, 4, 5, 6, 0, time.UTC)
 	cases := []struct {
-		expires time.Time
-		want    int64
+		retention time.Duration
+		want      int64
 	}{
-		{now.Add(24 * time.Hour), (24*time.Hour + time.Minute).Milliseconds()},
-		{now.Add(1500 * time.Microsecond), time.Minute.Milliseconds() + 2}, // rounded up
-		{now, time.Minute.Milliseconds()},
-		{now.Add(-time.Hour), time.Minute.Milliseconds()}, // already expired: grace only
+		{24 * time.Hour, (24*time.Hour + time.Minute).Milliseconds()},
+		{1500 * time.Microsecond, time.Minute.Milliseconds() + 2}, // rounded up
+		{0, time.Minute.Milliseconds()},
+		{-time.Hour, time.Minute.Milliseconds()}, // already purgeable: grace only
 	}
 	for _, c := range cases {
-		if got := s.ttlMillis(now, c.expires); got != c.want {
-			t.Errorf("ttlMillis(expires %v) = %d, want %d", c.expires.Sub(now), got, c.want)
+		if got := s.ttlMillis(c.retention); got != c.want {
+			t.Errorf("ttlMillis(%v) = %d, want %d", c.retention, got, c.want)
+		}
+	}
+}
+
+func TestDurMicros(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		time.Second:             "1000000",
+		time.Nanosecond:         "1", // a positive lease has not expired when granted
+		1500 * time.Nanosecond:  "2",
+		0:                       "0",
+		-time.Nanosecond:        "0", // expired: the deadline is now
+		-1500 * time.Nanosecond: "-1",
+		-time.Hour:              "-3600000000",
+	} {
+		if got := durMicros(d); got != want {
+			t.Errorf("durMicros(%v) = %s, want %s", d, got, want)
 		}
 	}
 }
@@ -153,45 +168,95 @@ func TestPositionRoundTrip(t *testing.T) {
 	}
 }
 
-// TestResentScripts runs Reserve and Takeover twice with the same
-// arguments, as go-redis does when a connection breaks after the script ran
-// but before its reply arrived: the second run must report the first run's
-// success, not a conflict.
-func TestResentScripts(t *testing.T) {
+// TestTimesAreTheServers checks that every deadline and time comes from
+// the server's TIME: each lies between the server's TIME read before and
+// after the call that set it, wherever the test's own clock is.
+func TestTimesAreTheServers(t *testing.T) {
 	t.Parallel()
-	s := newTestStore(t, standaloneClient(t, 0))
+	client := standaloneClient(t, 0)
+	s := newTestStore(t, client)
 	ctx := t.Context()
-	now := time.Now().UTC()
-	k := idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: "resent"}
-	p := idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: now.Add(time.Minute), Now: now}
-	for i := range 2 {
-		rec, created, err := s.Reserve(ctx, p)
-		if err != nil || !created || rec != nil {
-			t.Fatalf("Reserve run %d: created %v, record %+v, %v; want created", i+1, created, rec, err)
+	serverNow := func() time.Time {
+		t.Helper()
+		now, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return now.Truncate(time.Microsecond)
+	}
+	within := func(what string, got, before, after time.Time, offset time.Duration) {
+		t.Helper()
+		if got.Before(before.Add(offset)) || got.After(after.Add(offset)) {
+			t.Errorf("%s = %v, want between %v and %v", what, got, before.Add(offset), after.Add(offset))
 		}
 	}
-	// Another caller with another token still sees a conflict, and so does
-	// one that reuses the token for another request.
-	for _, other := range []idemstore.ReserveParams{
-		{Key: k, Fingerprint: "fp", Token: "tok-2", LeaseUntil: now.Add(time.Minute), Now: now},
-		{Key: k, Fingerprint: "other", Token: "tok-1", LeaseUntil: now.Add(time.Minute), Now: now},
-	} {
-		if rec, created, err := s.Reserve(ctx, other); err != nil || created || rec.Token != "tok-1" {
-			t.Fatalf("Reserve(%q, %q) = created %v, %+v, %v; want the existing record", other.Token, other.Fingerprint, created, rec, err)
-		}
-	}
+	k := idemstore.Key{Scope: "tenant", Operation: "POST /x", Key: "clock"}
 
-	tp := idemstore.TakeoverParams{Key: k, OldToken: "tok-1", NewToken: "tok-3", LeaseUntil: now.Add(3 * time.Minute), Now: now.Add(2 * time.Minute)}
-	for i := range 2 {
-		if err := s.Takeover(ctx, tp); err != nil {
-			t.Fatalf("Takeover run %d: %v", i+1, err)
-		}
+	before := serverNow()
+	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "t1", Lease: time.Hour}); err != nil || !created {
+		t.Fatalf("Reserve: created %v, %v", created, err)
 	}
-	tp.NewToken = "tok-4"
-	if err := s.Takeover(ctx, tp); !errors.Is(err, idemstore.ErrLeaseLost) {
-		t.Fatalf("Takeover with the old token after it was taken over: %v, want ErrLeaseLost", err)
+	after := serverNow()
+	rec, err := s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if rec, err := s.Get(ctx, k); err != nil || rec.Token != "tok-3" {
-		t.Fatalf("Get = %+v, %v; want token tok-3", rec, err)
+	got := serverNow()
+	within("CreatedAt", rec.CreatedAt, before, after, 0)
+	within("LeaseUntil", rec.LeaseUntil, before, after, time.Hour)
+	if !rec.UpdatedAt.Equal(rec.CreatedAt) {
+		t.Errorf("UpdatedAt %v, want CreatedAt %v", rec.UpdatedAt, rec.CreatedAt)
+	}
+	within("ReadAt", rec.ReadAt, after, got, 0)
+
+	before = serverNow()
+	if err := s.Extend(ctx, idemstore.ExtendParams{Key: k, Token: "t1", Lease: -time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	after = serverNow()
+	rec, _ = s.Get(ctx, k)
+	within("extended LeaseUntil", rec.LeaseUntil, before, after, -time.Minute)
+	within("UpdatedAt after Extend", rec.UpdatedAt, before, after, 0)
+
+	before = serverNow()
+	if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t1", Response: &idemstore.Response{Status: 200}, Retention: 2 * time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	after = serverNow()
+	rec, _ = s.Get(ctx, k)
+	within("ExpiresAt", rec.ExpiresAt, before, after, 2*time.Hour)
+	within("UpdatedAt after Complete", rec.UpdatedAt, before, after, 0)
+	ttl, err := client.PTTL(ctx, s.recordKey(k)).Result()
+	if err != nil || ttl <= 2*time.Hour || ttl > 2*time.Hour+s.cfg.RetentionGrace {
+		t.Errorf("PTTL after Complete = %v, %v; want retention + grace", ttl, err)
+	}
+}
+
+// TestRecordsWithoutNewFields reads a record as an earlier version of the
+// store wrote it, without updated_at and request: UpdatedAt is CreatedAt and
+// Request is nil, and the record can still be completed.
+func TestRecordsWithoutNewFields(t *testing.T) {
+	t.Parallel()
+	client := standaloneClient(t, 0)
+	s := newTestStore(t, client)
+	ctx := t.Context()
+	k := idemstore.Key{Scope: "tenant", Operation: "POST /x", Key: "old"}
+	if err := client.HSet(ctx, s.recordKey(k), "s", k.Scope, "o", k.Operation, "k", k.Key, "fp", "fp",
+		"st", "pending", "tok", "t1", "lu", "4102444800000000", "ca", "1700000000123456").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := s.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	created := time.UnixMicro(1700000000123456).UTC()
+	if !rec.CreatedAt.Equal(created) || !rec.UpdatedAt.Equal(created) || rec.Request != nil || rec.ReadAt.IsZero() {
+		t.Fatalf("old record read as %+v", rec)
+	}
+	if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t1", Response: &idemstore.Response{Status: 204}, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err = s.Get(ctx, k); err != nil || rec.State != idemstore.StateCompleted || !rec.UpdatedAt.After(created) {
+		t.Fatalf("after Complete: %+v, %v", rec, err)
 	}
 }

@@ -1,0 +1,77 @@
+package idemredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+var errNilResponse = errors.New("idemredis: Complete needs a Response")
+
+// Complete stores the response and completes the record, fenced by the
+// token, expiring p.Retention after the server's TIME. The lease deadline
+// is not checked: the token alone fences. The key's TTL is the retention
+// plus Config.RetentionGrace (see ttlMillis).
+func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	if p.Response == nil {
+		return errNilResponse
+	}
+	return s.fenced(ctx, completeScript, p.Key, p.Token, false,
+		idemstore.EncodeResponse(p.Response), durMicros(p.Retention), s.ttlMillis(p.Retention))
+}
+
+// Release deletes the record if it is still pending under p.Token (and,
+// with p.IfExpired, its lease has expired by the server's TIME).
+func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
+	return s.fenced(ctx, releaseScript, p.Key, p.Token, p.IfExpired, tombstoneTTL.Milliseconds())
+}
+
+// Escalate moves a pending record to needs_review (with p.IfExpired, only
+// one whose lease has expired by the server's TIME).
+func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
+	return s.fenced(ctx, escalateScript, p.Key, p.Token, p.IfExpired, p.Reason)
+}
+
+// Extend moves the lease deadline of a pending record to the server's TIME
+// plus p.Lease, whether or not the lease has run out.
+func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
+	return s.fenced(ctx, extendScript, p.Key, p.Token, false, durMicros(p.Lease))
+}
+
+// Takeover gives a pending record whose lease expired by the server's TIME
+// a new token and a lease of p.Lease from that TIME.
+func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
+	return s.fenced(ctx, takeoverScript, p.Key, p.OldToken, true, p.NewToken, durMicros(p.Lease))
+}
+
+// fenced runs one of the token-fenced scripts (see fence in scripts.go)
+// with a fresh call id and maps its 0 to ErrLeaseLost.
+func (s *Store) fenced(ctx context.Context, script *redis.Script, key idemstore.Key, token string, ifExpired bool, args ...any) error {
+	names := s.keys(key)
+	expired := ""
+	if ifExpired {
+		expired = "1"
+	}
+	argv := make([]any, 0, 5+len(args))
+	argv = append(argv, names.channel, s.publishCmd(), token, s.callID(), expired)
+	argv = append(argv, args...)
+	n, err := script.Run(ctx, s.client, []string{names.record, names.tombstone}, argv...).Int64()
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	if n != 1 {
+		return fmt.Errorf("idemredis: %w", idemstore.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (s *Store) publishCmd() string {
+	if s.cfg.ClassicPubSub {
+		return "PUBLISH"
+	}
+	return "SPUBLISH"
+}

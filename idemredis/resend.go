@@ -1,0 +1,51 @@
+package idemredis
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"math/rand/v2"
+	"time"
+)
+
+// go-redis resends a command when the connection breaks before the reply
+// arrives (Options.MaxRetries, 3 by default), so a script can run twice for
+// one call, the second time on a record its first run already changed. To
+// tell that second run from a new call (a second Complete with the same
+// token must fail), every changing script after Reserve carries a call id,
+// random per call and the same in a resend:
+//
+//   - Complete, Escalate, Takeover and Resolve (complete) store it in the
+//     record's lc field. A run whose fence fails on a record whose lc is its
+//     own call id reports success: its first run made the change.
+//   - Release, Resolve (release) and Delete remove the record, so they
+//     leave a tombstone, <prefix>:{<tag>}:g, holding the call id for
+//     tombstoneTTL. A run that finds the record missing and the tombstone
+//     holding its call id reports success.
+//   - Extend needs neither: its resend passes the fence again and renews the
+//     lease from a later now, or fails it because the record changed hands
+//     in between, which is a lost lease.
+//
+// Reserve needs no call id: a pending record with the call's own token
+// (unique per attempt) and fingerprint is its own insert.
+//
+// The same holds with IfExpired: a Release or Escalate of an expired lease
+// whose first run went through reports success, not ErrLeaseLost. Only a
+// resend that comes after someone else changed the record again (for
+// instance reserved the released key anew and released it too, within the
+// tombstone's life, or took over and completed the record) still reports
+// ErrLeaseLost, truthfully about the record as it now is.
+
+// tombstoneTTL is how long a tombstone stays: far longer than go-redis
+// spends on its retries (dial and read timeouts plus backoff), yet short
+// enough that tombstones of released keys do not pile up.
+const tombstoneTTL = 5 * time.Minute
+
+// newCallID returns 128 random bits in hex. The id only has to differ from
+// every other call's on the same record, so the runtime's fast generator
+// (ChaCha8, seeded from the system) is enough.
+func newCallID() string {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
+	return hex.EncodeToString(b[:])
+}

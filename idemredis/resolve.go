@@ -1,0 +1,60 @@
+package idemredis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Resolve settles a needs_review record: completes it with p.Response,
+// expiring p.Retention after the server's TIME, or deletes it.
+func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
+	var action string
+	switch p.Action {
+	case idemstore.ResolveComplete:
+		if p.Response == nil {
+			return errors.New("idemredis: Resolve with ResolveComplete needs a Response")
+		}
+		action = "complete"
+	case idemstore.ResolveRelease:
+		action = "release"
+	default:
+		return fmt.Errorf("idemredis: unknown resolve action %d", p.Action)
+	}
+	names := s.keys(p.Key)
+	n, err := resolveScript.Run(ctx, s.client, []string{names.record, names.tombstone},
+		names.channel, s.publishCmd(), s.callID(), action, idemstore.EncodeResponse(p.Response),
+		durMicros(p.Retention), s.ttlMillis(p.Retention), p.Reason, tombstoneTTL.Milliseconds()).Int64()
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	return s.stateResult(ctx, n, idemstore.ErrNotNeedsReview)
+}
+
+// Delete removes a completed record before its retention ends.
+func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
+	names := s.keys(key)
+	n, err := deleteScript.Run(ctx, s.client, []string{names.record, names.tombstone},
+		names.channel, s.publishCmd(), s.callID(), tombstoneTTL.Milliseconds()).Int64()
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	return s.stateResult(ctx, n, idemstore.ErrNotCompleted)
+}
+
+// stateResult maps the reply of the resolve and delete scripts: 1 success,
+// -1 missing record, -2 a record in another state (wrong).
+func (s *Store) stateResult(ctx context.Context, n int64, wrong error) error {
+	switch n {
+	case 1:
+		return nil
+	case -1:
+		return interpretError(ctx, redis.Nil)
+	default:
+		return fmt.Errorf("idemredis: %w", wrong)
+	}
+}
