@@ -22,24 +22,49 @@
 // SHA-256 of the length-prefixed scope, operation and key, so client strings
 // containing '|', '{' or '}' can neither collide nor break the tag, and a
 // Cluster spreads records evenly over its slots. The original scope,
-// operation and key are kept as fields (and checked whenever a record is read by key). The
-// record's notification channel, "<prefix>:{<tag>}:n", shares the tag and
-// therefore the slot, so nothing the store does ever crosses slots.
+// operation and key are kept as fields (and checked whenever a record is
+// read by key), beside the fingerprint, state, token, deadlines, the stored
+// answer, the encoded request (idemstore.EncodeRequest) and the time of the
+// last change. The record's notification channel, "<prefix>:{<tag>}:n", and
+// its short-lived tombstone, "<prefix>:{<tag>}:g" (see Errors below), share
+// the tag and therefore the slot, so nothing the store does ever crosses
+// slots.
 //
-// Each state change (reserve, complete, release, escalate, extend, takeover,
-// resolve) is one Lua script, sent with EVALSHA (EVAL when the node does not
-// know it yet): one round trip, atomic, fenced by the token. Reserve creates
-// the hash only if the key is absent and otherwise returns the existing
-// record from the same script, so the contract's retry loop is never needed.
+// Each read by key and each state change (reserve, get, complete, release,
+// escalate, extend, takeover, resolve, delete) is one Lua script, sent with
+// EVALSHA (EVAL when the node does not know it yet): one round trip,
+// atomic, fenced by the token. Reserve creates the hash only if the key is
+// absent and otherwise returns the existing record from the same script, so
+// the contract's retry loop is never needed.
+//
+// # Time
+//
+// Time belongs to the server. Every script that sets or judges a deadline
+// reads the clock of the node that holds the record with TIME, in the same
+// atomic step: the lease deadline of Reserve, Extend and Takeover, the
+// expiry checks of Takeover and of Release and Escalate with IfExpired, the
+// expiry of Complete and Resolve, and Purge's test of it. Get returns the
+// record with the TIME read in the same script as its ReadAt; List and
+// ListExpiredLeases send TIME first in the pipeline that reads a node's
+// records. Hosts with skewed clocks therefore agree on every lease, and an
+// Extend that lands first beats a later takeover, release or escalation of
+// the expired lease. Scripts must be replicated by their effects, as they are
+// by default since Redis 5.0 and always since 7.0 (which sharded pub/sub
+// needs anyway).
 //
 // Times are kept as Unix microseconds. The lease deadline is a field, not a
 // TTL, so an expired lease is told apart from a missing record. A completed
-// record keeps expires_at as a field and gets a Redis TTL of
-// (ExpiresAt - Now) + Config.RetentionGrace, computed from the caller's
-// clock: Redis only measures the duration, so clock skew between hosts does
-// not shorten retention. Purge removes completed records whose expires_at
-// has passed; the TTL cleans up after stores nobody purges. Pending and
-// needs_review records never expire on their own.
+// record keeps expires_at (now + retention) as a field and gets a Redis TTL
+// of the retention (counted as zero when it is negative) plus
+// Config.RetentionGrace; a relative TTL (PEXPIRE) lets Redis's clock only
+// measure a duration. Purge removes completed records whose expires_at has
+// passed; the TTL cleans up after stores nobody purges. Reserve returns a
+// completed record whose retention is over as long as it is there, as the
+// SQL stores do until their Purge runs. Pending and needs_review records
+// never expire on their own.
+//
+// Records written before updated_at and the request were kept read with
+// UpdatedAt equal to CreatedAt and no Request; Redis needs no migration.
 //
 // A reserve and a complete are two round trips and two scripts. On the
 // server a script costs more than a plain command (the reserve script runs
@@ -53,9 +78,11 @@
 //
 // List, ListExpiredLeases and Purge SCAN every master (ForEachMaster on a
 // Cluster) with MATCH "<prefix>:{*}:r" and TYPE hash. The listings read each
-// batch's states and lease deadlines with one pipelined HMGET, and whole
-// records (responses included) only for those they return; Purge sends one
-// conditional-delete script per scanned key, pipelined in BatchSize chunks.
+// batch's states, lease deadlines and operations (the filters) with one
+// pipelined HMGET per key after the node's TIME, and whole records
+// (responses and requests included) only for those they return; Purge
+// sends one conditional-delete script per scanned key, pipelined in
+// BatchSize chunks.
 // There is no index: an index key cannot share the slot of every record, so
 // keeping one would need a second round trip per state change and could
 // drift from the records after a crash. The cost falls on the listing side
@@ -64,9 +91,10 @@
 //   - SCAN walks every key of every master, idem's or not; MATCH filters on
 //     the server. A full pass over N keys takes about N/ScanCount SCAN calls
 //     per master plus one small pipeline per batch.
-//   - ListExpiredLeases and Purge make one full pass (ListExpiredLeases stops
-//     early once it has limit records). Run them from one recovery loop, not
-//     per request.
+//   - ListExpiredLeases and Purge make one full pass each. ListExpiredLeases
+//     returns the oldest deadlines first, so it cannot stop early; it keeps
+//     no more than twice limit candidates while it scans. Run them from one
+//     recovery loop, not per request.
 //   - A List page resumes where the previous one stopped, re-reading at most
 //     one SCAN batch. Records come in SCAN order (by master, then batch, then
 //     key name), not sorted by scope, operation and key. As with SCAN itself,
@@ -77,12 +105,12 @@
 //
 // # Notifications
 //
-// The store implements idemstore.Notifier. The complete, release, escalate
-// and resolve scripts publish on the record's channel with SPUBLISH (sharded
-// pub/sub, Redis 7.0 or later), so on a Cluster the message travels only
-// within the shard that owns the record; [Config.ClassicPubSub] switches to
-// PUBLISH/SUBSCRIBE for older servers. A notification is a hint: waiters
-// still poll.
+// The store implements idemstore.Notifier. The complete, release,
+// escalate, takeover, resolve and delete scripts publish on the record's
+// channel with SPUBLISH (sharded pub/sub, Redis 7.0 or later), so on a
+// Cluster the message travels only within the shard that owns the record;
+// [Config.ClassicPubSub] switches to PUBLISH/SUBSCRIBE for older servers
+// (5.0 or later, see Time). A notification is a hint: waiters still poll.
 //
 // # Durability: read this before storing payments
 //
@@ -123,18 +151,23 @@
 // # Errors
 //
 // Errors wrap the idemstore sentinels: a missing record is
-// idemstore.ErrNotFound, a failed fence idemstore.ErrLeaseLost, and a closed
+// idemstore.ErrNotFound, a failed fence idemstore.ErrLeaseLost, a Resolve
+// or Delete of a record in the wrong state idemstore.ErrNotNeedsReview or
+// idemstore.ErrNotCompleted, and a closed
 // client, a refused connection, CLUSTERDOWN, LOADING, READONLY (a write that
 // reached a demoted master) and similar are idemstore.ErrUnavailable.
 // Context cancellation and deadlines remain recognisable with errors.Is.
 //
 // go-redis resends a command when the connection breaks before the reply
 // arrives (Options.MaxRetries, 3 by default), so a script can run twice for
-// one call. Reserve and Takeover recognise their own earlier run by its
-// unique token and report success. Complete, Release and Escalate cannot
-// (a second Complete with the same token must fail), so after a broken
-// connection they may return ErrLeaseLost although the first run applied the
-// change: a caller that sees ErrLeaseLost can Get the record and find it
-// completed (or escalated) under its own token. Set MaxRetries to -1 on the
-// client to get ErrUnavailable instead of a resend.
+// one call. Every changing script recognises its own earlier run and
+// reports success instead of a lost lease or a missing record: Reserve by
+// its unique token, the others by a random call id that the script stores
+// in the record (Complete, Escalate, Takeover, Resolve) or, when it deletes
+// the record (Release, Resolve with release, Delete), in the record's
+// tombstone, which expires after five minutes. This covers Release and
+// Escalate with IfExpired too. Only a resend that finds the record changed
+// again by someone else since its first run (released and reserved anew,
+// for instance) reports what it finds. Set MaxRetries to -1 on the client to
+// get ErrUnavailable instead of a resend.
 package idemredis
