@@ -37,9 +37,11 @@ func (c *clock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
+// newEngine returns an engine over a fresh memory store. A clock set in
+// cfg.Now is the store's clock too: leases expire when it is advanced.
 func newEngine(t testing.TB, cfg idem.EngineConfig) (*idem.Engine, *idemmem.Store) {
 	t.Helper()
-	st := idemmem.MustNew(idemmem.Config{})
+	st := idemmem.MustNew(idemmem.Config{Now: cfg.Now})
 	t.Cleanup(func() { st.Close() })
 	e, err := idem.NewEngine(st, cfg)
 	if err != nil {

@@ -18,13 +18,12 @@ import (
 // its answer, one it never saw is released so that the retry runs it.
 func ExampleEngine_Recover() {
 	ctx := context.Background()
+	// The store's clock decides when leases expire; here it is a clock
+	// the example moves by hand.
 	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
-	store := idemmem.MustNew(idemmem.Config{})
+	store := idemmem.MustNew(idemmem.Config{Now: func() time.Time { return now }})
 	defer store.Close()
-	engine, err := idem.NewEngine(store, idem.EngineConfig{
-		Now:   func() time.Time { return now },
-		Lease: 30 * time.Second,
-	})
+	engine, err := idem.NewEngine(store, idem.EngineConfig{Lease: 30 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -16,71 +16,100 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// completeFails is a store that goes down between the reservation and the
-// completion: every Complete fails as an unreachable server would.
-type completeFails struct{ *idemmem.Store }
+// failingSettle is a store that goes down between the reservation and the
+// completion: Complete (and, with escalateToo, Escalate) fails as an
+// unreachable server would.
+type failingSettle struct {
+	*idemmem.Store
+	escalateToo bool
+}
 
-func (completeFails) Complete(context.Context, idemstore.CompleteParams) error {
+func (failingSettle) Complete(context.Context, idemstore.CompleteParams) error {
 	return fmt.Errorf("dial tcp 127.0.0.1:1: connection refused: %w", idemstore.ErrUnavailable)
 }
 
+func (s failingSettle) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
+	if s.escalateToo && !p.IfExpired {
+		return fmt.Errorf("dial tcp 127.0.0.1:1: connection refused: %w", idemstore.ErrUnavailable)
+	}
+	return s.Store.Escalate(ctx, p)
+}
+
 // TestMiddlewareCompleteFails: when the answer cannot be stored, the client
-// still gets it, the key stays pending, and no retry runs the handler again:
-// 409 in flight while the lease lasts, then needs review (External, the
-// default), because the operation may have happened.
+// still gets it and no retry runs the handler again, whatever the kind: a
+// transactional handler may have committed its own change without
+// CompleteTx, so the key is escalated, not left for a takeover. When the
+// escalation fails too, the key stays pending: 409 in flight while the lease
+// lasts, then recovery's rules (an external key needs review).
 func TestMiddlewareCompleteFails(t *testing.T) {
 	t.Parallel()
-	clk := newClock()
-	mem := idemmem.MustNew(idemmem.Config{})
-	t.Cleanup(func() { mem.Close() })
-	e, err := idem.NewEngine(completeFails{mem}, idem.EngineConfig{Now: clk.Now, Lease: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu     sync.Mutex
-		events []idem.Event
-		runs   int
-	)
-	mw := idem.Middleware(e, idem.Config{Scope: userScope, OnOutcome: func(ev idem.Event) {
-		mu.Lock()
-		events = append(events, ev)
-		mu.Unlock()
-	}})
-	h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		runs++
-		mu.Unlock()
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, `{"charged":true}`)
-	}))
-	post := func() *httptest.ResponseRecorder {
-		r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{}`))
-		r.Header.Set("X-User", "alice")
-		r.Header.Set(idem.HeaderName, "k")
-		w := httptest.NewRecorder()
-		h.ServeHTTP(w, r)
-		return w
-	}
-	if w := post(); w.Code != http.StatusCreated || w.Body.String() != `{"charged":true}` {
-		t.Fatalf("first: %d %s", w.Code, w.Body)
-	}
-	mu.Lock()
-	if ev := events[0]; ev.Outcome != "acquired" || ev.Settlement != "failed" || ev.Status != http.StatusCreated {
-		t.Errorf("event %+v, want acquired/failed/201", ev)
-	}
-	mu.Unlock()
-	if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != "in_flight" {
-		t.Fatalf("retry within the lease: %d %s", w.Code, w.Body)
-	}
-	clk.Advance(2 * time.Minute)
-	if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != "needs_review" {
-		t.Fatalf("retry after the lease: %d %s", w.Code, w.Body)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if runs != 1 {
-		t.Fatalf("handler ran %d times", runs)
+	for _, tc := range []struct {
+		name          string
+		kind          idem.Kind
+		escalateToo   bool
+		settlement    string
+		before, after string // the retry's outcome within the lease, and after it
+	}{
+		{"external", idem.External, false, "escalated", "needs_review", "needs_review"},
+		{"transactional", idem.Transactional, false, "escalated", "needs_review", "needs_review"},
+		{"external, escalate fails too", idem.External, true, "failed", "in_flight", "needs_review"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clk := newClock()
+			mem := idemmem.MustNew(idemmem.Config{Now: clk.Now})
+			t.Cleanup(func() { mem.Close() })
+			// A short settlement bound: the store stays down.
+			e, err := idem.NewEngine(failingSettle{mem, tc.escalateToo}, idem.EngineConfig{Now: clk.Now, Lease: time.Minute, SettleTimeout: 50 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var (
+				mu     sync.Mutex
+				events []idem.Event
+				runs   int
+			)
+			mw := idem.Middleware(e, idem.Config{Scope: userScope, Policy: idem.Policy{Kind: tc.kind}, OnOutcome: func(ev idem.Event) {
+				mu.Lock()
+				events = append(events, ev)
+				mu.Unlock()
+			}})
+			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				runs++
+				mu.Unlock()
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, `{"charged":true}`)
+			}))
+			post := func() *httptest.ResponseRecorder {
+				r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{}`))
+				r.Header.Set("X-User", "alice")
+				r.Header.Set(idem.HeaderName, "k")
+				w := httptest.NewRecorder()
+				h.ServeHTTP(w, r)
+				return w
+			}
+			if w := post(); w.Code != http.StatusCreated || w.Body.String() != `{"charged":true}` {
+				t.Fatalf("first: %d %s", w.Code, w.Body)
+			}
+			mu.Lock()
+			if ev := events[0]; ev.Outcome != "acquired" || ev.Settlement != tc.settlement || ev.Status != http.StatusCreated {
+				t.Errorf("event %+v, want acquired/%s/201", ev, tc.settlement)
+			}
+			mu.Unlock()
+			if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != tc.before {
+				t.Fatalf("retry within the lease: %d %s, want %s", w.Code, w.Body, tc.before)
+			}
+			clk.Advance(2 * time.Minute)
+			if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != tc.after {
+				t.Fatalf("retry after the lease: %d %s, want %s", w.Code, w.Body, tc.after)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if runs != 1 {
+				t.Fatalf("handler ran %d times", runs)
+			}
+		})
 	}
 }
 
@@ -106,7 +135,8 @@ func TestMiddlewareSettlements(t *testing.T) {
 			w.WriteHeader(409)
 		}},
 		{"panic, external", "escalated", idem.External, func(w http.ResponseWriter, r *http.Request) { panic("boom") }},
-		{"panic, transactional", "released", idem.Transactional, func(w http.ResponseWriter, r *http.Request) { panic("boom") }},
+		// Without CompleteTx nothing proves the transaction rolled back.
+		{"panic, transactional", "escalated", idem.Transactional, func(w http.ResponseWriter, r *http.Request) { panic("boom") }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -16,7 +16,7 @@ import (
 
 // txFixture is a transactional handler on SQLite: it inserts an order and
 // completes its lease inside the same transaction, then commits or rolls
-// back as told by the request's query.
+// back as told by the request's X-Then header.
 type txFixture struct {
 	db    *sql.DB
 	h     http.Handler
@@ -54,7 +54,14 @@ func newTxFixture(t *testing.T) *txFixture {
 			http.Error(w, err.Error(), http.StatusConflict)
 			return
 		}
-		switch r.URL.Query().Get("then") {
+		switch r.Header.Get("X-Then") { // not part of the fingerprint
+		case "panic": // before the commit: the deferred rollback runs as the panic unwinds
+			panic("boom before commit")
+		case "commit-panic":
+			if err := tx.Commit(); err != nil {
+				panic(err)
+			}
+			panic("boom after commit")
 		case "rollback":
 			w.WriteHeader(201) // claims success, but nothing commits
 			return
@@ -76,7 +83,8 @@ func newTxFixture(t *testing.T) *txFixture {
 }
 
 func (f *txFixture) post(key, then string) *httptest.ResponseRecorder {
-	r := httptest.NewRequest("POST", "/orders?then="+then, strings.NewReader(`{"item":"book"}`))
+	r := httptest.NewRequest("POST", "/orders", strings.NewReader(`{"item":"book"}`))
+	r.Header.Set("X-Then", then)
 	r.Header.Set(idem.HeaderName, key)
 	w := httptest.NewRecorder()
 	f.h.ServeHTTP(w, r)
@@ -142,5 +150,40 @@ func TestMiddlewareCompleteTxDifferentAnswerIsLogged(t *testing.T) {
 	}
 	if f.runs.Load() != 1 {
 		t.Fatalf("runs %d", f.runs.Load())
+	}
+}
+
+// A panic settles by what the transaction did, read back from the store:
+// rolled back (provably nothing committed) releases the key, committed
+// keeps the stored answer.
+func TestMiddlewareCompleteTxPanic(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		then       string
+		wantOrders int
+		wantRuns   int32
+	}{
+		{"panic", 1, 2},        // released: the retry runs and commits
+		{"commit-panic", 1, 1}, // completed in the transaction: the retry replays
+	} {
+		t.Run(tc.then, func(t *testing.T) {
+			t.Parallel()
+			f := newTxFixture(t)
+			func() {
+				defer func() {
+					if v := recover(); v == nil {
+						t.Fatal("the handler's panic was swallowed")
+					}
+				}()
+				f.post("k", tc.then)
+			}()
+			w := f.post("k", "commit")
+			if w.Code != 201 || w.Body.String() != `{"order":"stored"}` {
+				t.Fatalf("retry: %d %q", w.Code, w.Body)
+			}
+			if f.runs.Load() != tc.wantRuns || f.orders(t) != tc.wantOrders {
+				t.Fatalf("runs %d, orders %d; want %d, %d", f.runs.Load(), f.orders(t), tc.wantRuns, tc.wantOrders)
+			}
+		})
 	}
 }
