@@ -44,13 +44,12 @@ func benchReserveComplete(b *testing.B, cfg idempg.Config) {
 				if i > int64(b.N) {
 					return
 				}
-				now := time.Now()
 				// Random keys, as clients send (and as pgbench.sql does).
 				k := idemstore.Key{Scope: "bench", Operation: "POST /orders", Key: rand.Text()}
 				tok := "tok-" + k.Key
-				_, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(30 * time.Second), Now: now})
+				_, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, Lease: 30 * time.Second})
 				if err == nil {
-					err = s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: resp, Now: now, ExpiresAt: now.Add(24 * time.Hour)})
+					err = s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: resp, Retention: 24 * time.Hour})
 				}
 				if err != nil {
 					failed.CompareAndSwap(nil, &err)

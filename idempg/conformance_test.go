@@ -1,7 +1,12 @@
 package idempg_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/idempg"
 	"github.com/idem-dev/idem/idemstore"
@@ -22,6 +27,47 @@ func TestConformance(t *testing.T) {
 			return s
 		},
 	})
+}
+
+// txHarness (not wired into TestConformance yet) runs the suite's business transactions on pool: a table of
+// business rows next to a store's records, in the store's own schema.
+func txHarness(t *testing.T, pool *pgxpool.Pool) idemstoretest.TxHarness {
+	s, schema := newStoreIn(t, pool, idempg.Config{})
+	table := pgx.Identifier{schema, "business"}.Sanitize()
+	if _, err := pool.Exec(t.Context(), "CREATE TABLE "+table+" (id text PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	return idemstoretest.TxHarness{
+		Store:  s,
+		Levels: []string{"read committed", "repeatable read", "serializable"},
+		Run: func(ctx context.Context, level string, lease idemstore.TxLease, resp *idemstore.Response, id string, commit bool, between func()) error {
+			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.TxIsoLevel(level)})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+			if _, err := tx.Exec(ctx, "INSERT INTO "+table+" (id) VALUES ($1)", id); err != nil {
+				return err
+			}
+			if between != nil {
+				between()
+			}
+			if err := s.CompleteTx(ctx, tx, lease, resp); err != nil {
+				return err
+			}
+			if !commit {
+				return tx.Rollback(ctx)
+			}
+			return tx.Commit(ctx)
+		},
+		Committed: func(ctx context.Context, id string) (bool, error) {
+			err := pool.QueryRow(ctx, "SELECT FROM "+table+" WHERE id = $1", id).Scan()
+			if errors.Is(err, pgx.ErrNoRows) {
+				return false, nil
+			}
+			return err == nil, err
+		},
+	}
 }
 
 // TestConcurrencyIsolationLevels races reservations with every session

@@ -122,12 +122,10 @@ func closedPortPool(tb testing.TB) *pgxpool.Pool {
 
 // txLease is the part of an engine lease that CompleteTx needs.
 type txLease struct {
-	key       idemstore.Key
-	token     string
-	now       time.Time
-	expiresAt time.Time
+	key   idemstore.Key
+	token string
 }
 
 func (l txLease) PrepareTxComplete(resp *idemstore.Response) (idemstore.CompleteParams, error) {
-	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: resp, Now: l.now, ExpiresAt: l.expiresAt}, nil
+	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: resp, Retention: 24 * time.Hour}, nil
 }

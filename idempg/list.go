@@ -3,7 +3,6 @@ package idempg
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -11,7 +10,7 @@ import (
 )
 
 // List pages through records in (scope, operation, key) byte order,
-// optionally filtered by state. The cursor is opaque: the key of the last
+// optionally filtered by state and operation. The cursor is opaque: the key of the last
 // record returned, encoded.
 func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
 	p = p.Normalize()
@@ -31,6 +30,10 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 		args = append(args, string(p.State))
 		where += fmt.Sprintf(" AND state = $%d", len(args))
 	}
+	if p.Operation != "" {
+		args = append(args, p.Operation)
+		where += fmt.Sprintf(" AND operation = $%d", len(args))
+	}
 	args = append(args, p.Limit+1)
 	sql := s.q.list + where + fmt.Sprintf(" ORDER BY scope, operation, key LIMIT $%d", len(args))
 	recs, err := s.query(ctx, sql, args...)
@@ -40,12 +43,12 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	return idemstore.KeyPage(recs, p.Limit), nil
 }
 
-// ListExpiredLeases returns up to limit pending records whose lease expired
-// at or before now, oldest lease first. limit follows
+// ListExpiredLeases returns up to limit pending records whose lease has
+// expired by the server's clock, oldest deadline first. limit follows
 // idemstore.PageLimit.
-func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+func (s *Store) ListExpiredLeases(ctx context.Context, limit int) ([]*idemstore.Record, error) {
 	limit = idemstore.PageLimit(limit)
-	return s.query(ctx, s.q.expired, now, limit)
+	return s.query(ctx, s.q.expired, limit)
 }
 
 func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*idemstore.Record, error) {
@@ -62,13 +65,13 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*idemstor
 	return recs, nil
 }
 
-// Purge deletes completed records whose expiry is at or before p.Before, at
-// most p.BatchSize per statement (each its own short transaction), until a
+// Purge deletes completed records whose expiry is at or before the server's
+// now, at most p.BatchSize per statement (each its own short transaction), until a
 // batch deletes fewer than that or ctx ends. It returns how many it deleted.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
 	return idemstore.PurgeBatches(ctx, p, func() (int, error) {
-		tag, err := s.pool.Exec(ctx, s.q.purge, p.Before, p.BatchSize)
+		tag, err := s.pool.Exec(ctx, s.q.purge, p.BatchSize)
 		if err != nil {
 			return 0, interpretError(ctx, err)
 		}

@@ -13,14 +13,14 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-func reserveKey(t *testing.T, s *idempg.Store, name string) (idemstore.Key, time.Time) {
+// reserveKey reserves name with token "tok-"+name and a lease of a minute.
+func reserveKey(t *testing.T, s *idempg.Store, name string) idemstore.Key {
 	t.Helper()
-	base := time.Now().UTC().Truncate(time.Millisecond)
 	k := idemstore.Key{Scope: "tenant", Operation: "POST /orders", Key: name}
-	if _, created, err := s.Reserve(t.Context(), idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-" + name, LeaseUntil: base.Add(time.Minute), Now: base}); err != nil || !created {
+	if _, created, err := s.Reserve(t.Context(), idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-" + name, Lease: time.Minute}); err != nil || !created {
 		t.Fatalf("Reserve(%s) = %v, %v", name, created, err)
 	}
-	return k, base
+	return k
 }
 
 func subscribe(t *testing.T, s *idempg.Store, k idemstore.Key) <-chan struct{} {
@@ -51,8 +51,8 @@ func TestNotifyAtCommit(t *testing.T) {
 	pool := testPool(t, "")
 	s := newStore(t, pool, idempg.Config{})
 	ctx := t.Context()
-	a, base := reserveKey(t, s, "a")
-	b, _ := reserveKey(t, s, "b")
+	a := reserveKey(t, s, "a")
+	b := reserveKey(t, s, "b")
 	wakeA, wakeB := subscribe(t, s, a), subscribe(t, s, b)
 
 	tx, err := pool.Begin(ctx)
@@ -60,11 +60,11 @@ func TestNotifyAtCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	lease := txLease{key: a, token: "tok-a", now: base, expiresAt: base.Add(time.Hour)}
+	lease := txLease{key: a, token: "tok-a"}
 	if err := s.CompleteTx(ctx, tx, lease, &idemstore.Response{Status: 200}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, idemstore.CompleteParams{Key: b, Token: "tok-b", Response: &idemstore.Response{Status: 200}, Now: base, ExpiresAt: base.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, idemstore.CompleteParams{Key: b, Token: "tok-b", Response: &idemstore.Response{Status: 200}, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	waitWake(t, wakeB, "b")
@@ -86,7 +86,7 @@ func TestNotifyListenerDropWakesAll(t *testing.T) {
 	pool := testPool(t, "")
 	s, schema := newStoreIn(t, pool, idempg.Config{ListenerRetry: 100 * time.Millisecond})
 	ctx := t.Context()
-	a, _ := reserveKey(t, s, "a")
+	a := reserveKey(t, s, "a")
 	wakeA := subscribe(t, s, a)
 
 	var n int
@@ -117,7 +117,7 @@ func TestNotifyListenerDropWakesAll(t *testing.T) {
 		case <-ch:
 		default:
 		}
-		if err := s.Release(ctx, a, "tok-a"); err != nil {
+		if err := s.Release(ctx, idemstore.ReleaseParams{Key: a, Token: "tok-a"}); err != nil {
 			t.Fatal(err)
 		}
 		waitWake(t, ch, "a after reconnect")
@@ -148,11 +148,11 @@ func TestSubscribeDisabled(t *testing.T) {
 		t.Error("Subscribe with DisableNotify succeeded")
 	}
 	// Fenced changes still work without the notify tail.
-	k, base := reserveKey(t, s, "k")
-	if err := s.Complete(t.Context(), idemstore.CompleteParams{Key: k, Token: "tok-k", Now: base, ExpiresAt: base.Add(time.Hour), Response: &idemstore.Response{Status: 200}}); err != nil {
+	k := reserveKey(t, s, "k")
+	if err := s.Complete(t.Context(), idemstore.CompleteParams{Key: k, Token: "tok-k", Retention: time.Hour, Response: &idemstore.Response{Status: 200}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Release(t.Context(), k, "tok-k"); !errors.Is(err, idemstore.ErrLeaseLost) {
+	if err := s.Release(t.Context(), idemstore.ReleaseParams{Key: k, Token: "tok-k"}); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Fatalf("Release after Complete = %v, want ErrLeaseLost", err)
 	}
 }
@@ -174,7 +174,7 @@ func TestCloseStopsListener(t *testing.T) {
 	}
 	t.Cleanup(pool.Close)
 	s := newStore(t, pool, idempg.Config{})
-	k, _ := reserveKey(t, s, "k")
+	k := reserveKey(t, s, "k")
 	ch := subscribe(t, s, k)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)

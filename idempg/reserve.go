@@ -11,8 +11,10 @@ import (
 
 // Reserve inserts a pending record with INSERT … ON CONFLICT DO NOTHING, in
 // its own autocommit statement on a pooled connection, so the reservation is
-// committed before any business work starts. When the key exists it reads
-// the existing record and returns it with created == false. It repeats the
+// committed before any business work starts. The server's clock at that
+// statement makes the record's CreatedAt and UpdatedAt, and its lease
+// deadline is that plus p.Lease. When the key exists it reads the existing
+// record and returns it (with ReadAt) and created == false. It repeats the
 // insert if that record vanished before the read (up to
 // idemstore.MaxReserveAttempts) and when the server aborted it for
 // contention (up to Config.ReserveRetries).
@@ -26,7 +28,7 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 // record and nil error when the conflicting row was gone by the read.
 func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	k := p.Key
-	tag, err := s.pool.Exec(ctx, s.q.reserve, k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.LeaseUntil, p.Now)
+	tag, err := s.pool.Exec(ctx, s.q.reserve, k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.Lease, idemstore.EncodeRequest(p.Request))
 	if err != nil {
 		return nil, false, interpretError(ctx, err)
 	}
@@ -40,7 +42,8 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 	return rec, false, err
 }
 
-// Get returns the record for key, or idemstore.ErrNotFound.
+// Get returns the record for key, read at the server's clock (ReadAt), or
+// idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
 	return s.get(ctx, key)
 }

@@ -47,18 +47,18 @@ func countOrders(t *testing.T, pool *pgxpool.Pool, orders, key string) int {
 }
 
 // TestCompleteTxAtomicity kills a business transaction after CompleteTx but
-// before COMMIT: neither the order nor the completion may persist. After the
-// lease expires, a retry takes over and the order exists exactly once.
+// before COMMIT: neither the order nor the completion may persist. The lease
+// has expired (it was granted already expired: CompleteTx fences by token
+// alone), so a retry takes over and the order exists exactly once.
 func TestCompleteTxAtomicity(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t, "")
 	s, schema := newStoreIn(t, pool, idempg.Config{})
 	orders := newOrders(t, pool, schema)
 	ctx := t.Context()
-	base := time.Now().UTC().Truncate(time.Millisecond)
 	k := idemstore.Key{Scope: "tenant-1", Operation: "POST /orders", Key: "order-1"}
 
-	_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: base.Add(time.Minute), Now: base})
+	_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", Lease: -time.Minute})
 	if err != nil || !created {
 		t.Fatalf("Reserve = %v, %v", created, err)
 	}
@@ -73,7 +73,7 @@ func TestCompleteTxAtomicity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first := txLease{key: k, token: rec.Token, now: base, expiresAt: base.Add(24 * time.Hour)}
+	first := txLease{key: k, token: rec.Token}
 	if err := purchase(txCtx, s, tx, orders, first, "first"); err != nil {
 		t.Fatalf("first purchase: %v", err)
 	}
@@ -92,16 +92,15 @@ func TestCompleteTxAtomicity(t *testing.T) {
 		t.Fatalf("after the killed transaction: state %q token %q response %v; want pending tok-1 nil", got.State, got.Token, got.Response)
 	}
 
-	// The lease expires; a retry takes over and runs the purchase again.
-	later := base.Add(2 * time.Minute)
-	if err := s.Takeover(ctx, idemstore.TakeoverParams{Key: k, OldToken: "tok-1", NewToken: "tok-2", LeaseUntil: later.Add(time.Minute), Now: later}); err != nil {
+	// The lease has expired; a retry takes over and runs the purchase again.
+	if err := s.Takeover(ctx, idemstore.TakeoverParams{Key: k, OldToken: "tok-1", NewToken: "tok-2", Lease: time.Minute}); err != nil {
 		t.Fatalf("Takeover: %v", err)
 	}
 	tx, err = pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	second := txLease{key: k, token: "tok-2", now: later, expiresAt: later.Add(24 * time.Hour)}
+	second := txLease{key: k, token: "tok-2"}
 	if err := purchase(ctx, s, tx, orders, second, "second"); err != nil {
 		t.Fatalf("second purchase: %v", err)
 	}
@@ -148,9 +147,8 @@ func TestCompleteTxLostAcknowledgement(t *testing.T) {
 	}
 	defer viaProxy.Close()
 
-	base := time.Now().UTC().Truncate(time.Millisecond)
 	k := idemstore.Key{Scope: "tenant-1", Operation: "POST /orders", Key: "order-ack"}
-	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", LeaseUntil: base.Add(time.Minute), Now: base}); err != nil {
+	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok-1", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, k)
@@ -161,7 +159,7 @@ func TestCompleteTxLostAcknowledgement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lease := txLease{key: k, token: rec.Token, now: base, expiresAt: base.Add(24 * time.Hour)}
+	lease := txLease{key: k, token: rec.Token}
 	if err := purchase(ctx, s, tx, orders, lease, "committed answer"); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +173,7 @@ func TestCompleteTxLostAcknowledgement(t *testing.T) {
 	}
 
 	// The caller does not know whether it committed and releases if pending.
-	if err := s.Release(ctx, k, rec.Token); !errors.Is(err, idemstore.ErrLeaseLost) {
+	if err := s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: rec.Token}); !errors.Is(err, idemstore.ErrLeaseLost) {
 		t.Fatalf("Release after a lost acknowledgement = %v, want ErrLeaseLost", err)
 	}
 	got, err := s.Get(ctx, k)
