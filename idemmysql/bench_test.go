@@ -30,24 +30,25 @@ func BenchmarkReserveComplete(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Run("store", func(b *testing.B) {
-		runPairs(b, func(ctx context.Context, k idemstore.Key, tok string, now time.Time) error {
-			if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, LeaseUntil: now.Add(30 * time.Second), Now: now}); err != nil {
+		runPairs(b, func(ctx context.Context, k idemstore.Key, tok string) error {
+			if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, Lease: 30 * time.Second}); err != nil {
 				return err
 			}
-			return s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: benchResp, Now: now, ExpiresAt: now.Add(24 * time.Hour)})
+			return s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: benchResp, Retention: 24 * time.Hour})
 		})
 	})
 	// The statements the store sends, verbatim.
 	const (
-		insertSQL   = "INSERT INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, '', ?)"
-		completeSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = ? WHERE scope = ? AND operation = ? AND `key` = ? AND state = 'pending' AND token = ?"
+		now         = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) DIV 1000)"
+		insertSQL   = "INSERT INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, request, created_at, updated_at) VALUES (?, ?, ?, ?, 'pending', ?, (" + now + " + ?), '', ?, " + now + ", " + now + ")"
+		completeSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = (" + now + " + ?), updated_at = " + now + " WHERE scope = ? AND operation = ? AND `key` = ? AND state = 'pending' AND token = ?"
 	)
 	b.Run("raw", func(b *testing.B) {
-		runPairs(b, func(ctx context.Context, k idemstore.Key, tok string, now time.Time) error {
-			if _, err := db.ExecContext(ctx, insertSQL, k.Scope, k.Operation, k.Key, "fp", tok, now.Add(30*time.Second).UnixMilli(), now.UnixMilli()); err != nil {
+		runPairs(b, func(ctx context.Context, k idemstore.Key, tok string) error {
+			if _, err := db.ExecContext(ctx, insertSQL, k.Scope, k.Operation, k.Key, "fp", tok, int64(30000), nil); err != nil {
 				return err
 			}
-			res, err := db.ExecContext(ctx, completeSQL, idemstore.EncodeResponse(benchResp), now.Add(24*time.Hour).UnixMilli(), k.Scope, k.Operation, k.Key, tok)
+			res, err := db.ExecContext(ctx, completeSQL, idemstore.EncodeResponse(benchResp), int64(24*time.Hour/time.Millisecond), k.Scope, k.Operation, k.Key, tok)
 			if err == nil {
 				_, err = res.RowsAffected()
 			}
@@ -58,7 +59,7 @@ func BenchmarkReserveComplete(b *testing.B) {
 
 // runPairs runs b.N pairs on benchWorkers goroutines, each pair on a fresh
 // key, and reports pairs/s.
-func runPairs(b *testing.B, pair func(ctx context.Context, k idemstore.Key, tok string, now time.Time) error) {
+func runPairs(b *testing.B, pair func(ctx context.Context, k idemstore.Key, tok string) error) {
 	ctx := b.Context()
 	var next atomic.Int64
 	var failed atomic.Pointer[error]
@@ -74,7 +75,7 @@ func runPairs(b *testing.B, pair func(ctx context.Context, k idemstore.Key, tok 
 				}
 				// Random keys, as clients send (and as mysqlslap.sql does).
 				k := idemstore.Key{Scope: "bench", Operation: "POST /orders", Key: rand.Text()}
-				if err := pair(ctx, k, "tok-"+k.Key, time.Now()); err != nil {
+				if err := pair(ctx, k, "tok-"+k.Key); err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}

@@ -13,19 +13,25 @@ import (
 // arguments are keyArgs(k, token).
 const fence = byKey + " AND state = 'pending' AND token = ?"
 
-const (
-	completeSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = ? WHERE " + fence
-	releaseSQL  = "DELETE FROM idem_records WHERE " + fence
-	escalateSQL = "UPDATE idem_records SET state = 'needs_review', reason = ? WHERE " + fence
-	extendSQL   = "UPDATE idem_records SET lease_until = ? WHERE " + fence
-	takeoverSQL = "UPDATE idem_records SET token = ?, lease_until = ? WHERE " + fence + " AND lease_until <= ?"
-	// extendedSQL tells a no-op Extend (same deadline: MySQL reports zero
-	// changed rows) from a lost lease.
-	extendedSQL = "SELECT 1 FROM idem_records WHERE " + fence + " AND lease_until = ?"
+// leaseExpired restricts a fenced statement to a record whose lease has
+// expired by the server's clock, judged in that statement.
+const leaseExpired = " AND lease_until <= " + nowMillis
 
-	resolveCompleteSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = ?, reason = COALESCE(NULLIF(?, ''), reason) WHERE " + byKey + " AND state = 'needs_review'"
-	resolveReleaseSQL  = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'needs_review'"
-	stateSQL           = "SELECT state FROM idem_records WHERE " + byKey
+// Every statement takes the server's now once (nowMillis is fixed for a
+// statement) for the deadlines it writes, updated_at and any expiry it
+// judges.
+const (
+	completeSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = " + nowPlus +
+		", updated_at = " + nowMillis + " WHERE " + fence
+	releaseSQL  = "DELETE FROM idem_records WHERE " + fence
+	escalateSQL = "UPDATE idem_records SET state = 'needs_review', reason = ?, updated_at = " + nowMillis + " WHERE " + fence
+	extendSQL   = "UPDATE idem_records SET lease_until = " + nowPlus + ", updated_at = " + nowMillis + " WHERE " + fence
+	takeoverSQL = "UPDATE idem_records SET token = ?, lease_until = " + nowPlus + ", updated_at = " + nowMillis +
+		" WHERE " + fence + leaseExpired
+	// heldSQL tells an Extend that changed nothing (a second Extend in the
+	// same millisecond writes the values the first one wrote, and MySQL
+	// reports changed rows, not matched ones) from a lost lease.
+	heldSQL = "SELECT 1 FROM idem_records WHERE " + fence
 )
 
 // dbtx is what the statements need from a *sql.DB or a *sql.Tx, so that
@@ -35,10 +41,11 @@ type dbtx interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
 }
 
-// Complete stores p.Response and moves the record to completed, fenced by
-// p.Token. It does not look at the lease deadline: the token alone fences.
-// It returns idemstore.ErrLeaseLost when the record is no longer pending
-// under that token.
+// Complete stores p.Response and moves the record to completed, to expire
+// p.Retention after the server's now; fenced by p.Token. It does not look at
+// the lease deadline: the token alone fences. It returns
+// idemstore.ErrLeaseLost when the record is no longer pending under that
+// token.
 func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
 	return complete(ctx, s.db, p)
 }
@@ -48,6 +55,13 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 // It asks lease for the completion to apply (lease.PrepareTxComplete) and
 // runs the same fenced update as Complete. On idemstore.ErrLeaseLost the
 // caller must roll tx back.
+//
+// It works at every InnoDB isolation level: the UPDATE is a locking read of
+// the latest committed row, not of tx's snapshot, so a heartbeat Extend that
+// committed while tx was open does not make it fail. From the UPDATE to
+// tx's end the row stays locked, and an Extend from another connection
+// waits for tx (then finds the record completed, or, after a rollback,
+// still pending and extends it).
 func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, lease idemstore.TxLease, resp *idemstore.Response) error {
 	p, err := lease.PrepareTxComplete(resp)
 	if err != nil {
@@ -57,8 +71,11 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, lease idemstore.TxLe
 }
 
 func complete(ctx context.Context, db dbtx, p idemstore.CompleteParams) error {
+	if p.Response == nil {
+		return errors.New("idemmysql: complete: nil Response")
+	}
 	return execFenced(ctx, db, completeSQL,
-		idemstore.EncodeResponse(p.Response), nullMillis(p.ExpiresAt), p.Key.Scope, p.Key.Operation, p.Key.Key, p.Token)
+		idemstore.EncodeResponse(p.Response), millis(p.Retention), p.Key.Scope, p.Key.Operation, p.Key.Key, p.Token)
 }
 
 // execFenced runs a fenced change and maps "no row changed" to
@@ -78,82 +95,62 @@ func execFenced(ctx context.Context, db dbtx, query string, args ...any) error {
 	return nil
 }
 
-// Release deletes the record if it is still pending under token. A record
-// that was completed (for instance by a transaction whose acknowledgement
-// was lost) is left alone and idemstore.ErrLeaseLost is returned.
-func (s *Store) Release(ctx context.Context, k idemstore.Key, token string) error {
-	return execFenced(ctx, s.db, releaseSQL, keyArgs(k, token)...)
+// Release deletes the record if it is still pending under p.Token (and,
+// with p.IfExpired, its lease has expired by the server's clock, judged in
+// the DELETE). A record that was completed (for instance by a transaction
+// whose acknowledgement was lost) or extended is left alone and
+// idemstore.ErrLeaseLost is returned.
+func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
+	query := releaseSQL
+	if p.IfExpired {
+		query += leaseExpired
+	}
+	return execFenced(ctx, s.db, query, keyArgs(p.Key, p.Token)...)
 }
 
 // Escalate moves a pending record to needs_review with p.Reason, fenced by
-// p.Token.
+// p.Token (and, with p.IfExpired, only once its lease has expired by the
+// server's clock).
 func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
 	if len(p.Reason) > MaxReasonLen {
 		return fmt.Errorf("idemmysql: reason is %d bytes, at most %d fit", len(p.Reason), MaxReasonLen)
 	}
-	return execFenced(ctx, s.db, escalateSQL, append([]any{p.Reason}, keyArgs(p.Key, p.Token)...)...)
+	query := escalateSQL
+	if p.IfExpired {
+		query += leaseExpired
+	}
+	return execFenced(ctx, s.db, query, append([]any{p.Reason}, keyArgs(p.Key, p.Token)...)...)
 }
 
-// Extend moves the lease deadline of a pending record to p.LeaseUntil,
-// fenced by p.Token.
+// Extend moves the lease deadline of a pending record to the server's now
+// plus p.Lease, fenced by p.Token. It does not look at the deadline: a
+// holder whose lease ran out but was not taken over keeps it.
 func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
-	until := millis(p.LeaseUntil)
-	err := execFenced(ctx, s.db, extendSQL, append([]any{until}, keyArgs(p.Key, p.Token)...)...)
+	err := execFenced(ctx, s.db, extendSQL, append([]any{millis(p.Lease)}, keyArgs(p.Key, p.Token)...)...)
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		return err
 	}
-	// MySQL counts changed rows, not matched ones: an Extend to the
-	// deadline the record already has changes nothing but is no lost lease.
+	// Zero changed rows: either the lease is lost, or an Extend in the same
+	// millisecond already wrote these values. A record still held now was
+	// held at the UPDATE (tokens are never reused), and the UPDATE changed
+	// nothing, so answering from this read is answering for the UPDATE.
 	var one int
-	err = s.db.QueryRowContext(ctx, extendedSQL, keyArgs(p.Key, p.Token, until)...).Scan(&one)
+	err = s.db.QueryRowContext(ctx, heldSQL, keyArgs(p.Key, p.Token)...).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return idemstore.ErrLeaseLost
 	}
 	return interpretError(ctx, err)
 }
 
-// Takeover gives a pending record whose lease expired at or before p.Now a
-// new token and lease deadline, fenced by p.OldToken. Of concurrent
-// takeovers exactly one succeeds; the others get idemstore.ErrLeaseLost.
+// Takeover gives a pending record whose lease has expired by the server's
+// clock a new token and a lease of p.Lease from that clock, fenced by
+// p.OldToken, in one UPDATE. Of concurrent takeovers exactly one succeeds;
+// the others get idemstore.ErrLeaseLost, as does a takeover of a lease an
+// Extend renewed first.
 func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
 	if len(p.NewToken) > MaxTokenLen {
 		return fmt.Errorf("idemmysql: token is %d bytes, at most %d fit", len(p.NewToken), MaxTokenLen)
 	}
-	return execFenced(ctx, s.db, takeoverSQL, p.NewToken, millis(p.LeaseUntil),
-		p.Key.Scope, p.Key.Operation, p.Key.Key, p.OldToken, millis(p.Now))
-}
-
-// Resolve settles a needs_review record: it completes it with p.Response
-// (and p.Reason, p.ExpiresAt) or deletes it. A missing record gives
-// idemstore.ErrNotFound, a record in another state
-// idemstore.ErrNotNeedsReview.
-func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
-	var err error
-	switch p.Action {
-	case idemstore.ResolveComplete:
-		if p.Response == nil {
-			return errors.New("idemmysql: resolve: ResolveComplete needs a Response")
-		}
-		if len(p.Reason) > MaxReasonLen {
-			return fmt.Errorf("idemmysql: reason is %d bytes, at most %d fit", len(p.Reason), MaxReasonLen)
-		}
-		err = execFenced(ctx, s.db, resolveCompleteSQL, append([]any{
-			idemstore.EncodeResponse(p.Response), nullMillis(p.ExpiresAt), p.Reason}, keyArgs(p.Key)...)...)
-	case idemstore.ResolveRelease:
-		err = execFenced(ctx, s.db, resolveReleaseSQL, keyArgs(p.Key)...)
-	default:
-		return errors.New("idemmysql: resolve: unknown action")
-	}
-	if !errors.Is(err, idemstore.ErrLeaseLost) {
-		return err
-	}
-	var state string
-	err = s.db.QueryRowContext(ctx, stateSQL, keyArgs(p.Key)...).Scan(&state)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return idemstore.ErrNotFound
-	case err != nil:
-		return interpretError(ctx, err)
-	}
-	return idemstore.ErrNotNeedsReview
+	return execFenced(ctx, s.db, takeoverSQL, p.NewToken, millis(p.Lease),
+		p.Key.Scope, p.Key.Operation, p.Key.Key, p.OldToken)
 }

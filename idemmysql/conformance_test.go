@@ -1,6 +1,11 @@
 package idemmysql_test
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/idem-dev/idem/idemmysql"
@@ -22,7 +27,59 @@ func TestConformance(t *testing.T) {
 			}
 			return s
 		},
+		Tx: txHarness,
 	})
+}
+
+// txHarness runs the suite's business transactions on a table of the
+// store's own database, through CompleteTx, at the isolation levels InnoDB
+// offers (READ UNCOMMITTED aside).
+func txHarness(t *testing.T) idemstoretest.TxHarness {
+	s, db := newStore(t, "")
+	if _, err := db.ExecContext(t.Context(), "CREATE TABLE business (id VARBINARY(255) PRIMARY KEY) ENGINE = InnoDB"); err != nil {
+		t.Fatal(err)
+	}
+	levels := make([]string, 0, len(isolationLevels))
+	for name := range isolationLevels {
+		levels = append(levels, name)
+	}
+	slices.Sort(levels)
+	return idemstoretest.TxHarness{
+		Store:  s,
+		Levels: levels,
+		Run: func(ctx context.Context, level string, lease idemstore.TxLease, resp *idemstore.Response, id string, commit bool, between func()) error {
+			iso, ok := isolationLevels[level]
+			if !ok {
+				return fmt.Errorf("unknown isolation level %q", level)
+			}
+			tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: iso})
+			if err != nil {
+				return err
+			}
+			defer func() { _ = tx.Rollback() }() // no-op after Commit
+			if _, err := tx.ExecContext(ctx, "INSERT INTO business (id) VALUES (?)", id); err != nil {
+				return err
+			}
+			if between != nil {
+				between()
+			}
+			if err := s.CompleteTx(ctx, tx, lease, resp); err != nil {
+				return err
+			}
+			if commit {
+				return tx.Commit()
+			}
+			return tx.Rollback()
+		},
+		Committed: func(ctx context.Context, id string) (bool, error) {
+			var one int
+			err := db.QueryRowContext(ctx, "SELECT 1 FROM business WHERE id = ?", id).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				return false, nil
+			}
+			return err == nil, err
+		},
+	}
 }
 
 // TestConcurrencyIsolationLevels races reservations with sessions at

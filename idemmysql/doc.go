@@ -23,7 +23,15 @@
 // Key columns are VARBINARY, compared byte for byte, and sized so that the
 // primary key fits InnoDB's 3072-byte index limit: longer scopes,
 // operations or keys (see MaxScopeLen, MaxOperationLen, MaxKeyLen) are
-// rejected with an error saying so. Times are stored as Unix milliseconds.
+// rejected with an error saying so.
+//
+// Time belongs to the server. Times are stored as Unix milliseconds taken
+// from the server's clock (UTC_TIMESTAMP, whatever the session time zone),
+// in the statement that writes them: callers pass lease and retention
+// durations, and every expiry (Takeover, Release and Escalate with
+// IfExpired, ListExpiredLeases, Purge) is judged on that clock in the
+// statement that acts. Records carry ReadAt, the server's clock at the
+// read. The clocks of the processes sharing the database do not matter.
 //
 // The DSN needs no special parameters. interpolateParams=true is worth
 // setting for throughput: each statement then takes one round trip instead

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"fmt"
 	"net"
 	"testing"
 	"time"
@@ -114,10 +115,46 @@ func closedPortDB(tb testing.TB) *sql.DB {
 type txLease struct {
 	key       idemstore.Key
 	token     string
-	now       time.Time
-	expiresAt time.Time
+	retention time.Duration
 }
 
 func (l txLease) PrepareTxComplete(resp *idemstore.Response) (idemstore.CompleteParams, error) {
-	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: resp, Now: l.now, ExpiresAt: l.expiresAt}, nil
+	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: resp, Retention: l.retention}, nil
+}
+
+// isolationLevels maps the conformance suite's level names to database/sql's,
+// which go-sql-driver/mysql sets with SET TRANSACTION ISOLATION LEVEL.
+var isolationLevels = map[string]sql.IsolationLevel{
+	"read committed":  sql.LevelReadCommitted,
+	"repeatable read": sql.LevelRepeatableRead,
+	"serializable":    sql.LevelSerializable,
+}
+
+// frozenClock is a moment the tests stop the server's clock at: 2026-10-25
+// 00:30:00.123 UTC.
+var frozenClock = time.UnixMilli(1792888200123).UTC()
+
+// newFrozenStore returns a store on a database of its own whose sessions
+// see the server's clock stopped at at (SET timestamp, which fixes NOW and
+// UTC_TIMESTAMP) in time zone tz ("" for the server's), so that tests can
+// judge expiry to the millisecond. It also returns the handle.
+func newFrozenStore(tb testing.TB, at time.Time, tz string) (*idemmysql.Store, *sql.DB) {
+	tb.Helper()
+	_, cfg := newDatabase(tb, "")
+	cfg = cfg.Clone()
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	// go-sql-driver/mysql sends unknown DSN parameters as SET name=value
+	// on every new connection.
+	cfg.Params["timestamp"] = fmt.Sprintf("%d.%06d", at.Unix(), at.Nanosecond()/1000)
+	if tz != "" {
+		cfg.Params["time_zone"] = "'" + tz + "'"
+	}
+	db := openDB(tb, cfg)
+	s, err := idemmysql.New(db, idemmysql.Config{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s, db
 }

@@ -10,16 +10,21 @@ import (
 )
 
 const (
-	insertSQL = "INSERT INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?, '', ?)"
-	getSQL    = "SELECT " + recordColumns + " FROM idem_records WHERE " + byKey
+	// insertSQL takes one now for created_at, updated_at and the lease
+	// deadline.
+	insertSQL = "INSERT INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, request, created_at, updated_at) " +
+		"VALUES (?, ?, ?, ?, 'pending', ?, " + nowPlus + ", '', ?, " + nowMillis + ", " + nowMillis + ")"
+	getSQL = "SELECT " + recordColumns + " FROM idem_records WHERE " + byKey
 )
 
 // Reserve inserts a pending record with a plain INSERT in its own autocommit
 // statement, so the reservation is committed before any business work
-// starts. A duplicate key (1062) means the key exists: Reserve reads that
-// record and returns it with created == false. It repeats the insert if the
-// record vanished before the read (up to idemstore.MaxReserveAttempts) and
-// when the server aborted it for contention (up to Config.ReserveRetries).
+// starts. The server's clock at the insert is its CreatedAt and UpdatedAt,
+// and that plus p.Lease its lease deadline. A duplicate key (1062) means
+// the key exists: Reserve reads that record and returns it (with ReadAt)
+// and created == false. It repeats the insert if the record vanished
+// before the read (up to idemstore.MaxReserveAttempts) and when the server
+// aborted it for contention (up to Config.ReserveRetries).
 //
 // Keys longer than the columns allow (MaxScopeLen, MaxOperationLen,
 // MaxKeyLen) are rejected before reaching the server.
@@ -40,7 +45,7 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 // returns a nil record and nil error when the existing row was gone by the
 // read.
 func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
-	_, err := s.db.ExecContext(ctx, insertSQL, keyArgs(p.Key, p.Fingerprint, p.Token, millis(p.LeaseUntil), millis(p.Now))...)
+	_, err := s.db.ExecContext(ctx, insertSQL, keyArgs(p.Key, p.Fingerprint, p.Token, millis(p.Lease), requestArg(p.Request))...)
 	if err == nil {
 		return nil, true, nil
 	}
@@ -54,7 +59,8 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 	return rec, false, err
 }
 
-// Get returns the record for key, or idemstore.ErrNotFound.
+// Get returns the record for key, read at the server's clock (ReadAt), or
+// idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, k idemstore.Key) (*idemstore.Record, error) {
 	rec, err := scanRecord(s.db.QueryRowContext(ctx, getSQL, keyArgs(k)...))
 	if errors.Is(err, sql.ErrNoRows) {

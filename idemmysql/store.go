@@ -72,8 +72,10 @@ type Store struct {
 // unless cfg.Migrate is true.
 //
 // db's DSN needs no special parameters: times are stored as Unix
-// milliseconds, so parseTime does not matter, and every statement is sent
-// alone, so multiStatements is not needed.
+// milliseconds of the server's UTC clock, so parseTime, loc and the
+// session time_zone do not matter; every statement is sent alone, so
+// multiStatements is not needed; and fenced changes are correct whether
+// clientFoundRows reports matched or changed rows.
 func New(db *sql.DB, cfg Config) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("idemmysql: nil db")

@@ -1,0 +1,68 @@
+package idemmysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+const (
+	resolveCompleteSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = " + nowPlus +
+		", updated_at = " + nowMillis + ", reason = COALESCE(NULLIF(?, ''), reason) WHERE " + byKey + " AND state = 'needs_review'"
+	resolveReleaseSQL = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'needs_review'"
+	deleteSQL         = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'completed'"
+	stateSQL          = "SELECT state FROM idem_records WHERE " + byKey
+)
+
+// Resolve settles a needs_review record: it completes it with p.Response
+// (and p.Reason), to expire p.Retention after the server's now, or deletes
+// it. A missing record gives idemstore.ErrNotFound, a record in another
+// state idemstore.ErrNotNeedsReview.
+func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
+	var err error
+	switch p.Action {
+	case idemstore.ResolveComplete:
+		if p.Response == nil {
+			return errors.New("idemmysql: resolve: ResolveComplete needs a Response")
+		}
+		if len(p.Reason) > MaxReasonLen {
+			return fmt.Errorf("idemmysql: reason is %d bytes, at most %d fit", len(p.Reason), MaxReasonLen)
+		}
+		err = execFenced(ctx, s.db, resolveCompleteSQL, append([]any{
+			idemstore.EncodeResponse(p.Response), millis(p.Retention), p.Reason}, keyArgs(p.Key)...)...)
+	case idemstore.ResolveRelease:
+		err = execFenced(ctx, s.db, resolveReleaseSQL, keyArgs(p.Key)...)
+	default:
+		return errors.New("idemmysql: resolve: unknown action")
+	}
+	return s.whyNot(ctx, p.Key, err, idemstore.ErrNotNeedsReview)
+}
+
+// Delete removes a completed record before its retention ends. A missing
+// record gives idemstore.ErrNotFound, a pending or needs_review one
+// idemstore.ErrNotCompleted.
+func (s *Store) Delete(ctx context.Context, k idemstore.Key) error {
+	return s.whyNot(ctx, k, execFenced(ctx, s.db, deleteSQL, keyArgs(k)...), idemstore.ErrNotCompleted)
+}
+
+// whyNot passes err on, unless it says that a statement conditioned on the
+// record's state changed nothing (idemstore.ErrLeaseLost from execFenced):
+// then it reads the record and returns idemstore.ErrNotFound if it is gone,
+// or wrongState.
+func (s *Store) whyNot(ctx context.Context, k idemstore.Key, err, wrongState error) error {
+	if !errors.Is(err, idemstore.ErrLeaseLost) {
+		return err
+	}
+	var state string
+	err = s.db.QueryRowContext(ctx, stateSQL, keyArgs(k)...).Scan(&state)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return idemstore.ErrNotFound
+	case err != nil:
+		return interpretError(ctx, err)
+	}
+	return wrongState
+}
