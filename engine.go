@@ -128,7 +128,7 @@ func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{store: store, cfg: cfg}
-	e.hb.e = e
+	e.hb.e, e.hb.linger = e, heartbeatLinger
 	if n, ok := store.(idemstore.Notifier); ok && store.Capabilities().Notify {
 		e.notifier = n
 	}

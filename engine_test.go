@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idem-dev/idem"
@@ -47,6 +48,7 @@ func newEngine(t testing.TB, cfg idem.EngineConfig) (*idem.Engine, *idemmem.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
+	idem.SetHeartbeatLinger(e, 0) // tests in synctest bubbles end with no goroutine
 	return e, st
 }
 
@@ -263,70 +265,81 @@ func TestMaxResponseBody(t *testing.T) {
 
 func TestWaitReplaysWhenFirstCompletes(t *testing.T) {
 	t.Parallel()
-	e, _ := newEngine(t, idem.EngineConfig{})
-	ctx := context.Background()
-	first := mustBegin(t, e, req("k"), idem.Acquired)
-	done := make(chan idem.Result, 1)
-	go func() {
-		r := req("k")
-		r.Wait = time.Minute
-		res, err := e.Begin(ctx, r)
-		if err != nil {
-			t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := newEngine(t, idem.EngineConfig{})
+		ctx := context.Background()
+		first := mustBegin(t, e, req("k"), idem.Acquired)
+		done := make(chan idem.Result, 1)
+		go func() {
+			r := req("k")
+			r.Wait = time.Minute
+			res, err := e.Begin(ctx, r)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- res
+		}()
+		synctest.Wait() // the waiter is waiting
+		if err := first.Lease.Complete(ctx, &idem.Response{Status: 201, Body: []byte("ok")}); err != nil {
+			t.Fatal(err)
 		}
-		done <- res
-	}()
-	time.Sleep(20 * time.Millisecond)
-	if err := first.Lease.Complete(ctx, &idem.Response{Status: 201, Body: []byte("ok")}); err != nil {
-		t.Fatal(err)
-	}
-	res := <-done
-	if res.Outcome != idem.Replayed || string(res.Response.Body) != "ok" {
-		t.Fatalf("waiter got %v %+v", res.Outcome, res.Response)
-	}
+		res := <-done
+		if res.Outcome != idem.Replayed || string(res.Response.Body) != "ok" {
+			t.Fatalf("waiter got %v %+v", res.Outcome, res.Response)
+		}
+	})
 }
 
 func TestWaitAcquiresWhenFirstReleases(t *testing.T) {
 	t.Parallel()
-	e, _ := newEngine(t, idem.EngineConfig{})
-	ctx := context.Background()
-	first := mustBegin(t, e, req("k"), idem.Acquired)
-	done := make(chan idem.Result, 1)
-	go func() {
-		r := req("k")
-		r.Wait = time.Minute
-		res, _ := e.Begin(ctx, r)
-		done <- res
-	}()
-	time.Sleep(20 * time.Millisecond)
-	if err := first.Lease.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if res := <-done; res.Outcome != idem.Acquired {
-		t.Fatalf("waiter got %v", res.Outcome)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := newEngine(t, idem.EngineConfig{})
+		ctx := context.Background()
+		first := mustBegin(t, e, req("k"), idem.Acquired)
+		done := make(chan idem.Result, 1)
+		go func() {
+			r := req("k")
+			r.Wait = time.Minute
+			res, _ := e.Begin(ctx, r)
+			done <- res
+		}()
+		synctest.Wait()
+		if err := first.Lease.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if res := <-done; res.Outcome != idem.Acquired {
+			t.Fatalf("waiter got %v", res.Outcome)
+		}
+	})
 }
 
 func TestWaitBoundedThenInFlight(t *testing.T) {
 	t.Parallel()
-	e, _ := newEngine(t, idem.EngineConfig{})
-	mustBegin(t, e, req("k"), idem.Acquired)
-	r := req("k")
-	r.Wait = 30 * time.Millisecond
-	mustBegin(t, e, r, idem.InFlight)
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := newEngine(t, idem.EngineConfig{})
+		mustBegin(t, e, req("k"), idem.Acquired)
+		r := req("k")
+		r.Wait = 30 * time.Millisecond
+		mustBegin(t, e, r, idem.InFlight)
+	})
 }
 
 func TestWaitHonoursContext(t *testing.T) {
 	t.Parallel()
-	e, _ := newEngine(t, idem.EngineConfig{})
-	mustBegin(t, e, req("k"), idem.Acquired)
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
-	r := req("k")
-	r.Wait = time.Hour
-	if _, err := e.Begin(ctx, r); !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := newEngine(t, idem.EngineConfig{})
+		mustBegin(t, e, req("k"), idem.Acquired)
+		ctx, cancel := context.WithCancel(context.Background())
+		r := req("k")
+		r.Wait = time.Hour
+		errc := make(chan error, 1)
+		go func() { _, err := e.Begin(ctx, r); errc <- err }()
+		synctest.Wait() // waiting
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("err = %v", err)
+		}
+	})
 }
 
 func TestBeginStoreErrorIsNeverAcquired(t *testing.T) {
@@ -472,20 +485,21 @@ func TestOutcomeAndKindStrings(t *testing.T) {
 
 func TestLeaseHeartbeat(t *testing.T) {
 	t.Parallel()
-	// Generous durations: the heartbeat renews every 100ms, so a loaded CI
-	// machine has 200ms of slack before the lease could lapse.
-	e, _ := newEngine(t, idem.EngineConfig{Lease: 300 * time.Millisecond})
-	r := req("job")
-	r.Kind = idem.Transactional
-	res := mustBegin(t, e, r, idem.Acquired)
-	stop := res.Lease.Heartbeat()
-	time.Sleep(time.Second) // more than three lease durations
-	mustBegin(t, e, r, idem.InFlight)
-	stop()
-	time.Sleep(700 * time.Millisecond)
-	if got := mustBegin(t, e, r, idem.Acquired); !got.TookOver {
-		t.Fatal("expected a takeover once the heartbeat stopped")
-	}
+	synctest.Test(t, func(t *testing.T) {
+		// Time is the bubble's: the heartbeat renews every 100ms of it.
+		e, _ := newEngine(t, idem.EngineConfig{Lease: 300 * time.Millisecond})
+		r := req("job")
+		r.Kind = idem.Transactional
+		res := mustBegin(t, e, r, idem.Acquired)
+		stop := res.Lease.Heartbeat()
+		time.Sleep(time.Second) // more than three lease durations, without a lapse
+		mustBegin(t, e, r, idem.InFlight)
+		stop()
+		time.Sleep(700 * time.Millisecond) // the lease lapses (fake time)
+		if got := mustBegin(t, e, r, idem.Acquired); !got.TookOver {
+			t.Fatal("expected a takeover once the heartbeat stopped")
+		}
+	})
 }
 
 // lostReplyStore applies Complete and Escalate, then reports an error, as a

@@ -20,6 +20,7 @@ type heartbeat struct {
 	running bool
 	next    time.Time // when the loop plans to wake
 	wake    chan struct{}
+	linger  time.Duration
 }
 
 // heartbeatLinger is how long the loop stays after the last lease left, so
@@ -61,7 +62,7 @@ func (h *heartbeat) stop(l *Lease) {
 	delete(h.leases, l)
 	// With nothing left, make sure the loop wakes within the linger time to
 	// exit; it is already planned to when h.next is that close.
-	idle := len(h.leases) == 0 && h.running && time.Until(h.next) > heartbeatLinger
+	idle := len(h.leases) == 0 && h.running && time.Until(h.next) > h.linger
 	h.mu.Unlock()
 	if idle {
 		select {
@@ -82,12 +83,12 @@ func (h *heartbeat) loop() {
 			if idleSince.IsZero() {
 				idleSince = now
 			}
-			if now.Sub(idleSince) >= heartbeatLinger {
+			if now.Sub(idleSince) >= h.linger {
 				h.running = false
 				h.mu.Unlock()
 				return
 			}
-			h.next = idleSince.Add(heartbeatLinger)
+			h.next = idleSince.Add(h.linger)
 			h.mu.Unlock()
 			t.Reset(h.next.Sub(now))
 			select {

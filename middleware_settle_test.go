@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idem-dev/idem"
@@ -205,51 +206,53 @@ func TestMiddlewareClientGone(t *testing.T) {
 // written, and changes nothing for the first request.
 func TestMiddlewareWaiterLeaves(t *testing.T) {
 	t.Parallel()
-	entered, release := make(chan struct{}), make(chan struct{})
-	var (
-		mu       sync.Mutex
-		outcomes []string
-	)
-	f := newFixture(t, idem.Config{Policy: idem.Policy{Wait: time.Minute}, OnOutcome: func(ev idem.Event) {
-		mu.Lock()
-		outcomes = append(outcomes, fmt.Sprintf("%s/%d", ev.Outcome, ev.Status))
-		mu.Unlock()
-	}}, idem.EngineConfig{}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
-		close(entered)
-		<-release
-		w.WriteHeader(http.StatusCreated)
-	})
-	first := make(chan *httptest.ResponseRecorder)
-	go func() { first <- f.do(call{key: "k"}) }()
-	<-entered
+	synctest.Test(t, func(t *testing.T) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		var (
+			mu       sync.Mutex
+			outcomes []string
+		)
+		f := newFixture(t, idem.Config{Policy: idem.Policy{Wait: time.Minute}, OnOutcome: func(ev idem.Event) {
+			mu.Lock()
+			outcomes = append(outcomes, fmt.Sprintf("%s/%d", ev.Outcome, ev.Status))
+			mu.Unlock()
+		}}, idem.EngineConfig{}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
+			close(entered)
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		})
+		first := make(chan *httptest.ResponseRecorder)
+		go func() { first <- f.do(call{key: "k"}) }()
+		<-entered
 
-	ctx, cancel := context.WithCancel(context.Background())
-	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":100,"currency":"usd"}`)).WithContext(ctx)
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set("X-User", "alice")
-	r.Header.Set(idem.HeaderName, "k")
-	w := httptest.NewRecorder()
-	waited := make(chan struct{})
-	go func() {
-		defer close(waited)
-		f.h.ServeHTTP(w, r)
-	}()
-	time.Sleep(20 * time.Millisecond) // let it start waiting
-	cancel()
-	<-waited
-	if w.Body.Len() != 0 || len(w.Header()) != 0 {
-		t.Fatalf("a waiter whose client left got an answer written: %d %v %q", w.Code, w.Header(), w.Body)
-	}
-	close(release)
-	if got := <-first; got.Code != http.StatusCreated {
-		t.Fatalf("first request: %d", got.Code)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(outcomes) != 2 || outcomes[0] != "canceled/499" || outcomes[1] != "acquired/201" {
-		t.Fatalf("outcomes %v, want [canceled/499 acquired/201]", outcomes)
-	}
-	if n := f.runs.Load(); n != 1 {
-		t.Fatalf("handler ran %d times", n)
-	}
+		ctx, cancel := context.WithCancel(context.Background())
+		r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":100,"currency":"usd"}`)).WithContext(ctx)
+		r.Header.Set("Content-Type", "application/json")
+		r.Header.Set("X-User", "alice")
+		r.Header.Set(idem.HeaderName, "k")
+		w := httptest.NewRecorder()
+		waited := make(chan struct{})
+		go func() {
+			defer close(waited)
+			f.h.ServeHTTP(w, r)
+		}()
+		synctest.Wait() // it waits
+		cancel()
+		<-waited
+		if w.Body.Len() != 0 || len(w.Header()) != 0 {
+			t.Fatalf("a waiter whose client left got an answer written: %d %v %q", w.Code, w.Header(), w.Body)
+		}
+		close(release)
+		if got := <-first; got.Code != http.StatusCreated {
+			t.Fatalf("first request: %d", got.Code)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(outcomes) != 2 || outcomes[0] != "canceled/499" || outcomes[1] != "acquired/201" {
+			t.Fatalf("outcomes %v, want [canceled/499 acquired/201]", outcomes)
+		}
+		if n := f.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times", n)
+		}
+	})
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/idem-dev/idem"
@@ -70,6 +71,7 @@ func newFixture(t *testing.T, cfg idem.Config, ecfg idem.EngineConfig, handler f
 	if err != nil {
 		t.Fatal(err)
 	}
+	idem.SetHeartbeatLinger(f.e, 0) // tests in synctest bubbles end with no goroutine
 	if cfg.Scope == nil {
 		cfg.Scope = userScope
 	}
@@ -283,30 +285,32 @@ func TestMiddlewareInFlight(t *testing.T) {
 
 func TestMiddlewareWait(t *testing.T) {
 	t.Parallel()
-	entered, release := make(chan struct{}), make(chan struct{})
-	f := newFixture(t, idem.Config{Policy: idem.Policy{Wait: time.Minute}}, idem.EngineConfig{}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
-		if f.runs.Load() == 1 {
-			close(entered)
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		f := newFixture(t, idem.Config{Policy: idem.Policy{Wait: time.Minute}}, idem.EngineConfig{}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
+			if f.runs.Load() == 1 {
+				close(entered)
+				<-release
+			}
+			w.WriteHeader(201)
+			io.WriteString(w, "first")
+		})
+		done := make(chan *httptest.ResponseRecorder)
+		go func() { done <- f.do(call{key: "k"}) }()
+		<-entered
+		waiter := make(chan *httptest.ResponseRecorder)
+		go func() { waiter <- f.do(call{key: "k"}) }()
+		synctest.Wait() // the duplicate is waiting
+		close(release)
+		<-done
+		w := <-waiter
+		if w.Code != 201 || w.Body.String() != "first" || w.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("waiter got %d %q", w.Code, w.Body)
 		}
-		w.WriteHeader(201)
-		io.WriteString(w, "first")
+		if f.runs.Load() != 1 {
+			t.Fatalf("runs %d", f.runs.Load())
+		}
 	})
-	done := make(chan *httptest.ResponseRecorder)
-	go func() { done <- f.do(call{key: "k"}) }()
-	<-entered
-	waiter := make(chan *httptest.ResponseRecorder)
-	go func() { waiter <- f.do(call{key: "k"}) }()
-	time.Sleep(30 * time.Millisecond)
-	close(release)
-	<-done
-	w := <-waiter
-	if w.Code != 201 || w.Body.String() != "first" || w.Header().Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("waiter got %d %q", w.Code, w.Body)
-	}
-	if f.runs.Load() != 1 {
-		t.Fatalf("runs %d", f.runs.Load())
-	}
 }
 
 func TestMiddlewareNeedsReviewAndPanic(t *testing.T) {
@@ -588,38 +592,61 @@ func TestMiddlewareHandlerSettlesLease(t *testing.T) {
 
 func TestMiddlewareHeartbeat(t *testing.T) {
 	t.Parallel()
-	entered, release := make(chan struct{}), make(chan struct{})
-	f := newFixture(t, idem.Config{Policy: idem.Policy{Kind: idem.Transactional}}, idem.EngineConfig{Lease: 300 * time.Millisecond}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
-		if f.runs.Load() == 1 {
-			close(entered)
-			<-release
+	synctest.Test(t, func(t *testing.T) {
+		entered, release := make(chan struct{}), make(chan struct{})
+		f := newFixture(t, idem.Config{Policy: idem.Policy{Kind: idem.Transactional}}, idem.EngineConfig{Lease: 300 * time.Millisecond}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
+			if f.runs.Load() == 1 {
+				close(entered)
+				<-release
+			}
+			w.WriteHeader(201)
+		})
+		done := make(chan *httptest.ResponseRecorder)
+		go func() { done <- f.do(call{key: "k"}) }()
+		<-entered
+		// Well past the lease, in the bubble's time: without the heartbeat a
+		// duplicate would take the key over and run the handler a second time.
+		time.Sleep(time.Second)
+		if w := f.do(call{key: "k"}); w.Code != 409 {
+			t.Fatalf("duplicate during a long handler: %d", w.Code)
 		}
-		w.WriteHeader(201)
+		close(release)
+		<-done
+		if f.runs.Load() != 1 {
+			t.Fatalf("runs %d", f.runs.Load())
+		}
 	})
-	done := make(chan *httptest.ResponseRecorder)
-	go func() { done <- f.do(call{key: "k"}) }()
-	<-entered
-	// Well past the lease: without the heartbeat a duplicate would take the
-	// key over and run the handler a second time.
-	time.Sleep(time.Second)
-	if w := f.do(call{key: "k"}); w.Code != 409 {
-		t.Fatalf("duplicate during a long handler: %d", w.Code)
-	}
-	close(release)
-	<-done
-	if f.runs.Load() != 1 {
-		t.Fatalf("runs %d", f.runs.Load())
-	}
 }
 
+// TestMiddlewareLogsRedactKeys: what idem logs about a key names it by a
+// short hash, never by the client's value. A failed settlement logs at
+// error and the escalation at warn, both about the key.
 func TestMiddlewareLogsRedactKeys(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t, idem.Config{Policy: idem.Policy{Kind: idem.Transactional}}, idem.EngineConfig{Lease: time.Millisecond * 5}, func(f *fixture, w http.ResponseWriter, r *http.Request) {
-		time.Sleep(30 * time.Millisecond)
+	logs := &syncBuffer{}
+	mem := idemmem.MustNew(idemmem.Config{})
+	t.Cleanup(func() { mem.Close() })
+	e, err := idem.NewEngine(failingSettle{Store: mem}, idem.EngineConfig{
+		SettleTimeout: 50 * time.Millisecond, Logger: slog.New(slog.NewJSONHandler(logs, nil)),
 	})
-	f.do(call{key: "very-secret-key-123"})
-	if strings.Contains(f.logs.String(), "very-secret-key-123") {
-		t.Fatalf("key in logs: %s", f.logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := idem.Middleware(e, idem.Config{Scope: idem.GlobalScope})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(201)
+	}))
+	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{}`))
+	r.Header.Set(idem.HeaderName, "very-secret-key-123")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	out := logs.String()
+	if !strings.Contains(out, "storing the answer failed") || !strings.Contains(out, "key needs review") {
+		t.Fatalf("the failed settlement was not logged: %q", out)
+	}
+	if !strings.Contains(out, `"key":"`) {
+		t.Fatalf("the log lines do not name the key at all: %s", out)
+	}
+	if strings.Contains(out, "very-secret-key-123") {
+		t.Fatalf("key in logs: %s", out)
 	}
 }
 

@@ -47,9 +47,11 @@ func (w *waiter) waitChange(ctx context.Context, seen *idemstore.Record, deadlin
 		if left <= 0 {
 			return seen, nil
 		}
-		pause := min(w.pause, left)
-		// Jitter spreads the polls of many waiters on one key.
-		pause = pause/2 + rand.N(pause/2+1)
+		// Jitter spreads the polls of many waiters on one key. It applies
+		// before the bound, so the last pause reaches the deadline rather
+		// than rounding down to nothing.
+		pause := w.pause/2 + rand.N(w.pause/2+1)
+		pause = min(pause, left)
 		w.pause = min(2*w.pause, e.cfg.MaxPollInterval)
 		t := time.NewTimer(pause)
 		select {

@@ -16,8 +16,10 @@ import (
 // must let the engine survive: skewed clocks between instances, recovery
 // racing a heartbeat, a reply lost after a commit, a context cancelled
 // mid-write, a store that blips once.
+//
+// Each subtest has a store of its own: Recover acts on every expired lease in
+// a store, not only its own scope's.
 func testEngine(t *testing.T, h Harness) {
-	s := h.New(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	engine := func(t *testing.T, st idemstore.Store, skew time.Duration) *idem.Engine {
 		t.Helper()
@@ -51,6 +53,7 @@ func testEngine(t *testing.T, h Harness) {
 
 	t.Run("SkewedClocks", func(t *testing.T) {
 		t.Parallel()
+		s := h.New(t)
 		f := newFixture(t, s)
 		// The holder's clock is behind; the others are hours ahead, far
 		// past its lease by their own clocks. Only the store's clock
@@ -80,6 +83,7 @@ func testEngine(t *testing.T, h Harness) {
 
 	t.Run("ExpiredByTheStoresClock", func(t *testing.T) {
 		t.Parallel()
+		s := h.New(t)
 		f := newFixture(t, s)
 		// A holder died: its lease expired by the store's clock. An engine
 		// whose clock is far behind still acts on it.
@@ -100,6 +104,7 @@ func testEngine(t *testing.T, h Harness) {
 
 	t.Run("RecoverRacesHeartbeat", func(t *testing.T) {
 		t.Parallel()
+		s := h.New(t)
 		f := newFixture(t, s)
 		for _, kind := range []idem.Kind{idem.External, idem.Transactional} {
 			rec := f.reserve(f.key("k-"+kind.String()), leaseExpired)
@@ -121,6 +126,7 @@ func testEngine(t *testing.T, h Harness) {
 
 	t.Run("BeginRacesHeartbeat", func(t *testing.T) {
 		t.Parallel()
+		s := h.New(t)
 		f := newFixture(t, s)
 		for _, kind := range []idem.Kind{idem.External, idem.Transactional} {
 			req := request(f, "k-"+kind.String(), kind)
@@ -135,6 +141,7 @@ func testEngine(t *testing.T, h Harness) {
 
 	t.Run("ReserveReplyLost", func(t *testing.T) {
 		t.Parallel()
+		s := h.New(t)
 		f := newFixture(t, s)
 		// The insert commits; the reply does not arrive (or the client's
 		// context ends right after the commit). Nobody holds the token: the
@@ -158,6 +165,7 @@ func testEngine(t *testing.T, h Harness) {
 
 	t.Run("SettlementOutlivesTheClient", func(t *testing.T) {
 		t.Parallel()
+		s := h.New(t)
 		f := newFixture(t, s)
 		e := engine(t, s, 0)
 		for i, settle := range []func(ctx context.Context, l *idem.Lease) error{
@@ -179,6 +187,7 @@ func testEngine(t *testing.T, h Harness) {
 
 	t.Run("SettlementSurvivesABlip", func(t *testing.T) {
 		t.Parallel()
+		s := h.New(t)
 		f := newFixture(t, s)
 		for i, mode := range []string{"fails before", "applied, reply lost"} {
 			req := request(f, fmt.Sprintf("k%d", i), idem.External)
