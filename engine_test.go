@@ -342,20 +342,50 @@ func TestWaitHonoursContext(t *testing.T) {
 	})
 }
 
-func TestBeginStoreErrorIsNeverAcquired(t *testing.T) {
+// TestBeginFailsClosed: when Begin cannot check the key (the caller's
+// context ended, the store is down, or the store failed after committing the
+// reservation), it returns the error, never Acquired, and leaves no
+// reservation that nobody holds.
+func TestBeginFailsClosed(t *testing.T) {
 	t.Parallel()
 	e, st := newEngine(t, idem.EngineConfig{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	res, err := e.Begin(ctx, req("k"))
-	if err == nil || res.Outcome == idem.Acquired || res.Lease != nil {
+	if !errors.Is(err, context.Canceled) || res.Outcome == idem.Acquired || res.Lease != nil {
 		t.Fatalf("cancelled Begin = %+v, %v", res, err)
 	}
+
+	// The reservation commits, then the reply is lost.
+	lost, err := idem.NewEngine(replyLostOnReserve{st}, idem.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err = lost.Begin(context.Background(), req("k"))
+	if !errors.Is(err, idemstore.ErrUnavailable) || res.Outcome == idem.Acquired {
+		t.Fatalf("Begin whose Reserve reply was lost = %+v, %v", res, err)
+	}
+	if _, err := st.Get(context.Background(), req("k").Key); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Fatalf("the orphaned reservation was not released: %v", err)
+	}
+	mustBegin(t, e, req("k"), idem.Acquired)
+
 	st.Close()
-	res, err = e.Begin(context.Background(), req("k"))
+	res, err = e.Begin(context.Background(), req("k2"))
 	if !errors.Is(err, idemstore.ErrUnavailable) || res.Outcome == idem.Acquired {
 		t.Fatalf("closed store Begin = %+v, %v", res, err)
 	}
+}
+
+// replyLostOnReserve commits every reservation, then reports the store
+// unreachable, as a lost reply would.
+type replyLostOnReserve struct{ *idemmem.Store }
+
+func (s replyLostOnReserve) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	if _, _, err := s.Store.Reserve(ctx, p); err != nil {
+		return nil, false, err
+	}
+	return nil, false, fmt.Errorf("read tcp: connection reset by peer: %w", idemstore.ErrUnavailable)
 }
 
 func TestConcurrentBeginExactlyOneAcquires(t *testing.T) {
