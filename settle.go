@@ -24,8 +24,9 @@ const (
 )
 
 // orphanTimeout bounds the release of a reservation whose Reserve failed:
-// short, because the caller is waiting to answer an error.
-const orphanTimeout = 2 * time.Second
+// a few quick attempts, because the caller waits to answer its error, and a
+// store that is down must not make every such answer slow.
+const orphanTimeout = 250 * time.Millisecond
 
 // settle runs change on key's record until it succeeds, is refused for good,
 // or timeout passes, detached from ctx's cancellation. done is given the
@@ -68,9 +69,11 @@ func transient(err error) bool {
 }
 
 // releaseOrphan releases token's reservation of key, which a failed Reserve
-// or Takeover may have left behind with nobody holding it. A record that is
-// not pending under token (the usual case: nothing was written) is left
-// alone.
+// or Takeover may have left behind with nobody holding it (the insert
+// committed, the reply was lost). A record that is not pending under token
+// (the usual case: nothing was written) is left alone. If the store stays
+// unreachable past orphanTimeout, the reservation waits for its lease to
+// expire and recovery.
 func (e *Engine) releaseOrphan(ctx context.Context, key Key, token string) {
 	err := e.settle(ctx, key, min(orphanTimeout, e.cfg.SettleTimeout),
 		func(ctx context.Context) error {
@@ -80,7 +83,7 @@ func (e *Engine) releaseOrphan(ctx context.Context, key Key, token string) {
 			return err != nil || rec.Token != token || rec.State != idemstore.StatePending
 		})
 	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
-		e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: releasing a reservation whose Reserve failed did not succeed; it stays pending until its lease expires",
+		e.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelError, "idem: releasing a reservation whose Reserve failed did not succeed; it stays pending until its lease expires",
 			slog.String("key", redact(key)), slog.Any("error", err))
 	}
 }
