@@ -110,10 +110,11 @@ const (
 	opListExpired
 	opList
 	opPurge
+	opDelete
 	numOps
 )
 
-var opNames = [numOps]string{"reserve", "get", "complete", "release", "escalate", "extend", "takeover", "resolve", "list_expired", "list", "purge"}
+var opNames = [numOps]string{"reserve", "get", "complete", "release", "escalate", "extend", "takeover", "resolve", "list_expired", "list", "purge", "delete"}
 
 type instrumentedStore struct {
 	s   idemstore.Store
@@ -150,9 +151,9 @@ func (is *instrumentedStore) Complete(ctx context.Context, p idemstore.CompleteP
 	return err
 }
 
-func (is *instrumentedStore) Release(ctx context.Context, key idemstore.Key, token string) error {
+func (is *instrumentedStore) Release(ctx context.Context, p idemstore.ReleaseParams) error {
 	t := time.Now()
-	err := is.s.Release(ctx, key, token)
+	err := is.s.Release(ctx, p)
 	is.observe(opRelease, t, err)
 	return err
 }
@@ -185,9 +186,16 @@ func (is *instrumentedStore) Resolve(ctx context.Context, p idemstore.ResolvePar
 	return err
 }
 
-func (is *instrumentedStore) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+func (is *instrumentedStore) Delete(ctx context.Context, key idemstore.Key) error {
 	t := time.Now()
-	recs, err := is.s.ListExpiredLeases(ctx, now, limit)
+	err := is.s.Delete(ctx, key)
+	is.observe(opDelete, t, err)
+	return err
+}
+
+func (is *instrumentedStore) ListExpiredLeases(ctx context.Context, limit int) ([]*idemstore.Record, error) {
+	t := time.Now()
+	recs, err := is.s.ListExpiredLeases(ctx, limit)
 	is.observe(opListExpired, t, err)
 	return recs, err
 }

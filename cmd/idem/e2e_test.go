@@ -758,17 +758,17 @@ func TestMigrateAndPurge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, now := t.Context(), time.Now()
+	ctx := t.Context()
 	for i := range 26 {
 		key := idemstore.Key{Scope: "s", Operation: "POST /pay", Key: fmt.Sprint(i)}
-		if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil {
+		if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", Lease: time.Minute}); err != nil {
 			t.Fatal(err)
 		}
-		expires := now.Add(-time.Minute)
+		retention := -time.Minute
 		if i == 25 {
-			expires = now.Add(time.Hour)
+			retention = time.Hour
 		}
-		if err := s.Complete(ctx, idemstore.CompleteParams{Key: key, Token: "t", Response: &idemstore.Response{Status: 201}, Now: now, ExpiresAt: expires}); err != nil {
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: key, Token: "t", Response: &idemstore.Response{Status: 201}, Retention: retention}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -88,7 +88,7 @@ every few minutes; this command is for stores no proxy runs against.`,
 					fmt.Fprintf(out, "purged %d records so far\n", deleted)
 				}
 			}
-			total, err := s.Purge(ctx, idemstore.PurgeParams{Before: time.Now(), BatchSize: batch, Progress: progress})
+			total, err := s.Purge(ctx, idemstore.PurgeParams{BatchSize: batch, Progress: progress})
 			if err != nil {
 				return fmt.Errorf("purged %d records, then: %w", total, err)
 			}

@@ -147,7 +147,6 @@ answer that every retry gets from then on, as if the operation had completed.`,
 				Key:    idemstore.Key{Scope: scope, Operation: operation, Key: key},
 				Action: idemstore.ResolveRelease,
 				Reason: reason,
-				Now:    time.Now(),
 			}
 			if !release {
 				if status < 100 || status > 599 {
@@ -168,7 +167,7 @@ answer that every retry gets from then on, as if the operation had completed.`,
 					}
 					resp.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
 				}
-				p.Action, p.Response, p.ExpiresAt = idemstore.ResolveComplete, resp, p.Now.Add(retention)
+				p.Action, p.Response, p.Retention = idemstore.ResolveComplete, resp, retention
 			}
 			s, closeFn, t, err := connectStore(cmd, store)
 			if err != nil {

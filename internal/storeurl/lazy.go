@@ -144,12 +144,20 @@ func (l *lazy) Complete(ctx context.Context, p idemstore.CompleteParams) error {
 	return s.Complete(ctx, p)
 }
 
-func (l *lazy) Release(ctx context.Context, key idemstore.Key, token string) error {
+func (l *lazy) Release(ctx context.Context, p idemstore.ReleaseParams) error {
 	s, err := l.get(ctx)
 	if err != nil {
 		return err
 	}
-	return s.Release(ctx, key, token)
+	return s.Release(ctx, p)
+}
+
+func (l *lazy) Delete(ctx context.Context, key idemstore.Key) error {
+	s, err := l.get(ctx)
+	if err != nil {
+		return err
+	}
+	return s.Delete(ctx, key)
 }
 
 func (l *lazy) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
@@ -184,12 +192,12 @@ func (l *lazy) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	return s.Resolve(ctx, p)
 }
 
-func (l *lazy) ListExpiredLeases(ctx context.Context, now time.Time, limit int) ([]*idemstore.Record, error) {
+func (l *lazy) ListExpiredLeases(ctx context.Context, limit int) ([]*idemstore.Record, error) {
 	s, err := l.get(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return s.ListExpiredLeases(ctx, now, limit)
+	return s.ListExpiredLeases(ctx, limit)
 }
 
 func (l *lazy) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {

@@ -38,7 +38,7 @@ func TestOpenServers(t *testing.T) {
 			}
 			defer closeFn()
 			key := reserveOne(ctx, t, s, fmt.Sprint(time.Now().UnixNano()))
-			if err := s.Release(ctx, key, "t"); err != nil {
+			if err := s.Release(ctx, idemstore.ReleaseParams{Key: key, Token: "t"}); err != nil {
 				t.Fatalf("Release: %v", err)
 			}
 		})
@@ -112,7 +112,7 @@ func TestOpenRedisPrefix(t *testing.T) {
 	if err != nil || len(keys) != 1 {
 		t.Fatalf("keys under %s: %v, %v; want the one record", prefix, keys, err)
 	}
-	if err := s.Release(ctx, key, "t"); err != nil {
+	if err := s.Release(ctx, idemstore.ReleaseParams{Key: key, Token: "t"}); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 }
@@ -121,9 +121,8 @@ func TestOpenRedisPrefix(t *testing.T) {
 // returns it.
 func reserveOne(ctx context.Context, t *testing.T, s idemstore.Store, name string) idemstore.Key {
 	t.Helper()
-	now := time.Now()
 	key := idemstore.Key{Scope: "storeurl-test", Operation: "POST /x", Key: name}
-	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
+	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", Lease: time.Minute}); err != nil || !created {
 		t.Fatalf("Reserve = %v, %v", created, err)
 	}
 	return key

@@ -147,8 +147,7 @@ func TestOpenSQLiteAndMemory(t *testing.T) {
 			t.Fatalf("Open(%q): %v", u, err)
 		}
 		key := idemstore.Key{Scope: "s", Operation: "POST /x", Key: "k"}
-		now := time.Now()
-		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", LeaseUntil: now.Add(time.Minute), Now: now}); err != nil || !created {
+		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", Lease: time.Minute}); err != nil || !created {
 			t.Fatalf("%s: Reserve = %v, %v", u, created, err)
 		}
 		if err := closeFn(); err != nil {
