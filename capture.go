@@ -164,7 +164,7 @@ func (c *captureWriter) Flush() { _ = c.FlushError() }
 
 // FlushError is Flush for http.ResponseController.
 func (c *captureWriter) FlushError() error {
-	if c.bufferFlushes && !c.passthrough && !strings.HasPrefix(firstValue(c.header["Content-Type"]), "text/event-stream") {
+	if c.bufferFlushes && !c.passthrough && !strings.HasPrefix(headerValue(c.header, "Content-Type"), "text/event-stream") {
 		return nil // Policy.BufferFlushes: keep buffering
 	}
 	if c.status == 0 {

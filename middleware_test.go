@@ -729,3 +729,47 @@ func TestMiddlewareBufferFlushes(t *testing.T) {
 		}
 	}
 }
+
+// TestMiddlewareFiltersHeadersInAnyCase: headers a handler sets straight
+// into the map, in a case net/http would not, are filtered as their
+// canonical names are: cookies, credentials, Date and hop-by-hop headers
+// (also those named in Connection) are never stored or replayed.
+func TestMiddlewareFiltersHeadersInAnyCase(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, idem.Config{}, idem.EngineConfig{}, func(_ *fixture, w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h["set-cookie"] = []string{"session=secret"}
+		h["SET-COOKIE"] = []string{"other=secret"}
+		h["authorization"] = []string{"Bearer secret"}
+		h["date"] = []string{"Mon, 30 Nov 2026 12:00:00 GMT"}
+		h["connection"] = []string{"x-hop"}
+		h["x-hop"] = []string{"one connection only"}
+		h["x-kept"] = []string{"kept"}
+		h["content-type"] = []string{"application/json"}
+		w.WriteHeader(201)
+		io.WriteString(w, `{"ok":true}`)
+	})
+	f.do(call{key: "k"})
+	rec, err := f.store.Get(context.Background(), idem.Key{Scope: "user:alice", Operation: "POST /payments", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name := range rec.Response.Header {
+		switch http.CanonicalHeaderKey(name) {
+		case "Set-Cookie", "Authorization", "Date", "Connection", "X-Hop":
+			t.Errorf("stored header %q = %q", name, rec.Response.Header[name])
+		}
+	}
+	if rec.Response.Header["x-kept"] == nil || rec.Response.Header["content-type"] == nil {
+		t.Errorf("headers to keep were dropped: %v", rec.Response.Header)
+	}
+	w := f.do(call{key: "k"})
+	for name := range w.Header() {
+		if c := http.CanonicalHeaderKey(name); c == "Set-Cookie" || c == "Authorization" {
+			t.Errorf("replayed header %q", name)
+		}
+	}
+	if w.Body.String() != `{"ok":true}` || w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("replay: %d %q", w.Code, w.Body)
+	}
+}

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"net/http"
+	"net/textproto"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -36,14 +37,16 @@ func unstored(name string) bool {
 
 // storableHeader returns h without the headers that must not be stored
 // (Set-Cookie, hop-by-hop headers, Date, credentials, and headers named in
-// Connection). It returns h itself when nothing needs removing.
+// Connection). Names are compared in canonical form, so a handler that set
+// w.Header()["set-cookie"] directly is filtered too. It returns h itself
+// when nothing needs removing.
 func storableHeader(h http.Header) http.Header {
 	if len(h) == 0 {
 		return nil
 	}
 	drop := false
 	for name := range h {
-		if unstored(name) {
+		if unstored(textproto.CanonicalMIMEHeaderKey(name)) {
 			drop = true
 			break
 		}
@@ -52,17 +55,41 @@ func storableHeader(h http.Header) http.Header {
 		return h
 	}
 	out := make(http.Header, len(h))
+	var named []string // header names listed in Connection
 	for name, v := range h {
-		if !unstored(name) {
+		cn := textproto.CanonicalMIMEHeaderKey(name)
+		if cn == "Connection" {
+			for _, c := range v {
+				named = append(named, splitComma(c)...)
+			}
+		}
+		if !unstored(cn) {
 			out[name] = v
 		}
 	}
-	for _, c := range h.Values("Connection") {
-		for _, name := range splitComma(c) {
-			delete(out, http.CanonicalHeaderKey(name))
+	for _, n := range named {
+		cn := textproto.CanonicalMIMEHeaderKey(n)
+		for name := range out {
+			if textproto.CanonicalMIMEHeaderKey(name) == cn {
+				delete(out, name)
+			}
 		}
 	}
 	return out
+}
+
+// headerValue returns the first value of the header canonical names, also
+// when a handler set it under another case (w.Header()["content-type"]).
+func headerValue(h http.Header, canonical string) string {
+	if vs, ok := h[canonical]; ok {
+		return firstValue(vs)
+	}
+	for name, vs := range h {
+		if len(name) == len(canonical) && textproto.CanonicalMIMEHeaderKey(name) == canonical {
+			return firstValue(vs)
+		}
+	}
+	return ""
 }
 
 func splitComma(s string) []string {
