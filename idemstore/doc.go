@@ -16,7 +16,12 @@
 // Every driver must pass the conformance suite in package idemstoretest.
 // Third-party stores should run it too.
 //
-// Times are always passed in by the caller (the Now fields of the params), so
-// that every process sharing a store judges lease expiry by the same rule and
-// tests can control the clock. Stores keep at least millisecond precision.
+// Time belongs to the store. Callers pass durations (a lease, a retention),
+// never deadlines or their own "now": the store adds them to its own clock
+// (a database server's, Redis's TIME, or the one host's for SQLite and
+// memory) and judges expiry on that clock in the same statement that acts,
+// so processes whose clocks disagree still agree on every lease, and a
+// heartbeat that lands first always wins over recovery. Records report
+// ReadAt, the store's clock at the read, to judge their times against.
+// Stores keep at least millisecond precision.
 package idemstore

@@ -16,10 +16,18 @@
 // [ExerciseConcurrency] runs only the concurrent-reservation tests, which
 // is handy under -race or against a cluster.
 //
-// The suite follows the contract's time rule: every time it passes is based
-// on the wall clock truncated to the millisecond and stays within a few
-// hours of it, and completed records always expire in the future, so stores
-// that apply real TTLs (Redis) keep what the suite expects them to keep.
-// Each subtest uses its own random scope, so a store shared by subtests
-// cannot cross-talk.
+// The suite follows the contract's time rule: it passes durations only, and
+// checks every time a store reports against the store's own clock (the
+// ReadAt of reads just before and after a change), never against this
+// process's. It makes expired leases and purgeable records with negative
+// durations, so no test waits for time to pass; a store with real TTLs
+// (Redis) must keep such a record until Purge finds it. Each subtest uses its
+// own random scope, and subtests that run recovery their own store, so a
+// store shared by subtests cannot cross-talk.
+//
+// Besides the contract itself, the suite runs idem's engine over the store
+// under faults (skewed engine clocks, recovery racing a heartbeat, a lost
+// Reserve reply, settlement after the client left or through a blip) and,
+// when Harness.Tx is set, CompleteTx inside business transactions at every
+// isolation level the driver names.
 package idemstoretest
