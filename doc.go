@@ -16,6 +16,19 @@
 // Keys are scoped: Key.Scope names whose key it is (a user, a tenant, a
 // credential hash), so one client's answer never reaches another.
 //
+// Under faults: whether a lease has expired is decided by the store's clock,
+// never the caller's, so instances with skewed clocks agree; Complete,
+// Release and Escalate are detached from the caller's context and retry a
+// store that blips (EngineConfig.SettleTimeout), recognising a change whose
+// reply was lost; a Reserve that failed has its reservation released; and
+// Engine.Recover settles what crashed holders left behind, asking a Resolver
+// where the work went outside the database. EngineConfig.OnReview reports
+// every key that goes to review.
+//
+// Middleware puts all of this in front of net/http handlers; it settles each
+// request through the public Lease API (Lease.State, Abandon, CheckTx), which
+// other front ends can use the same way.
+//
 // Fingerprint and CanonicalJSON give a request a stable meaning, so that a
 // retry can be told apart from a different request under the same key.
 // ParseKeyHeader reads the Idempotency-Key header as the IETF draft
