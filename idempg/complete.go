@@ -3,6 +3,7 @@ package idempg
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -13,7 +14,6 @@ import (
 // dbtx is what the statements need from a pool or a transaction, so that
 // Complete and CompleteTx share one path.
 type dbtx interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
@@ -23,7 +23,7 @@ type dbtx interface {
 // idemstore.ErrLeaseLost when the record is no longer pending under that
 // token.
 func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
-	return s.complete(ctx, s.pool, p)
+	return s.complete(ctx, s.pool, s.q.complete, p)
 }
 
 // CompleteTx stores the answer inside the caller's transaction tx, so that
@@ -32,27 +32,64 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 // runs the same fenced update as Complete, with the server's clock at that
 // statement (not at the start of tx). On idemstore.ErrLeaseLost the caller
 // must roll tx back. Waiters are notified when tx commits.
+//
+// It works at every isolation level. At REPEATABLE READ and SERIALIZABLE,
+// PostgreSQL fails an update of a row that another transaction changed
+// since tx's snapshot; heartbeats and waiters never change the record's row
+// (see the package documentation), so that only happens when the lease was
+// really lost (taken over, released, escalated), and CompleteTx then
+// returns idemstore.ErrLeaseLost rather than the serialization failure. A
+// CompleteTx at those levels always notifies at commit, since its snapshot
+// cannot see a waiter that subscribed after tx began.
 func (s *Store) CompleteTx(ctx context.Context, tx pgx.Tx, lease idemstore.TxLease, resp *idemstore.Response) error {
 	p, err := lease.PrepareTxComplete(resp)
 	if err != nil {
 		return err
 	}
-	return s.complete(ctx, tx, p)
+	return s.complete(ctx, tx, s.q.completeTx, p)
 }
 
-func (s *Store) complete(ctx context.Context, db dbtx, p idemstore.CompleteParams) error {
+func (s *Store) complete(ctx context.Context, db dbtx, sql string, p idemstore.CompleteParams) error {
 	if p.Response == nil {
 		return errors.New("idempg: complete: nil Response")
 	}
 	k := p.Key
-	return s.fenced(ctx, db, s.q.complete, k,
-		k.Scope, k.Operation, k.Key, p.Token, idemstore.EncodeResponse(p.Response), p.Retention)
+	err := s.fenced(ctx, db, sql, k, k.Scope, k.Operation, k.Key, p.Token, idemstore.EncodeResponse(p.Response), p.Retention)
+	conflict := updateConflict(err)
+	if conflict == nil {
+		return err
+	}
+	// The record's row changed after the snapshot. If it is no longer
+	// pending under the token, the lease was lost: say so, as READ
+	// COMMITTED would. Otherwise it is a plain serialization failure.
+	var gone bool
+	switch qerr := s.pool.QueryRow(ctx, s.q.pending, k.Scope, k.Operation, k.Key, p.Token).Scan(); {
+	case errors.Is(qerr, pgx.ErrNoRows):
+		gone = true
+	case qerr != nil:
+		return err
+	}
+	if gone {
+		return fmt.Errorf("%w: %w", idemstore.ErrLeaseLost, conflict)
+	}
+	return err
 }
 
-// fenced runs one of the notifying CTE statements and maps "no row" to
+// updateConflict returns the serialization failure in err, if any: what a
+// statement at REPEATABLE READ or SERIALIZABLE gets when the row it
+// updates changed after its snapshot.
+func updateConflict(err error) *pgconn.PgError {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "40001" {
+		return pgErr
+	}
+	return nil
+}
+
+// fenced runs one of the settling CTE statements and maps "no row" to
 // idemstore.ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, db dbtx, sql string, k idemstore.Key, args ...any) error {
-	if s.q.notify {
+	if !s.cfg.DisableNotify {
 		args = append(args, s.cfg.Channel, notifyPayload(k))
 	}
 	err := db.QueryRow(ctx, sql, args...).Scan(nil)
@@ -60,53 +97,6 @@ func (s *Store) fenced(ctx context.Context, db dbtx, sql string, k idemstore.Key
 		return idemstore.ErrLeaseLost
 	}
 	return interpretError(ctx, err)
-}
-
-// Release deletes the record if it is still pending under p.Token (and,
-// with p.IfExpired, its lease has expired by the server's clock). A record
-// that was completed (for instance by a transaction whose acknowledgement
-// was lost) is left alone and idemstore.ErrLeaseLost is returned.
-func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
-	k, sql := p.Key, s.q.release
-	if p.IfExpired {
-		sql = s.q.releaseExpired
-	}
-	return s.fenced(ctx, s.pool, sql, k, k.Scope, k.Operation, k.Key, p.Token)
-}
-
-// Escalate moves a pending record to needs_review with p.Reason, fenced by
-// p.Token (and, with p.IfExpired, only once its lease has expired by the
-// server's clock).
-func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
-	k, sql := p.Key, s.q.escalate
-	if p.IfExpired {
-		sql = s.q.escalateExpired
-	}
-	return s.fenced(ctx, s.pool, sql, k, k.Scope, k.Operation, k.Key, p.Token, p.Reason)
-}
-
-// Extend moves the lease deadline of a pending record to the server's now
-// plus p.Lease, fenced by p.Token.
-func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
-	k := p.Key
-	tag, err := s.pool.Exec(ctx, s.q.extend, k.Scope, k.Operation, k.Key, p.Token, p.Lease)
-	if err != nil {
-		return interpretError(ctx, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return idemstore.ErrLeaseLost
-	}
-	return nil
-}
-
-// Takeover gives a pending record whose lease has expired by the server's
-// clock a new token and a lease of p.Lease from now, fenced by p.OldToken.
-// Of concurrent takeovers exactly one succeeds; the others get
-// idemstore.ErrLeaseLost.
-func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
-	k := p.Key
-	return s.fenced(ctx, s.pool, s.q.takeover, k,
-		k.Scope, k.Operation, k.Key, p.OldToken, p.NewToken, p.Lease)
 }
 
 // Resolve settles a needs_review record: it completes it with p.Response
@@ -134,15 +124,15 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	return s.wrongState(ctx, k, idemstore.ErrNotNeedsReview)
 }
 
-// Delete removes a completed record before its retention ends. A missing
-// record gives idemstore.ErrNotFound, a pending or needs_review one
-// idemstore.ErrNotCompleted.
+// Delete removes a completed record (and its side rows) before its
+// retention ends. A missing record gives idemstore.ErrNotFound, a pending
+// or needs_review one idemstore.ErrNotCompleted.
 func (s *Store) Delete(ctx context.Context, k idemstore.Key) error {
-	tag, err := s.pool.Exec(ctx, s.q.deleteCompleted, k.Scope, k.Operation, k.Key)
-	if err != nil {
+	var n int
+	if err := s.pool.QueryRow(ctx, s.q.deleteCompleted, k.Scope, k.Operation, k.Key).Scan(&n); err != nil {
 		return interpretError(ctx, err)
 	}
-	if tag.RowsAffected() == 1 {
+	if n == 1 {
 		return nil
 	}
 	return s.wrongState(ctx, k, idemstore.ErrNotCompleted)

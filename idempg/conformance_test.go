@@ -26,10 +26,11 @@ func TestConformance(t *testing.T) {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
+		Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, pool) },
 	})
 }
 
-// txHarness (not wired into TestConformance yet) runs the suite's business transactions on pool: a table of
+// txHarness runs the suite's business transactions on pool: a table of
 // business rows next to a store's records, in the store's own schema.
 func txHarness(t *testing.T, pool *pgxpool.Pool) idemstoretest.TxHarness {
 	s, schema := newStoreIn(t, pool, idempg.Config{})

@@ -2,8 +2,8 @@
 // pgx v5 pool.
 //
 // Start with [New], which takes your own *pgxpool.Pool and a [Config], and
-// [Migrate], which creates the schema's idem_records table (run it from a
-// deploy step, the idem migrate command, or set Config.Migrate):
+// [Migrate], which creates the schema's tables (run it from a deploy step,
+// the idem migrate command, or set Config.Migrate):
 //
 //	if err := idempg.Migrate(ctx, pool, idempg.Config{}); err != nil { ... }
 //	store, err := idempg.New(pool, idempg.Config{})
@@ -12,18 +12,68 @@
 // Reservations are INSERT … ON CONFLICT DO NOTHING against the primary key
 // (scope, operation, key), committed on their own before any work runs, so
 // they are safe at every isolation level. Every later change is fenced by
-// the lease token.
+// the lease token. Time is the server's: every deadline is
+// statement_timestamp() plus a duration, and every expiry is judged on it
+// in the statement that acts.
 //
 // [Store.CompleteTx] stores the answer inside your own pgx.Tx, next to the
 // business change it describes: both commit, or neither does. That is what
 // makes takeover of an expired lease safe for transactional operations.
+// It works at READ COMMITTED, REPEATABLE READ and SERIALIZABLE.
+//
+// # Heartbeats and waiters do not write the record
+//
+// At REPEATABLE READ and SERIALIZABLE, PostgreSQL fails (SQLSTATE 40001)
+// an UPDATE of a row that a transaction committed after the snapshot
+// changed. If a heartbeat (Extend) or a waiter (Subscribe) wrote the
+// record's row while the holder's business transaction was open, the
+// holder's CompleteTx would fail although its lease was never lost. So
+// only the changes that settle or hand over a lease (Complete, Release,
+// Escalate, Takeover, Resolve, Delete, Purge) write idem_records; the two
+// others keep their state in side tables keyed like the record:
+//
+//   - idem_leases holds the latest heartbeat of a key with the token it
+//     extended. A pending record's effective deadline is the heartbeat's
+//     while the heartbeat carries the record's current token, the record's
+//     own lease_until otherwise (a takeover's new token leaves the old
+//     heartbeat behind). Get, List, Reserve's existing record,
+//     ListExpiredLeases, Takeover and IfExpired Release and Escalate all
+//     judge that effective deadline.
+//   - idem_waiters lists the keys that a waiter subscribed to; the settling
+//     statements notify only those.
+//
+// Extend locks the record's row FOR KEY SHARE before it writes the
+// heartbeat, and Subscribe FOR SHARE before it lists the key. A lock is not
+// a change: a committed lock does not make a later UPDATE fail at any
+// isolation level. Takeover and IfExpired Release and Escalate run in a
+// READ COMMITTED transaction of their own that first locks the row FOR
+// UPDATE (which waits for a heartbeat in progress) and then, with a fresh
+// snapshot, checks the effective deadline: an Extend that committed first
+// makes them fail with idemstore.ErrLeaseLost, and one that comes after them
+// waits for their commit and finds the lease gone. CompleteTx never touches
+// the side tables' rows except to read idem_waiters at READ COMMITTED.
+// Side rows are deleted with their record (Release, Resolve, Delete,
+// Purge); after a completion they stay until the record is purged.
+//
+// A CompleteTx that does fail with a serialization error because the
+// record's row really changed (the lease was taken over, released or
+// escalated during the transaction) returns idemstore.ErrLeaseLost, as it
+// would at READ COMMITTED.
+//
+// # Notifications
 //
 // The store implements idemstore.Notifier with LISTEN/NOTIFY: completing,
 // releasing, escalating, resolving or taking over a record that a waiter
-// subscribed to sends a pg_notify in the same statement (delivered at
+// subscribed to sends a pg_notify in the same transaction (delivered at
 // commit), and one dedicated connection per Store wakes the waiters of that
 // key. Records nobody waits for are not announced, because PostgreSQL
-// serialises the commits of notifying transactions.
+// serialises the commits of notifying transactions. The check runs in the
+// schema's idem_wake function after the statement has locked the record's
+// row; being VOLATILE it takes a fresh snapshot at READ COMMITTED, so a
+// waiter that subscribed while the statement waited for the row is seen,
+// and one that subscribes later waits for the row lock and then finds the
+// record settled. A CompleteTx at REPEATABLE READ or SERIALIZABLE cannot see
+// a waiter that subscribed after its snapshot, so it always notifies.
 //
 // Native errors become the idemstore sentinels: serialization failures and
 // deadlocks are idemstore.ErrRetryable, connection failures

@@ -23,19 +23,19 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 		if err != nil {
 			return idemstore.ListPage{}, err
 		}
-		where = "(scope, operation, key) > ($1, $2, $3)"
+		where = "(r.scope, r.operation, r.key) > ($1, $2, $3)"
 		args = append(args, after.Scope, after.Operation, after.Key)
 	}
 	if p.State != "" {
 		args = append(args, string(p.State))
-		where += fmt.Sprintf(" AND state = $%d", len(args))
+		where += fmt.Sprintf(" AND r.state = $%d", len(args))
 	}
 	if p.Operation != "" {
 		args = append(args, p.Operation)
-		where += fmt.Sprintf(" AND operation = $%d", len(args))
+		where += fmt.Sprintf(" AND r.operation = $%d", len(args))
 	}
 	args = append(args, p.Limit+1)
-	sql := s.q.list + where + fmt.Sprintf(" ORDER BY scope, operation, key LIMIT $%d", len(args))
+	sql := s.q.list + where + fmt.Sprintf(" ORDER BY r.scope, r.operation, r.key LIMIT $%d", len(args))
 	recs, err := s.query(ctx, sql, args...)
 	if err != nil {
 		return idemstore.ListPage{}, err
@@ -66,15 +66,16 @@ func (s *Store) query(ctx context.Context, sql string, args ...any) ([]*idemstor
 }
 
 // Purge deletes completed records whose expiry is at or before the server's
-// now, at most p.BatchSize per statement (each its own short transaction), until a
-// batch deletes fewer than that or ctx ends. It returns how many it deleted.
+// now, with their heartbeat and waiter rows, at most p.BatchSize records
+// per statement (each its own short transaction), until a batch deletes
+// fewer than that or ctx ends. It returns how many records it deleted.
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
 	return idemstore.PurgeBatches(ctx, p, func() (int, error) {
-		tag, err := s.pool.Exec(ctx, s.q.purge, p.BatchSize)
-		if err != nil {
+		var n int
+		if err := s.pool.QueryRow(ctx, s.q.purge, p.BatchSize).Scan(&n); err != nil {
 			return 0, interpretError(ctx, err)
 		}
-		return int(tag.RowsAffected()), nil
+		return n, nil
 	})
 }

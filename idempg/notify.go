@@ -40,9 +40,11 @@ func keyHash(k idemstore.Key) uint64 {
 // The first Subscribe of a Store opens one dedicated connection (with the
 // pool's connection settings, outside the pool) and LISTENs on
 // Config.Channel. Subscribe returns once that connection listens and the
-// record is flagged as waited on (only flagged records are announced), so
-// no change after it returns is missed. If the record is no longer pending,
-// the channel is woken at once. If the server cannot be reached, Subscribe
+// key is listed in the waiters table (only listed keys are announced), so
+// no change after it returns is missed. Listing the key locks the record's
+// row FOR SHARE but never writes it, so a waiter cannot make the holder's
+// CompleteTx fail. If the record is no longer pending, the channel is woken
+// at once. If the server cannot be reached, Subscribe
 // fails with an error wrapping idemstore.ErrUnavailable, and the store
 // keeps trying to listen in the background.
 func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct{}, func(), error) {
@@ -53,12 +55,12 @@ func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct
 	if err != nil {
 		return nil, nil, err
 	}
-	tag, err := s.pool.Exec(ctx, s.q.markWaiting, key.Scope, key.Operation, key.Key)
-	if err != nil {
+	var pending int
+	if err := s.pool.QueryRow(ctx, s.q.markWaiting, key.Scope, key.Operation, key.Key).Scan(&pending); err != nil {
 		cancel()
 		return nil, nil, interpretError(ctx, err)
 	}
-	if tag.RowsAffected() == 0 {
+	if pending == 0 {
 		wake(sub) // not pending (any more): nothing to wait for
 	}
 	return sub.ch, cancel, nil

@@ -10,13 +10,21 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// recordColumns is the column list every record-returning query selects, in
-// the order scanRecord reads them. The last one is the server's clock at the
-// read (Record.ReadAt).
-const recordColumns = `scope, operation, key, fingerprint, state, token, lease_until, response, reason,
-created_at, COALESCE(updated_at, created_at), expires_at, request, statement_timestamp()`
+// recordColumns is the column list every record-returning query selects
+// from the record r and its heartbeat l (joined by heartbeatJoin), in the
+// order scanRecord reads them. A pending record's lease deadline and
+// UpdatedAt come from its heartbeat when the heartbeat carries its token.
+// The last column is the server's clock at the read (Record.ReadAt).
+const recordColumns = `r.scope, r.operation, r.key, r.fingerprint, r.state, r.token,
+COALESCE(l.lease_until, r.lease_until) AS lease_until, r.response, r.reason, r.created_at,
+GREATEST(COALESCE(r.updated_at, r.created_at), l.updated_at), r.expires_at, r.request, statement_timestamp()`
 
-// queries holds the SQL of a Store, with the table name filled in once.
+// heartbeatJoin matches a record r with the heartbeat l of its current
+// lease, if it is pending and has one.
+const heartbeatJoin = `l.scope = r.scope AND l.operation = r.operation AND l.key = r.key
+AND l.token = r.token AND r.state = 'pending'`
+
+// queries holds the SQL of a Store, with the table names filled in once.
 //
 // Every deadline and every expiry check uses statement_timestamp(), the
 // server's clock at the start of the statement: it is the same everywhere
@@ -24,81 +32,148 @@ created_at, COALESCE(updated_at, created_at), expires_at, request, statement_tim
 // caller's transaction in CompleteTx. Durations travel as intervals (pgx
 // encodes a time.Duration as one, in whole microseconds).
 //
+// Only the statements that settle or hand over a lease write a record's
+// row. Extend writes the heartbeat table (idem_leases) and Subscribe the
+// waiters table (idem_waiters), each after locking the record's row in a
+// share mode, so that neither can make a concurrent CompleteTx at
+// REPEATABLE READ or SERIALIZABLE fail with a serialization error.
+//
 // Statements that end a wait (complete, release, escalate, resolve,
 // takeover) are written as a data-modifying CTE followed by a SELECT that
-// calls pg_notify for the changed row if a waiter flagged it (Subscribe sets
-// the waiters column). The notification is sent when the surrounding
-// transaction commits: for CompleteTx, at the caller's commit. Notifying
-// only flagged records matters: PostgreSQL serialises the commits of all
-// transactions that NOTIFY, which would cost most of the commit throughput
-// if every completion notified. A statement that changed nothing returns no
-// row, which is how the callers detect a lost lease.
+// calls the schema's idem_wake function for the changed row: it calls
+// pg_notify if a waiter subscribed to the key, and deletes the key's
+// heartbeat and waiter rows when the record is deleted. The notification is
+// sent when the surrounding transaction commits: for CompleteTx, at the
+// caller's commit. Notifying only awaited records matters: PostgreSQL
+// serialises the commits of all transactions that NOTIFY, which would cost
+// most of the commit throughput if every completion notified. A statement
+// that changed nothing returns no row, which is how the callers detect a
+// lost lease.
 type queries struct {
-	notify bool
-
-	reserve, get                    string
-	complete, release, escalate     string
-	releaseExpired, escalateExpired string
-	extend, takeover                string
-	resolveComplete, resolveRelease string
-	deleteCompleted                 string
-	state, markWaiting              string
-	list, expired, purge            string
+	reserve, get, pending, state                     string
+	complete, completeTx                             string
+	release, escalate, extend                        string
+	lock, releaseExpired, escalateExpired, takeover  string
+	resolveComplete, resolveRelease, deleteCompleted string
+	markWaiting, list, expired, purge                string
 }
 
-func buildQueries(table string, notify bool) queries {
-	r := strings.NewReplacer("{t}", table, "{cols}", recordColumns, "{now}", "statement_timestamp()")
-	// tail returns the SELECT after a CTE named u. With notify it calls
-	// pg_notify($ch, $payload), whose parameter numbers the caller appends.
-	tail := func(next int) string {
-		if !notify {
+// buildQueries fills in the statements for the tables of schema. With
+// notify, settling statements call pg_notify for awaited keys, with the
+// channel and payload as their last two parameters (the callers append
+// them); without, they pass NULL for the channel where they still need
+// idem_wake to forget a deleted record's side rows.
+func buildQueries(schema string, notify bool) queries {
+	id := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
+	r := strings.NewReplacer(
+		"{t}", id("idem_records"), "{l}", id("idem_leases"), "{w}", id("idem_waiters"),
+		"{cols}", recordColumns, "{hb}", heartbeatJoin, "{now}", "statement_timestamp()",
+		"{fence}", `r.scope = $1 AND r.operation = $2 AND r.key = $3 AND r.state = 'pending' AND r.token = $4`,
+		"{key}", `r.scope = $1 AND r.operation = $2 AND r.key = $3`,
+		// The effective deadline of the pending record r, under the lock
+		// that takeover and the expired variants take first.
+		"{expired}", `COALESCE((SELECT l.lease_until FROM `+id("idem_leases")+` l
+    WHERE l.scope = r.scope AND l.operation = r.operation AND l.key = r.key AND l.token = r.token),
+    r.lease_until) <= statement_timestamp()`,
+	)
+	wake := id("idem_wake")
+	// tail returns the SELECT after a CTE named u that returns the key of
+	// the changed record. next is the number of the channel parameter;
+	// always is the SQL condition under which to notify whether or not a
+	// waiter is seen, and forget says the record was deleted.
+	tail := func(next int, always string, forget bool) string {
+		if !notify && !forget {
 			return ` SELECT NULL FROM u`
 		}
-		return ` SELECT CASE WHEN u.waiters THEN pg_notify($` + strconv.Itoa(next) + `, $` + strconv.Itoa(next+1) + `) END FROM u`
+		ch, payload := "NULL", "NULL"
+		if notify {
+			ch, payload = "$"+strconv.Itoa(next), "$"+strconv.Itoa(next+1)
+		}
+		return ` SELECT ` + wake + `(` + ch + `::text, ` + payload + `::text, u.scope, u.operation, u.key, ` +
+			always + `, ` + strconv.FormatBool(forget) + `) FROM u`
 	}
-	const (
-		fence   = `scope = $1 AND operation = $2 AND key = $3 AND state = 'pending' AND token = $4`
-		expired = ` AND lease_until <= statement_timestamp()`
-	)
-	release := `WITH u AS (DELETE FROM {t} WHERE ` + fence + `%s RETURNING waiters)`
-	escalate := `WITH u AS (UPDATE {t} SET state = 'needs_review', reason = $5, updated_at = {now}
-WHERE ` + fence + `%s RETURNING waiters)`
+	const returning = ` RETURNING r.scope, r.operation, r.key)`
+	complete := `WITH u AS (UPDATE {t} r SET state = 'completed', response = $5,
+    expires_at = {now} + $6::interval, updated_at = {now}
+WHERE {fence}` + returning
+	release := `WITH u AS (DELETE FROM {t} r WHERE {fence}%s` + returning
+	escalate := `WITH u AS (UPDATE {t} r SET state = 'needs_review', reason = $5, updated_at = {now}
+WHERE {fence}%s` + returning
+	cond := func(sql, extra string) string { return strings.Replace(sql, "%s", extra, 1) }
 	return queries{
-		notify: notify,
 		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
 VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
 ON CONFLICT (scope, operation, key) DO NOTHING`),
-		get: r.Replace(`SELECT {cols} FROM {t} WHERE scope = $1 AND operation = $2 AND key = $3`),
-		complete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $5,
-    expires_at = {now} + $6::interval, updated_at = {now}
-WHERE `+fence+` RETURNING waiters)`) + tail(7),
-		release:         r.Replace(strings.Replace(release, "%s", "", 1)) + tail(5),
-		releaseExpired:  r.Replace(strings.Replace(release, "%s", expired, 1)) + tail(5),
-		escalate:        r.Replace(strings.Replace(escalate, "%s", "", 1)) + tail(6),
-		escalateExpired: r.Replace(strings.Replace(escalate, "%s", expired, 1)) + tail(6),
-		extend:          r.Replace(`UPDATE {t} SET lease_until = {now} + $5::interval, updated_at = {now} WHERE ` + fence),
-		takeover: r.Replace(`WITH u AS (UPDATE {t} SET token = $5, lease_until = {now} + $6::interval, updated_at = {now}
-WHERE `+fence+expired+` RETURNING waiters)`) + tail(7),
-		resolveComplete: r.Replace(`WITH u AS (UPDATE {t} SET state = 'completed', response = $4,
+		get:     r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key}`),
+		pending: r.Replace(`SELECT FROM {t} r WHERE {fence}`),
+		state:   r.Replace(`SELECT r.state FROM {t} r WHERE {key}`),
+
+		complete: r.Replace(complete) + tail(7, "false", false),
+		// In the caller's transaction at REPEATABLE READ or SERIALIZABLE,
+		// the snapshot may predate a waiter's subscription: notify anyway.
+		completeTx: r.Replace(complete) + tail(7, "current_setting('transaction_isolation') <> 'read committed'", false),
+		release:    r.Replace(cond(release, "")) + tail(5, "false", true),
+		escalate:   r.Replace(cond(escalate, "")) + tail(6, "false", false),
+		// Extend locks the record's row FOR KEY SHARE: that does not
+		// conflict with the completion's update, and a committed lock does
+		// not make a later update at REPEATABLE READ fail; it conflicts
+		// with the FOR UPDATE that takeover and the expired variants take
+		// before they read the heartbeat.
+		extend: r.Replace(`WITH r AS (SELECT r.scope, r.operation, r.key, r.token, r.lease_until FROM {t} r
+    WHERE {fence} FOR KEY SHARE)
+INSERT INTO {l} AS l (scope, operation, key, token, lease_until, updated_at, shrunk)
+SELECT scope, operation, key, token, {now} + $5::interval, {now}, {now} + $5::interval < lease_until FROM r
+ON CONFLICT (scope, operation, key) DO UPDATE
+SET token = EXCLUDED.token, lease_until = EXCLUDED.lease_until, updated_at = EXCLUDED.updated_at, shrunk = EXCLUDED.shrunk`),
+
+		// The statements that act on an expired lease run in a READ
+		// COMMITTED transaction of their own after lock: it waits for a
+		// heartbeat in progress, and the statement after it, with a fresh
+		// snapshot, sees that heartbeat.
+		lock:            r.Replace(`SELECT FROM {t} r WHERE {fence} FOR UPDATE`),
+		releaseExpired:  r.Replace(cond(release, " AND {expired}")) + tail(5, "false", true),
+		escalateExpired: r.Replace(cond(escalate, " AND {expired}")) + tail(6, "false", false),
+		takeover: r.Replace(`WITH u AS (UPDATE {t} r SET token = $5, lease_until = {now} + $6::interval, updated_at = {now}
+WHERE {fence} AND {expired}`+returning) + tail(7, "false", false),
+
+		resolveComplete: r.Replace(`WITH u AS (UPDATE {t} r SET state = 'completed', response = $4,
     expires_at = {now} + $5::interval, updated_at = {now}, reason = COALESCE(NULLIF($6, ''), reason)
-WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING waiters)`) + tail(7),
-		resolveRelease: r.Replace(`WITH u AS (DELETE FROM {t}
-WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'needs_review' RETURNING waiters)`) + tail(4),
-		deleteCompleted: r.Replace(`DELETE FROM {t} WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'completed'`),
-		state:           r.Replace(`SELECT state FROM {t} WHERE scope = $1 AND operation = $2 AND key = $3`),
-		markWaiting: r.Replace(`UPDATE {t} SET waiters = true
-WHERE scope = $1 AND operation = $2 AND key = $3 AND state = 'pending'`),
-		list: r.Replace(`SELECT {cols} FROM {t} WHERE `),
-		expired: r.Replace(`SELECT {cols} FROM {t}
-WHERE state = 'pending' AND lease_until <= {now}
+WHERE {key} AND r.state = 'needs_review'`+returning) + tail(7, "false", false),
+		resolveRelease: r.Replace(`WITH u AS (DELETE FROM {t} r WHERE {key} AND r.state = 'needs_review'`+returning) + tail(4, "false", true),
+		// A completed record gains no side rows (Extend and Subscribe need
+		// it pending), so the statement's own snapshot sees them all.
+		deleteCompleted: r.Replace(`WITH d AS (DELETE FROM {t} r WHERE {key} AND r.state = 'completed'` + ` RETURNING r.scope, r.operation, r.key),
+l AS (DELETE FROM {l} l USING d WHERE l.scope = d.scope AND l.operation = d.operation AND l.key = d.key),
+w AS (DELETE FROM {w} w USING d WHERE w.scope = d.scope AND w.operation = d.operation AND w.key = d.key)
+SELECT count(*) FROM d`),
+
+		// Subscribe locks the record's row FOR SHARE, which waits for a
+		// completion in progress (and then finds the record changed).
+		markWaiting: r.Replace(`WITH r AS (SELECT r.scope, r.operation, r.key FROM {t} r
+    WHERE {key} AND r.state = 'pending' FOR SHARE),
+i AS (INSERT INTO {w} (scope, operation, key) SELECT scope, operation, key FROM r ON CONFLICT DO NOTHING)
+SELECT count(*) FROM r`),
+		list: r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE `),
+		// Expired leases: records past their own deadline whose heartbeat,
+		// if any, is past too; and records whose heartbeat shortened the
+		// lease to a deadline that has passed.
+		expired: r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb}
+WHERE r.state = 'pending' AND r.lease_until <= {now} AND (l.lease_until IS NULL OR l.lease_until <= {now})
+UNION ALL
+SELECT {cols} FROM {l} l JOIN {t} r ON {hb}
+WHERE l.shrunk AND l.lease_until <= {now} AND r.lease_until > {now}
 ORDER BY lease_until, scope, operation, key LIMIT $1`),
-		purge: r.Replace(`DELETE FROM {t}
+		purge: r.Replace(`WITH d AS (DELETE FROM {t}
 WHERE ctid = ANY(ARRAY(
     SELECT ctid FROM {t}
     WHERE state = 'completed' AND expires_at <= {now}
     ORDER BY expires_at LIMIT $1
     FOR UPDATE SKIP LOCKED))
-AND state = 'completed' AND expires_at <= {now}`),
+AND state = 'completed' AND expires_at <= {now}
+RETURNING scope, operation, key),
+l AS (DELETE FROM {l} l USING d WHERE l.scope = d.scope AND l.operation = d.operation AND l.key = d.key),
+w AS (DELETE FROM {w} w USING d WHERE w.scope = d.scope AND w.operation = d.operation AND w.key = d.key)
+SELECT count(*) FROM d`),
 	}
 }
 

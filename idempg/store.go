@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -24,8 +23,10 @@ const maxChannelLen = 63
 // Config configures a Store. The zero value is ready to use against a
 // schema that has already been migrated.
 type Config struct {
-	// Schema is the PostgreSQL schema that holds the idem_records table and
-	// the idem_schema_migrations table. Defaults to "public".
+	// Schema is the PostgreSQL schema that holds the store's tables
+	// (idem_records, its side tables idem_leases and idem_waiters, and
+	// idem_schema_migrations) and its idem_wake function. Defaults to
+	// "public".
 	Schema string
 
 	// Migrate makes New run Migrate before returning (with a one-minute
@@ -42,9 +43,10 @@ type Config struct {
 	// DisableNotify turns off LISTEN/NOTIFY: state changes never call
 	// pg_notify, Capabilities reports Notify false and Subscribe fails, so
 	// the engine's waiters poll. Only records with a subscribed waiter are
-	// ever announced, so notifications cost little; this is for servers or
-	// poolers without LISTEN support (e.g. PgBouncer in transaction mode).
-	// Defaults to false (notifications on).
+	// announced (and completions by CompleteTx at REPEATABLE READ or
+	// SERIALIZABLE, which cannot tell), so notifications cost little; this
+	// is for servers or poolers without LISTEN support (e.g. PgBouncer in
+	// transaction mode). Defaults to false (notifications on).
 	DisableNotify bool
 
 	// ReserveRetries is how many times Reserve repeats an insert that the
@@ -121,7 +123,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	s := &Store{
 		pool: pool,
 		cfg:  cfg,
-		q:    buildQueries(pgx.Identifier{cfg.Schema, "idem_records"}.Sanitize(), !cfg.DisableNotify),
+		q:    buildQueries(cfg.Schema, !cfg.DisableNotify),
 	}
 	s.l = newListener(pool, cfg.Channel, cfg.ListenerRetry)
 	return s, nil
