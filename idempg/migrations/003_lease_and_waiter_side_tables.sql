@@ -45,7 +45,7 @@ CREATE TABLE {schema}.idem_waiters (
 -- announces nothing. It returns whether a waiter was found.
 CREATE FUNCTION {schema}.idem_wake(channel text, payload text, k_scope text, k_operation text, k_key text,
                                    always boolean, forget boolean)
-RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+RETURNS boolean LANGUAGE plpgsql VOLATILE AS $idem_wake$
 DECLARE
     waited boolean;
 BEGIN
@@ -66,4 +66,4 @@ BEGIN
     END IF;
     RETURN waited;
 END
-$$;
+$idem_wake$;
