@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+
+	"github.com/idem-dev/idem/idemstore"
 )
 
 // Header values the middleware sets, shared so that setting them costs no
@@ -22,6 +24,7 @@ const outcomeHeader = "Idempotency-Outcome"
 // reqState is what one protected request needs, pooled: the request body
 // buffer and reader, and the response capture.
 type reqState struct {
+	info    idemstore.Request
 	reqBuf  bytes.Buffer
 	body    bodyReader
 	respBuf bytes.Buffer
@@ -42,6 +45,7 @@ func putState(s *reqState) {
 	s.reqBuf.Reset()
 	s.respBuf.Reset()
 	s.body = bodyReader{}
+	s.info = idemstore.Request{}
 	// The header map is reused: stores do not keep a response's header
 	// (idemstore.CompleteParams), and the real response holds only its
 	// value slices, which are never written again.

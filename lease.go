@@ -121,20 +121,58 @@ func (l *Lease) Complete(ctx context.Context, resp *Response) error {
 		return errors.New("idem: Complete needs a response")
 	}
 	p := l.completeParams(resp)
-	err := l.e.settle(ctx, l.key, l.e.cfg.SettleTimeout,
-		func(ctx context.Context) error { return l.e.store.Complete(ctx, p) },
-		l.isNow(idemstore.StateCompleted))
+	err := l.settle(ctx, settleComplete, &p, "")
 	if err == nil {
 		l.setState(LeaseCompleted)
 	}
 	return err
 }
 
-// isNow returns a settle check: the record shows this lease's token in state
-// want, so the change was applied.
-func (l *Lease) isNow(want idemstore.State) func(*idemstore.Record, error) bool {
-	return func(rec *idemstore.Record, err error) bool {
-		return err == nil && rec.State == want && rec.Token == l.token
+// How Lease.settle ends a lease.
+type settleOp uint8
+
+const (
+	settleComplete settleOp = iota
+	settleRelease
+	settleEscalate
+)
+
+// settle applies op until it succeeds, is refused for good, or
+// EngineConfig.SettleTimeout passes, detached from ctx's cancellation (see
+// Engine.settle). After every error it reads the record back: a change whose
+// reply was lost, or that a client library resent after it went through,
+// shows as the record in the state op produces (completed or needs_review
+// under this lease's token, or gone), and counts as done.
+func (l *Lease) settle(ctx context.Context, op settleOp, p *idemstore.CompleteParams, reason string) error {
+	st := l.e.store
+	dc := detach(ctx, l.e.cfg.SettleTimeout)
+	defer dc.stop()
+	pause := settleFirstPause
+	for {
+		var err error
+		switch op {
+		case settleComplete:
+			err = st.Complete(dc, *p)
+		case settleRelease:
+			err = st.Release(dc, idemstore.ReleaseParams{Key: l.key, Token: l.token})
+		case settleEscalate:
+			err = st.Escalate(dc, idemstore.EscalateParams{Key: l.key, Token: l.token, Reason: reason})
+		}
+		if err == nil {
+			return nil
+		}
+		rec, gerr := st.Get(dc, l.key)
+		switch {
+		case op == settleRelease && errors.Is(gerr, idemstore.ErrNotFound):
+			return nil // gone: released
+		case gerr == nil && rec.Token == l.token && (op == settleComplete && rec.State == idemstore.StateCompleted ||
+			op == settleEscalate && rec.State == idemstore.StateNeedsReview):
+			return nil
+		}
+		if !transient(err) || !dc.pause(pause) {
+			return err
+		}
+		pause = min(2*pause, settleMaxPause)
 	}
 }
 
@@ -177,11 +215,7 @@ func (l *Lease) completeParams(resp *Response) idemstore.CompleteParams {
 // whose acknowledgement was lost), Release leaves it alone and returns
 // ErrLeaseLost.
 func (l *Lease) Release(ctx context.Context) error {
-	err := l.e.settle(ctx, l.key, l.e.cfg.SettleTimeout,
-		func(ctx context.Context) error {
-			return l.e.store.Release(ctx, idemstore.ReleaseParams{Key: l.key, Token: l.token})
-		},
-		func(rec *idemstore.Record, err error) bool { return err != nil }) // gone: released
+	err := l.settle(ctx, settleRelease, nil, "")
 	if err == nil {
 		l.setState(LeaseReleased)
 	}
@@ -192,11 +226,7 @@ func (l *Lease) Release(ctx context.Context) error {
 // unknown, and a resolver or an operator must decide. Retries get
 // NeedsReview until then.
 func (l *Lease) Escalate(ctx context.Context, reason string) error {
-	err := l.e.settle(ctx, l.key, l.e.cfg.SettleTimeout,
-		func(ctx context.Context) error {
-			return l.e.store.Escalate(ctx, idemstore.EscalateParams{Key: l.key, Token: l.token, Reason: reason})
-		},
-		l.isNow(idemstore.StateNeedsReview))
+	err := l.settle(ctx, settleEscalate, nil, reason)
 	if err == nil {
 		l.setState(LeaseEscalated)
 		l.e.reviewed(ctx, l.key, reason)

@@ -104,7 +104,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res, err := m.e.Begin(r.Context(), Request{
 		Key: Key{Scope: scope, Operation: op, Key: key}, Fingerprint: fp,
 		Kind: pol.Kind, Wait: pol.Wait, Lease: pol.Lease, Retention: pol.Retention,
-		Info: requestInfo(r, pol, buf.Bytes()),
+		Info: st.requestInfo(r, pol, buf.Bytes()),
 	})
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -199,13 +199,14 @@ func (m *middleware) replay(w http.ResponseWriter, resp *Response, key string) (
 }
 
 // requestInfo is what the record keeps of r for operators: method, path and
-// query, and the body where the policy allows it and it fits.
-func requestInfo(r *http.Request, pol *Policy, body []byte) *idemstore.Request {
-	info := &idemstore.Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
+// query, and the body where the policy allows it and it fits. It lives in
+// the pooled state: stores copy what they keep before Reserve returns.
+func (st *reqState) requestInfo(r *http.Request, pol *Policy, body []byte) *idemstore.Request {
+	st.info = idemstore.Request{Method: r.Method, Path: r.URL.Path, Query: r.URL.RawQuery}
 	if pol.StoreRequestBody && len(body) <= MaxStoredRequestBody {
-		info.Body = body // the store copies what it keeps
+		st.info.Body = body
 	}
-	return info
+	return &st.info
 }
 
 // readLimited reads body into buf, up to limit bytes. over reports a body

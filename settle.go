@@ -32,31 +32,26 @@ const orphanTimeout = 250 * time.Millisecond
 // or timeout passes, detached from ctx's cancellation. done is given the
 // record read back after every error (nil and ErrNotFound when it is gone)
 // and reports whether change has taken effect, so that an applied change
-// whose reply was lost counts as a success; a nil done reads nothing.
+// whose reply was lost counts as a success; a nil done reads nothing. (The
+// lease's own settlement, on the request path, is the same loop without
+// closures: Lease.settle.)
 func (e *Engine) settle(ctx context.Context, key Key, timeout time.Duration, change func(context.Context) error, done func(*idemstore.Record, error) bool) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
+	dc := detach(ctx, timeout)
+	defer dc.stop()
 	pause := settleFirstPause
 	for {
-		err := change(ctx)
+		err := change(dc)
 		if err == nil {
 			return nil
 		}
 		if done != nil {
-			rec, gerr := e.store.Get(ctx, key)
+			rec, gerr := e.store.Get(dc, key)
 			if (gerr == nil || errors.Is(gerr, idemstore.ErrNotFound)) && done(rec, gerr) {
 				return nil
 			}
 		}
-		if !transient(err) || ctx.Err() != nil {
+		if !transient(err) || !dc.pause(pause) {
 			return err
-		}
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
 		}
 		pause = min(2*pause, settleMaxPause)
 	}

@@ -140,7 +140,9 @@ type ReserveParams struct {
 	// zero or less to make a lease that has already expired.
 	Lease time.Duration
 	// Request, when set, describes the request for operators (see
-	// Record.Request). Stores keep it as given.
+	// Record.Request). Stores keep its fields as given, but must not keep
+	// the pointer or its Body after the call returns: they encode or copy
+	// it (callers reuse their buffers).
 	Request *Request
 }
 
