@@ -201,6 +201,54 @@ func TestMiddlewareClientGone(t *testing.T) {
 	}
 }
 
+// cancelDuringComplete cancels the request's context while Complete is in
+// flight, then lets Complete run on the context it was given, as a client
+// that times out mid-settlement would.
+type cancelDuringComplete struct {
+	*idemmem.Store
+	cancel func()
+}
+
+func (s cancelDuringComplete) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	s.cancel()
+	return s.Store.Complete(ctx, p)
+}
+
+// TestMiddlewareClientLeavesDuringSettlement: a client that times out while
+// the answer is being stored cancels nothing: the store's Complete runs on a
+// context detached from the request, and the retry replays the answer.
+func TestMiddlewareClientLeavesDuringSettlement(t *testing.T) {
+	t.Parallel()
+	mem := idemmem.MustNew(idemmem.Config{})
+	t.Cleanup(func() { mem.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	e, err := idem.NewEngine(cancelDuringComplete{mem, cancel}, idem.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	h := idem.Middleware(e, idem.Config{Scope: idem.GlobalScope})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"charged":true}`)
+	}))
+	post := func(ctx context.Context) *httptest.ResponseRecorder {
+		r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{}`)).WithContext(ctx)
+		r.Header.Set(idem.HeaderName, "k")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w
+	}
+	post(ctx)
+	if ctx.Err() == nil {
+		t.Fatal("test bug: the request's context was not cancelled during Complete")
+	}
+	w := post(context.Background())
+	if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" || runs != 1 {
+		t.Fatalf("retry after the client left mid-settlement: %d %q, runs %d", w.Code, w.Body, runs)
+	}
+}
+
 // TestMiddlewareWaiterLeaves: a duplicate waiting for the first request
 // (Policy.Wait) whose client gives up is counted as canceled, gets nothing
 // written, and changes nothing for the first request.
