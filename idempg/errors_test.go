@@ -66,6 +66,19 @@ func TestInterpretError(t *testing.T) {
 	}
 }
 
+func TestUpdateConflict(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	if updateConflict(interpretError(ctx, &pgconn.PgError{Code: "40001"})) == nil {
+		t.Error("a serialization failure is not an update conflict")
+	}
+	for _, err := range []error{nil, idemstore.ErrLeaseLost, interpretError(ctx, &pgconn.PgError{Code: "40P01"})} {
+		if updateConflict(err) != nil {
+			t.Errorf("%v is an update conflict", err)
+		}
+	}
+}
+
 func TestConfigDefaultsAndValidation(t *testing.T) {
 	t.Parallel()
 	c := Config{}.withDefaults()

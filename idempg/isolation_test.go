@@ -19,7 +19,8 @@ var isolationLevels = []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pg
 // another connection, and only then does CompleteTx run. PostgreSQL refuses
 // (40001) to update at REPEATABLE READ or SERIALIZABLE a row that a
 // transaction committed after the snapshot updated, so neither may write
-// the record's row. The waiter must still be woken by the commit.
+// the record's row; they lock it, and a committed lock does not make the
+// update fail. The waiter must still be woken by the commit.
 func TestCompleteTxWhileTouched(t *testing.T) {
 	t.Parallel()
 	// The store's own statements run at the pool's default level: the
@@ -78,6 +79,14 @@ func testCompleteTxWhileTouched(t *testing.T, level pgx.TxIsoLevel, storeLevel s
 				t.Fatal(err)
 			}
 			woken := tc.touch(t, k, token)
+			// The touch locked the record's row (its xmax names the locker)
+			// after the snapshot, and committed; a lock is not a change.
+			var locked bool
+			err = pool.QueryRow(ctx, "SELECT xmax::text <> '0' FROM "+pgx.Identifier{schema, "idem_records"}.Sanitize()+
+				" WHERE scope = $1 AND operation = $2 AND key = $3", k.Scope, k.Operation, k.Key).Scan(&locked)
+			if err != nil || !locked {
+				t.Fatalf("after %s the record's row shows no lock (%v)", tc.name, err)
+			}
 			if err := s.CompleteTx(ctx, tx, txLease{key: k, token: token}, &idemstore.Response{Status: 201}); err != nil {
 				t.Fatalf("CompleteTx after %s: %v", tc.name, err)
 			}
