@@ -1,0 +1,64 @@
+package idemadmin
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"net/http"
+	"sort"
+	"strings"
+)
+
+// tokenSet checks presented tokens against the configured ones in
+// constant time: every token is compared (by its SHA-256, so lengths do
+// not matter), whichever matches.
+type tokenSet struct {
+	names []string
+	sums  [][sha256.Size]byte
+}
+
+func newTokenSet(tokens map[string]string) tokenSet {
+	var ts tokenSet
+	for name := range tokens {
+		ts.names = append(ts.names, name)
+	}
+	sort.Strings(ts.names)
+	for _, name := range ts.names {
+		ts.sums = append(ts.sums, sha256.Sum256([]byte(tokens[name])))
+	}
+	return ts
+}
+
+// match returns the name of the token tok, or false.
+func (ts tokenSet) match(tok string) (string, bool) {
+	sum := sha256.Sum256([]byte(tok))
+	found := -1
+	for i := range ts.sums {
+		if subtle.ConstantTimeCompare(sum[:], ts.sums[i][:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 || tok == "" {
+		return "", false
+	}
+	return ts.names[found], true
+}
+
+// bearer returns the token of an "Authorization: Bearer TOKEN" header.
+// A token anywhere else (a query string, a cookie) is not looked at: URLs
+// end up in logs and browser histories.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Values("Authorization")
+	if len(h) != 1 {
+		return "", false
+	}
+	scheme, tok, ok := strings.Cut(h[0], " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
+// errUnauthorized is the API's answer without a valid token.
+var errUnauthorized = &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
+	Detail: "a valid admin token is required: send Authorization: Bearer TOKEN (the token of --admin-token-file or IDEM_ADMIN_TOKEN)"}

@@ -1,0 +1,20 @@
+// Package idemadmin is idem's admin API and review page: where a person
+// finds the keys whose outcome is unknown (needs_review) and settles them.
+//
+// Handler serves both on the admin listener of `idem serve`:
+//
+//   - the JSON API under /api/v1/keys (list, get, resolve, delete), for
+//     scripts and `idem review` / `idem keys --admin-url`, authorized by
+//     "Authorization: Bearer TOKEN";
+//   - the review page at /, server-rendered with html/template from
+//     embedded files, no script: sign in with a token (a session cookie,
+//     HttpOnly and SameSite=Strict, that holds a random session ID, never
+//     the token), see the queue, open a key, and release it or store its
+//     answer, each behind a confirmation and protected against cross-site
+//     request forgery.
+//
+// Keys is the same logic without HTTP, for tools that open a store
+// directly, and Client speaks the API. Every change is logged with the
+// name of the token that made it and the operator's note, and a completed
+// key's reason says the same. docs/admin-api.md describes the API.
+package idemadmin

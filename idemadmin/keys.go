@@ -1,0 +1,282 @@
+package idemadmin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Keys reads and settles keys for operators over a store: what the admin
+// API serves, and what idem's CLI uses when it is given a store directly.
+// Every change is logged, with who made it and why, and the reason a
+// completed key keeps says the same.
+type Keys struct {
+	// Store holds the keys. Required.
+	Store idemstore.Store
+	// Retention is how long an answer stored by a "complete" resolution
+	// is kept. Defaults to 24h.
+	Retention time.Duration
+	// Logger receives the audit log of every change. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+	// OnChange, if set, is called after every change, with what changed.
+	OnChange func(Result)
+}
+
+// ListQuery selects keys to list.
+type ListQuery struct {
+	// State is pending, completed or needs_review; empty lists every
+	// state.
+	State string
+	// Operation filters by operation, exactly ("POST /payments").
+	Operation string
+	// Cursor continues a listing: a previous page's NextCursor.
+	Cursor string
+	// Limit is the page size, 1 to 1000. Defaults to 100.
+	Limit int
+}
+
+// Page is one page of keys.
+type Page struct {
+	Items []Item `json:"items"`
+	// NextCursor continues the listing; empty at the end.
+	NextCursor string `json:"next_cursor"`
+}
+
+// ResolveRequest settles a key that needs review.
+type ResolveRequest struct {
+	// Action is "release" (the operation did not happen: the next retry
+	// runs it) or "complete" (it happened: every retry gets Answer).
+	Action string `json:"action"`
+	// Answer is what retries get, with Action "complete".
+	Answer
+	// Note says why, for the audit log and the record.
+	Note string `json:"note,omitempty"`
+}
+
+// The resolve actions.
+const (
+	ActionRelease  = "release"
+	ActionComplete = "complete"
+	ActionDelete   = "delete"
+)
+
+// Result is what a change did.
+type Result struct {
+	ID        string `json:"id"`
+	Scope     string `json:"scope"`
+	Operation string `json:"operation"`
+	Key       string `json:"key"`
+	// Action is release, complete or delete.
+	Action string `json:"action"`
+	// State is what became of the key: released, completed or deleted.
+	State string `json:"state"`
+	// By names who made the change (the admin token's name).
+	By   string `json:"by"`
+	Note string `json:"note,omitempty"`
+	// Reason is what the record says from now on (completed keys), or
+	// what was logged (released and deleted keys, which are gone).
+	Reason string `json:"reason"`
+	// Item is the completed key after the change.
+	Item *Item `json:"item,omitempty"`
+}
+
+// MaxNoteLength bounds a change's note, in bytes.
+const MaxNoteLength = 1000
+
+func (k *Keys) logger() *slog.Logger {
+	if k.Logger == nil {
+		return slog.Default()
+	}
+	return k.Logger
+}
+
+// List returns a page of keys.
+func (k *Keys) List(ctx context.Context, q ListQuery) (Page, error) {
+	st := idemstore.State(q.State)
+	if q.State != "" && !st.Valid() {
+		return Page{}, badRequest("state %q must be needs_review, pending or completed", q.State)
+	}
+	if q.Limit == 0 {
+		q.Limit = 100
+	}
+	if q.Limit < 1 || q.Limit > 1000 {
+		return Page{}, badRequest("limit %d must be between 1 and 1000", q.Limit)
+	}
+	page, err := k.Store.List(ctx, idemstore.ListParams{State: st, Operation: q.Operation, Cursor: q.Cursor, Limit: q.Limit})
+	if err != nil {
+		return Page{}, asError(err)
+	}
+	out := Page{Items: make([]Item, 0, len(page.Records)), NextCursor: page.NextCursor}
+	for _, rec := range page.Records {
+		out.Items = append(out.Items, newItem(rec, false))
+	}
+	return out, nil
+}
+
+// Get returns the key with the given ID, with what was asked (and the
+// request body, where the route stored it) and, for a completed key, the
+// stored answer.
+func (k *Keys) Get(ctx context.Context, id string) (Item, error) {
+	key, err := ParseKeyID(id)
+	if err != nil {
+		return Item{}, err
+	}
+	rec, err := k.Store.Get(ctx, key)
+	if err != nil {
+		return Item{}, keyError(key, "", err)
+	}
+	return newItem(rec, true), nil
+}
+
+// Resolve settles a key in review as req says, on behalf of who.
+func (k *Keys) Resolve(ctx context.Context, id, who string, req ResolveRequest) (Result, error) {
+	key, err := ParseKeyID(id)
+	if err != nil {
+		return Result{}, err
+	}
+	note, err := cleanNote(req.Note)
+	if err != nil {
+		return Result{}, err
+	}
+	p := idemstore.ResolveParams{Key: key, Retention: k.Retention, Action: idemstore.ResolveRelease}
+	resp, err := req.Check()
+	if err != nil {
+		return Result{}, badRequest("resolving %s: %v", describeKey(key), err)
+	}
+	if resp != nil {
+		p.Action, p.Response = idemstore.ResolveComplete, resp
+	}
+	if p.Retention <= 0 {
+		p.Retention = 24 * time.Hour
+	}
+	rec, err := k.Store.Get(ctx, key)
+	if err != nil {
+		return Result{}, keyError(key, "", err)
+	}
+	if rec.State != idemstore.StateNeedsReview {
+		return Result{}, keyError(key, rec.State, idemstore.ErrNotNeedsReview)
+	}
+	res := Result{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Action: req.Action, By: who, Note: note}
+	if p.Action == idemstore.ResolveRelease {
+		res.State = "released"
+		res.Reason = fmt.Sprintf("released by %s: %s (was: %s)", who, orNoNote(note), cut(rec.Reason, 500))
+	} else {
+		res.State = "completed"
+		res.Reason = fmt.Sprintf("completed with status %d by %s: %s (was: %s)", p.Response.Status, who, orNoNote(note), cut(rec.Reason, 500))
+	}
+	p.Reason = res.Reason
+	if err := k.Store.Resolve(ctx, p); err != nil {
+		// Another operator or a resolver may have settled it since the read.
+		return Result{}, keyError(key, "", err)
+	}
+	attrs := []slog.Attr{slog.String("by", who), slog.String("action", req.Action), slog.String("scope", key.Scope),
+		slog.String("operation", key.Operation), slog.String("key", key.Key), slog.String("note", note), slog.String("was", rec.Reason)}
+	if p.Response != nil {
+		attrs = append(attrs, slog.Int("status", p.Response.Status))
+	}
+	k.logger().LogAttrs(ctx, slog.LevelInfo, "admin: key resolved", attrs...)
+	if p.Action == idemstore.ResolveComplete {
+		if rec, err := k.Store.Get(ctx, key); err == nil {
+			it := newItem(rec, false)
+			res.Item = &it
+		}
+	}
+	k.changed(res)
+	return res, nil
+}
+
+// Check validates req and returns the answer it stores: nil for a
+// release.
+func (req ResolveRequest) Check() (*idemstore.Response, error) {
+	switch req.Action {
+	case ActionRelease:
+		if req.Status != 0 || req.Headers != nil || req.Body != nil || req.BodyBase64 != nil {
+			return nil, errors.New("action release takes no answer (status, headers, body); to store an answer use action complete")
+		}
+		return nil, nil
+	case ActionComplete:
+		return req.Answer.Response(false)
+	case "":
+		return nil, errors.New(`action is required: "release" or "complete"`)
+	}
+	return nil, fmt.Errorf(`action %q must be "release" or "complete"`, req.Action)
+}
+
+// Delete removes a completed key before its retention ends, so that the
+// next request with it runs the operation again.
+func (k *Keys) Delete(ctx context.Context, id, who, note string) (Result, error) {
+	key, err := ParseKeyID(id)
+	if err != nil {
+		return Result{}, err
+	}
+	if note, err = cleanNote(note); err != nil {
+		return Result{}, err
+	}
+	rec, err := k.Store.Get(ctx, key)
+	if err != nil {
+		return Result{}, keyError(key, "", err)
+	}
+	if rec.State != idemstore.StateCompleted {
+		return Result{}, keyError(key, rec.State, idemstore.ErrNotCompleted)
+	}
+	if err := k.Store.Delete(ctx, key); err != nil {
+		return Result{}, keyError(key, "", err)
+	}
+	res := Result{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Action: ActionDelete, State: "deleted", By: who, Note: note,
+		Reason: fmt.Sprintf("deleted by %s: %s", who, orNoNote(note))}
+	k.logger().LogAttrs(ctx, slog.LevelInfo, "admin: key deleted", slog.String("by", who), slog.String("scope", key.Scope),
+		slog.String("operation", key.Operation), slog.String("key", key.Key), slog.String("note", note))
+	k.changed(res)
+	return res, nil
+}
+
+func (k *Keys) changed(r Result) {
+	if k.OnChange != nil {
+		k.OnChange(r)
+	}
+}
+
+// cleanNote turns line breaks and other control characters into spaces
+// and bounds the length.
+func cleanNote(s string) (string, error) {
+	if len(s) > MaxNoteLength {
+		return "", badRequest("the note has %d bytes; at most %d", len(s), MaxNoteLength)
+	}
+	s = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, s)
+	return strings.TrimSpace(s), nil
+}
+
+func orNoNote(note string) string {
+	if note == "" {
+		return "no note"
+	}
+	return note
+}
+
+// cut returns s cut at max bytes, on a UTF-8 boundary.
+func cut(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	i := max
+	for i > 0 && s[i]&0xc0 == 0x80 {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+func badRequest(format string, args ...any) error {
+	return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Detail: fmt.Sprintf(format, args...)}
+}

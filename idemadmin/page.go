@@ -1,0 +1,369 @@
+package idemadmin
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+//go:embed templates/*.html static/style.css
+var assets embed.FS
+
+// maxFormBody bounds a form posted to the review page.
+const maxFormBody = 2*MaxAnswerBody + 64<<10
+
+// queuePageSize is how many keys one page of the queue shows.
+const queuePageSize = 50
+
+func parsePages() (map[string]*template.Template, error) {
+	funcs := template.FuncMap{
+		"vis":   visibleHTML,
+		"age":   func(it Item) string { return humanDuration(it.Age()) },
+		"ts":    formatTime,
+		"scope": shortScope,
+		"deref": func(s *string) string { return *s },
+	}
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"login", "queue", "detail", "confirm", "error"} {
+		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
+		if err != nil {
+			return nil, fmt.Errorf("idemadmin: page %s: %w", name, err)
+		}
+		pages[name] = t
+	}
+	return pages, nil
+}
+
+// view is what a page template shows.
+type view struct {
+	Title string
+	Who   string // signed in as
+	CSRF  string
+	Flash string
+	Error string
+
+	// The queue.
+	State  string
+	States []stateTab
+	Items  []Item
+	Next   string
+
+	// A key, and the settle form as it was filled in.
+	Item *Item
+	Form pageForm
+
+	// The confirmation of a change.
+	Confirm *confirmation
+}
+
+type stateTab struct {
+	Label, URL string
+	Current    bool
+}
+
+type confirmation struct {
+	Title, Text, Button, Action string
+	Answer                      *idemstore.Response
+}
+
+// pageForm is the settle form's fields, as posted.
+type pageForm struct {
+	Action, Status, Headers, Body, Note string
+}
+
+func (h *Handler) pageRoutes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /static/style.css", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, assets, "static/style.css")
+	})
+	mux.HandleFunc("GET /login", h.loginPage)
+	mux.HandleFunc("POST /login", h.login)
+	mux.HandleFunc("POST /logout", h.signedIn(h.logout))
+	mux.HandleFunc("GET /{$}", h.signedIn(h.queue))
+	mux.HandleFunc("GET /keys/{id}", h.signedIn(h.detail))
+	mux.HandleFunc("POST /keys/{id}/resolve", h.signedIn(h.resolve))
+	mux.HandleFunc("POST /keys/{id}/delete", h.signedIn(h.deleteKey))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		h.render(w, http.StatusNotFound, "error", &view{Title: "Not found", Error: "There is no page at " + r.URL.Path + "."})
+	})
+	return securityHeaders(crossOrigin(mux))
+}
+
+// signedIn runs next for a live session; every POST must also carry the
+// session's form token.
+func (h *Handler) signedIn(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		sess := h.sessions.lookup(r)
+		if sess == nil {
+			if r.Method == http.MethodGet {
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				return
+			}
+			h.render(w, http.StatusUnauthorized, "login", &view{Title: "Sign in", Error: "Your session has ended. Sign in again; nothing was changed."})
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
+			if !sess.checkCSRF(r.PostFormValue(csrfField)) {
+				h.cfg.Logger.Warn("admin: page change refused: missing or wrong form token", "by", sess.name, "path", r.URL.Path, "remote", r.RemoteAddr)
+				h.render(w, http.StatusForbidden, "error", h.base(sess, "Refused", "This form did not come from this page, or it has expired. Reload the page and try again; nothing was changed."))
+				return
+			}
+		}
+		next(w, r, sess)
+	}
+}
+
+func (h *Handler) base(sess *session, title, errMsg string) *view {
+	v := &view{Title: title, Error: errMsg}
+	if sess != nil {
+		v.Who, v.CSRF, v.Flash = sess.name, sess.csrf, sess.takeFlash()
+	}
+	return v
+}
+
+func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
+	if h.sessions.lookup(r) != nil {
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	h.render(w, http.StatusOK, "login", &view{Title: "Sign in"})
+}
+
+func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	name, ok := h.tokens.match(r.PostFormValue("token"))
+	if !ok {
+		h.cfg.Logger.Warn("admin: sign-in refused: wrong token", "remote", r.RemoteAddr)
+		h.render(w, http.StatusUnauthorized, "login", &view{Title: "Sign in", Error: "That token is not valid."})
+		return
+	}
+	h.sessions.end(r) // a new sign-in never reuses a session
+	id, _ := h.sessions.create(name)
+	setCookie(w, r, id, int(h.cfg.SessionTTL/time.Second))
+	h.cfg.Logger.Info("admin: signed in", "by", name, "remote", r.RemoteAddr)
+	http.Redirect(w, r, "/", http.StatusSeeOther)
+}
+
+func (h *Handler) logout(w http.ResponseWriter, r *http.Request, sess *session) {
+	h.sessions.end(r)
+	setCookie(w, r, "", -1)
+	h.cfg.Logger.Info("admin: signed out", "by", sess.name)
+	http.Redirect(w, r, "/login", http.StatusSeeOther)
+}
+
+var stateLabels = []struct{ state, label string }{
+	{string(idemstore.StateNeedsReview), "Needs review"},
+	{string(idemstore.StatePending), "In flight"},
+	{string(idemstore.StateCompleted), "Completed"},
+}
+
+func (h *Handler) queue(w http.ResponseWriter, r *http.Request, sess *session) {
+	q := r.URL.Query()
+	state := q.Get("state")
+	if state == "" {
+		state = string(idemstore.StateNeedsReview)
+	}
+	v := h.base(sess, "Keys", "")
+	v.State = state
+	for _, s := range stateLabels {
+		v.States = append(v.States, stateTab{Label: s.label, URL: "/?state=" + s.state, Current: s.state == state})
+		if s.state == state {
+			v.Title = s.label
+		}
+	}
+	page, err := h.keys.List(r.Context(), ListQuery{State: state, Cursor: q.Get("cursor"), Limit: queuePageSize})
+	if err != nil {
+		h.fail(w, v, err)
+		return
+	}
+	v.Items = page.Items
+	if page.NextCursor != "" {
+		v.Next = "/?" + url.Values{"state": {state}, "cursor": {page.NextCursor}}.Encode()
+	}
+	h.render(w, http.StatusOK, "queue", v)
+}
+
+func (h *Handler) detail(w http.ResponseWriter, r *http.Request, sess *session) {
+	h.showKey(w, r, h.base(sess, "", ""), http.StatusOK)
+}
+
+// showKey renders the key of r's path with v (its form and error).
+func (h *Handler) showKey(w http.ResponseWriter, r *http.Request, v *view, status int) {
+	it, err := h.keys.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, v, err)
+		return
+	}
+	v.Item, v.Title = &it, "Key "+Visible(it.Key)
+	if v.Form.Action == "" {
+		v.Form.Headers = "Content-Type: application/json"
+	}
+	h.render(w, status, "detail", v)
+}
+
+func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, sess *session) {
+	form := pageForm{
+		Action:  r.PostFormValue("action"),
+		Status:  strings.TrimSpace(r.PostFormValue("status")),
+		Headers: r.PostFormValue("headers"),
+		Body:    r.PostFormValue("body"),
+		Note:    r.PostFormValue("note"),
+	}
+	v := h.base(sess, "", "")
+	v.Form = form
+	req, err := form.request()
+	var answer *idemstore.Response
+	if err == nil {
+		answer, err = req.Check()
+	}
+	if err == nil {
+		_, err = cleanNote(req.Note)
+	}
+	if err != nil {
+		v.Error = "Not changed: " + asError(err).Detail
+		h.showKey(w, r, v, http.StatusBadRequest)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		c := &confirmation{Action: "/keys/" + r.PathValue("id") + "/resolve", Answer: answer}
+		if answer == nil {
+			c.Title, c.Button = "release this key?", "Release the key"
+			c.Text = "Only if the operation certainly did not happen: the key is deleted, and the client's next retry runs the operation again."
+		} else {
+			c.Title, c.Button = "store this answer?", "Store the answer"
+			c.Text = "Only if the operation happened: every retry with this key gets this answer from now on, and the operation never runs again."
+		}
+		h.confirm(w, r, v, c)
+		return
+	}
+	res, err := h.keys.Resolve(r.Context(), r.PathValue("id"), sess.name, req)
+	if err != nil {
+		v.Error = "Not changed: " + asError(err).Detail
+		h.showKey(w, r, v, asError(err).Status)
+		return
+	}
+	if res.State == "released" {
+		sess.setFlash(fmt.Sprintf("Released key %s: the client's next retry runs the operation.", quote(res.Key, 100)))
+		http.Redirect(w, r, "/", http.StatusSeeOther)
+		return
+	}
+	sess.setFlash(fmt.Sprintf("Completed key %s with status %d: every retry gets this answer.", quote(res.Key, 100), answer.Status))
+	http.Redirect(w, r, "/keys/"+res.ID, http.StatusSeeOther)
+}
+
+func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request, sess *session) {
+	v := h.base(sess, "", "")
+	v.Form = pageForm{Action: ActionDelete, Note: r.PostFormValue("note")}
+	if r.PostFormValue("confirm") != "yes" {
+		h.confirm(w, r, v, &confirmation{Action: "/keys/" + r.PathValue("id") + "/delete",
+			Title: "delete this key?", Button: "Delete the key",
+			Text: "The stored answer is forgotten: the next request with this key runs the operation again."})
+		return
+	}
+	res, err := h.keys.Delete(r.Context(), r.PathValue("id"), sess.name, v.Form.Note)
+	if err != nil {
+		v.Error = "Not changed: " + asError(err).Detail
+		h.showKey(w, r, v, asError(err).Status)
+		return
+	}
+	sess.setFlash(fmt.Sprintf("Deleted key %s: the next request with it runs the operation.", quote(res.Key, 100)))
+	http.Redirect(w, r, "/?state=completed", http.StatusSeeOther)
+}
+
+// confirm shows the confirmation of a change, which posts the same form
+// again with confirm=yes.
+func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, v *view, c *confirmation) {
+	it, err := h.keys.Get(r.Context(), r.PathValue("id"))
+	if err != nil {
+		h.fail(w, v, err)
+		return
+	}
+	v.Item, v.Confirm, v.Title = &it, c, "Confirm"
+	h.render(w, http.StatusOK, "confirm", v)
+}
+
+// request turns the posted form into a ResolveRequest.
+func (f pageForm) request() (ResolveRequest, error) {
+	req := ResolveRequest{Action: f.Action, Note: f.Note}
+	if f.Action != ActionComplete {
+		return req, nil
+	}
+	n, err := strconv.Atoi(f.Status)
+	if err != nil {
+		return req, fmt.Errorf("status %q is not a number", f.Status)
+	}
+	req.Status = n
+	body := strings.ReplaceAll(f.Body, "\r\n", "\n") // browsers send text areas with CRLF
+	req.Body = &body
+	for i, line := range strings.Split(strings.ReplaceAll(f.Headers, "\r\n", "\n"), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ":")
+		if !ok {
+			return req, fmt.Errorf("headers, line %d: %q is not 'Name: value'", i+1, line)
+		}
+		if req.Headers == nil {
+			req.Headers = map[string]HeaderValues{}
+		}
+		name = strings.TrimSpace(name)
+		req.Headers[name] = append(req.Headers[name], strings.TrimSpace(value))
+	}
+	return req, nil
+}
+
+// fail renders err as an error page, after v.Error if it is set.
+func (h *Handler) fail(w http.ResponseWriter, v *view, err error) {
+	e := asError(err)
+	if v.Title == "" {
+		v.Title = http.StatusText(e.Status)
+	}
+	if v.Error != "" {
+		v.Error += " "
+	}
+	v.Error += e.Detail
+	h.render(w, e.Status, "error", v)
+}
+
+func (h *Handler) render(w http.ResponseWriter, status int, page string, v *view) {
+	var buf bytes.Buffer
+	if err := h.pages[page].ExecuteTemplate(&buf, "layout", v); err != nil {
+		h.cfg.Logger.Error("admin: rendering a page failed", "page", page, "error", err)
+		http.Error(w, "500 rendering the page failed", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	w.Write(buf.Bytes())
+}
+
+// humanDuration writes d as an operator reads an age: 42s, 5m 3s, 2h 10m,
+// 3d 4h.
+func humanDuration(d time.Duration) string {
+	switch s := int64(d / time.Second); {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm %ds", s/60, s%60)
+	case s < 48*3600:
+		return fmt.Sprintf("%dh %dm", s/3600, s%3600/60)
+	default:
+		return fmt.Sprintf("%dd %dh", s/86400, s%86400/3600)
+	}
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 MST")
+}
