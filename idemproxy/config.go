@@ -36,6 +36,11 @@ type Config struct {
 	// UpstreamTimeout bounds the wait for the upstream's response headers;
 	// past it the outcome is unknown (504, needs review). Defaults to 60s.
 	UpstreamTimeout Duration `yaml:"upstream_timeout"`
+	// UpstreamIdleTimeout is how long an idle keep-alive connection to the
+	// upstream is kept. Keep it below the upstream's own idle timeout, so
+	// that the proxy, not the upstream, closes idle connections. Defaults
+	// to 90s.
+	UpstreamIdleTimeout Duration `yaml:"upstream_idle_timeout"`
 	// RecoverInterval is how often expired leases are moved to
 	// needs_review. Defaults to 1m.
 	RecoverInterval Duration `yaml:"recover_interval"`
@@ -89,6 +94,10 @@ type Settings struct {
 	// MaxBody is the request body limit for fingerprinting; larger requests
 	// get 413. Defaults to 1048576.
 	MaxBody *int64 `yaml:"max_body"`
+	// UpstreamDeadline bounds a protected request's whole upstream call,
+	// its answer's body included; past it the client gets 504 and the key
+	// goes to review (or is released, by Ambiguous). Defaults to 5m.
+	UpstreamDeadline *Duration `yaml:"upstream_deadline"`
 }
 
 // Route is the settings of the requests matching one ServeMux pattern.
@@ -109,6 +118,8 @@ const (
 	DefaultStore       = "sqlite://idem.db"
 	DefaultScopeHeader = "Authorization"
 	DefaultMaxBody     = 1 << 20
+	// DefaultUpstreamDeadline is Settings.UpstreamDeadline's default.
+	DefaultUpstreamDeadline = 5 * time.Minute
 )
 
 // WithDefaults returns c with its zero fields filled in.
@@ -124,6 +135,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.UpstreamTimeout == 0 {
 		c.UpstreamTimeout = Duration(60 * time.Second)
+	}
+	if c.UpstreamIdleTimeout == 0 {
+		c.UpstreamIdleTimeout = Duration(DefaultUpstreamIdleTimeout)
 	}
 	if c.RecoverInterval == 0 {
 		c.RecoverInterval = Duration(time.Minute)
@@ -166,6 +180,9 @@ func (c Config) Validate() error {
 	if _, err := ParseLevel(c.LogLevel); err != nil {
 		return err
 	}
+	if c.UpstreamIdleTimeout < 0 {
+		return fmt.Errorf("upstream_idle_timeout %v is negative", c.UpstreamIdleTimeout)
+	}
 	if c.PurgeBatch < 1 {
 		return fmt.Errorf("purge_batch %d must be positive", c.PurgeBatch)
 	}
@@ -190,7 +207,7 @@ func (s Settings) validate() error {
 	for _, p := range []struct {
 		name string
 		d    *Duration
-	}{{"wait", s.Wait}, {"lease", s.Lease}, {"retention", s.Retention}} {
+	}{{"wait", s.Wait}, {"lease", s.Lease}, {"retention", s.Retention}, {"upstream_deadline", s.UpstreamDeadline}} {
 		if p.d != nil && *p.d < 0 {
 			return fmt.Errorf("%s %v is negative", p.name, time.Duration(*p.d))
 		}
@@ -233,7 +250,18 @@ func (s Settings) merge(parent Settings) Settings {
 	if s.MaxBody == nil {
 		s.MaxBody = parent.MaxBody
 	}
+	if s.UpstreamDeadline == nil {
+		s.UpstreamDeadline = parent.UpstreamDeadline
+	}
 	return s
+}
+
+// upstreamDeadline is the merged settings' upstream deadline.
+func (s Settings) upstreamDeadline() time.Duration {
+	if s.UpstreamDeadline == nil || *s.UpstreamDeadline == 0 {
+		return DefaultUpstreamDeadline
+	}
+	return s.UpstreamDeadline.d()
 }
 
 // policy turns merged settings into the middleware's policy.

@@ -31,7 +31,7 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_proxy_requests_total",
-			Help: "Protected requests by outcome (acquired, replayed, mismatch, in_flight, needs_review, missing_key, unavailable, …) and, for acquired ones, settlement (completed, released, escalated, handler, failed).",
+			Help: "Protected requests by outcome, named as in the Idempotency-Outcome header (acquired, replayed, mismatch, in_flight, needs_review, missing_key, unavailable, upstream_unreachable, upstream_failed, upstream_timeout, shutting_down, …) and, for acquired ones and the proxy's own answers, what became of the key (completed, released, escalated, lost, failed).",
 		}, []string{"outcome", "settlement"}),
 		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_store_duration_seconds",
@@ -56,6 +56,12 @@ func (m *Metrics) Handler() http.Handler {
 
 func (m *Metrics) observeOutcome(ev idem.Event) {
 	m.outcomes.WithLabelValues(ev.Outcome, ev.Settlement).Inc()
+}
+
+// observeAnswer counts an answer the proxy made itself (an upstream failure,
+// shutdown) by its situation, with what became of the key.
+func (m *Metrics) observeAnswer(s idem.Situation, settlement string) {
+	m.outcomes.WithLabelValues(s.Name, settlement).Inc()
 }
 
 type instrumentedTransport struct {

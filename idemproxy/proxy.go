@@ -26,7 +26,7 @@ type Options struct {
 	// Metrics, if set, counts outcomes and times the upstream.
 	Metrics *Metrics
 	// Transport carries requests to the upstream. Defaults to
-	// NewTransport(cfg.UpstreamTimeout).
+	// NewTransport(cfg.UpstreamTimeout) with cfg.UpstreamIdleTimeout.
 	Transport http.RoundTripper
 	// OnOutcome, if set, is called after every protected request, as
 	// idem.Config.OnOutcome.
@@ -55,14 +55,17 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.Transport == nil {
-		opts.Transport = NewTransport(cfg.UpstreamTimeout.d())
+		tr := NewTransport(cfg.UpstreamTimeout.d())
+		tr.IdleConnTimeout = cfg.UpstreamIdleTimeout.d()
+		opts.Transport = tr
 	}
 	if opts.Metrics != nil {
 		opts.Transport = opts.Metrics.instrumentTransport(opts.Transport)
 	}
 	p := &Proxy{upstream: up, log: opts.Logger, metrics: opts.Metrics}
 	onOutcome := func(ev idem.Event) {
-		if opts.Metrics != nil {
+		// A key the forwarder settled itself was counted by its situation.
+		if opts.Metrics != nil && ev.Settlement != settledByProxy {
 			opts.Metrics.observeOutcome(ev)
 		}
 		if opts.OnOutcome != nil {
@@ -76,13 +79,14 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	}
 	pool := newBufferPool()
 	build := func(s Settings, methods []string, disabled bool) (http.Handler, error) {
-		fwd := &forwarder{p: p, ambiguous: s.Ambiguous}
+		fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline()}
 		fwd.rp = &httputil.ReverseProxy{
-			Rewrite:      fwd.rewrite,
-			Transport:    opts.Transport,
-			BufferPool:   pool,
-			ErrorHandler: fwd.upstreamError,
-			ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+			Rewrite:        fwd.rewrite,
+			Transport:      opts.Transport,
+			BufferPool:     pool,
+			ModifyResponse: fwd.modifyResponse,
+			ErrorHandler:   fwd.upstreamError,
+			ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 		}
 		if disabled {
 			return fwd, nil
@@ -178,98 +182,26 @@ func ScopeFromHeader(name string) idem.ScopeFunc {
 	}
 }
 
-// forwarder sends one route's requests to the upstream.
-type forwarder struct {
-	p         *Proxy
-	rp        *httputil.ReverseProxy
-	ambiguous Ambiguous
-}
-
-func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	lease := idem.LeaseFrom(r.Context())
-	if lease == nil {
-		f.rp.ServeHTTP(w, r)
-		return
-	}
-	if f.p.closing.Load() {
-		// Shutting down: this request was never forwarded, so its key is
-		// released and a retry (here after a restart, or elsewhere) runs it.
-		if err := lease.Release(context.WithoutCancel(r.Context())); err != nil {
-			f.p.log.Error("releasing a key during shutdown failed", slog.Any("error", err))
-		}
-		w.Header().Set("Retry-After", "1")
-		idem.WriteProblem(w, idem.Problem{Type: ProblemShuttingDown, Title: "Proxy shutting down", Status: http.StatusServiceUnavailable,
-			Detail: "The proxy is shutting down and did not forward this request; retry with the same key."})
-		return
-	}
-	f.rp.ServeHTTP(w, r)
-}
-
-// rewrite points the request at the upstream. A protected request is
-// detached from the client's cancellation, so that a client hanging up does
-// not abort an upstream call whose answer will be stored; and it never goes
-// out without a body reader, so that http.Transport, which re-sends
-// bodiless requests carrying an Idempotency-Key after a broken keep-alive
-// connection, never sends it twice.
-func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
-	pr.SetURL(f.p.upstream)
-	pr.SetXForwarded()
-	if idem.LeaseFrom(pr.In.Context()) != nil {
-		pr.Out = pr.Out.WithContext(context.WithoutCancel(pr.Out.Context()))
-		if pr.Out.Body == nil || pr.Out.Body == http.NoBody {
-			pr.Out.Body = emptyBody{}
-			pr.Out.ContentLength = 0
-		}
-	}
-}
-
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }
-
-// Problem types of the proxy's own answers.
+// Problem types of the proxy's own answers: aliases of idem's, kept for
+// compatibility. The situations (idem.SituationUpstreamUnreachable, …) carry
+// them with their status and Idempotency-Outcome value.
 const (
-	ProblemUpstreamUnreachable = idem.ProblemTypeBase + "upstream-unreachable"
-	ProblemUpstreamFailed      = idem.ProblemTypeBase + "upstream-failed"
-	ProblemUpstreamTimeout     = idem.ProblemTypeBase + "upstream-timeout"
-	ProblemShuttingDown        = idem.ProblemTypeBase + "shutting-down"
+	ProblemUpstreamUnreachable = idem.ProblemUpstreamUnreachable
+	ProblemUpstreamFailed      = idem.ProblemUpstreamFailed
+	ProblemUpstreamTimeout     = idem.ProblemUpstreamTimeout
+	ProblemShuttingDown        = idem.ProblemShuttingDown
 )
 
-// upstreamError answers a failed upstream call and settles its key: released
-// when nothing was sent, escalated (or released, by the route's ambiguous
-// policy) when the request may have reached the upstream.
-func (f *forwarder) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
-	ctx := context.WithoutCancel(r.Context())
-	sent := !NotSent(err)
-	prob := idem.Problem{Type: ProblemUpstreamUnreachable, Title: "Upstream unreachable", Status: http.StatusBadGateway,
-		Detail: "The upstream could not be reached; the request was not sent. Retry with the same key."}
-	if sent {
-		prob = idem.Problem{Type: ProblemUpstreamFailed, Title: "Upstream failed", Status: http.StatusBadGateway,
-			Detail: "The upstream failed after the request was sent, so its outcome is unknown."}
-		if isTimeout(err) {
-			prob.Type, prob.Title, prob.Status = ProblemUpstreamTimeout, "Upstream timeout", http.StatusGatewayTimeout
-		}
+// writeProblem answers with s's problem document and its Idempotency-Outcome.
+func (p *Proxy) writeProblem(w http.ResponseWriter, s idem.Situation, detail, key string) {
+	w.Header().Set("Idempotency-Outcome", s.Name)
+	idem.WriteProblem(w, s.ProblemDoc(detail, key))
+}
+
+// count records an answer the proxy made itself, and what became of its
+// key, in the outcome metric.
+func (p *Proxy) count(s idem.Situation, settlement string) {
+	if p.metrics != nil {
+		p.metrics.observeAnswer(s, settlement)
 	}
-	settled := ""
-	if lease := idem.LeaseFrom(r.Context()); lease != nil {
-		var serr error
-		if !sent || f.ambiguous == AmbiguousRelease {
-			settled, serr = "released", lease.Release(ctx)
-			if sent {
-				prob.Detail += " The key was released (the route's ambiguous policy): a retry is forwarded again."
-			}
-		} else {
-			settled, serr = "escalated", lease.Escalate(ctx, "upstream failed after the request was sent: "+err.Error())
-			prob.Detail += " The key needs review: retries get 409 until an operator resolves it."
-		}
-		if serr != nil {
-			settled = "failed"
-			f.p.log.Error("settling a key after an upstream error failed", slog.Any("error", serr))
-		}
-	}
-	f.p.log.LogAttrs(ctx, slog.LevelWarn, "upstream error", slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.Bool("sent", sent), slog.String("key", settled), slog.Int("status", prob.Status), slog.Any("error", err))
-	w.Header().Set("Idempotency-Outcome", "upstream_error")
-	idem.WriteProblem(w, prob)
 }

@@ -7,32 +7,71 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
+// DefaultUpstreamIdleTimeout is how long an idle keep-alive connection to
+// the upstream is kept (Config.UpstreamIdleTimeout).
+const DefaultUpstreamIdleTimeout = 90 * time.Second
+
 // NewTransport returns the transport the proxy uses to reach the upstream:
-// many idle keep-alive connections per host, and bounded dial, TLS and
-// response-header waits (responseHeader; 0 means none).
+// many idle keep-alive connections per host, kept DefaultUpstreamIdleTimeout,
+// and bounded dial, TLS and response-header waits (responseHeader; 0 means
+// none). Its connections count the bytes written to them, which tells the
+// proxy whether a failed request left at all (see the package doc).
 func NewTransport(responseHeader time.Duration) *http.Transport {
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	return &http.Transport{
-		Proxy:                 nil, // the upstream is addressed directly
-		DialContext:           d.DialContext,
+		Proxy: nil, // the upstream is addressed directly
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &countingConn{Conn: c}, nil
+		},
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       DefaultUpstreamIdleTimeout,
 		TLSHandshakeTimeout:   5 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ResponseHeaderTimeout: responseHeader,
 	}
 }
 
+// countingConn counts the bytes written to a connection: a request that
+// failed while the count did not move never reached the upstream.
+type countingConn struct {
+	net.Conn
+	written atomic.Int64
+}
+
+func (c *countingConn) Write(b []byte) (int, error) {
+	n, err := c.Conn.Write(b)
+	c.written.Add(int64(n))
+	return n, err
+}
+
+// counted returns the counting connection under c (through TLS), or nil when
+// c was not dialled by NewTransport.
+func counted(c net.Conn) *countingConn {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	cc, _ := c.(*countingConn)
+	return cc
+}
+
 // NotSent reports whether err, returned by a round trip, proves that the
 // request never reached the upstream: the connection could not be made
-// (refused, unreachable, DNS, dial timeout) or its TLS handshake failed.
-// Any other error, including a reset or a timeout after the request was
-// written, leaves the outcome unknown.
+// (refused, unreachable, DNS, dial timeout), its TLS handshake failed, or
+// the upstream had closed the reused idle connection before the request
+// was written to it. Any other error, including a reset or a timeout after
+// the request was written, leaves the outcome unknown as far as the error
+// tells; the proxy also traces each request to know more (see the package
+// doc).
 func NotSent(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
@@ -44,7 +83,21 @@ func NotSent(err error) bool {
 	}
 	var rh tls.RecordHeaderError
 	var cv *tls.CertificateVerificationError
-	return errors.As(err, &rh) || errors.As(err, &cv)
+	return errors.As(err, &rh) || errors.As(err, &cv) || serverClosedIdle(err)
+}
+
+// serverClosedIdle reports http.Transport's "server closed idle connection"
+// error: the upstream closed a keep-alive connection that the transport had
+// taken for this request, and the transport saw the close while no request
+// was registered on it, so before a byte of this one was written. (The
+// error is not exported; its text is stable.)
+func serverClosedIdle(err error) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		if err.Error() == "http: server closed idle connection" {
+			return true
+		}
+	}
+	return false
 }
 
 func isTimeout(err error) bool {

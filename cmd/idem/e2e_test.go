@@ -436,7 +436,7 @@ func TestTruncatedAnswerNeedsReview(t *testing.T) {
 	want(t, "retry problem", a.problemType(), "needs-review")
 	want(t, "upstream runs", up.runs("/truncate"), 1)
 	metrics := do(t, "GET", "http://"+p.admin+"/metrics", "", "").body
-	if !strings.Contains(metrics, `idem_proxy_requests_total{outcome="acquired",settlement="escalated"} 1`) {
+	if !strings.Contains(metrics, `idem_proxy_requests_total{outcome="upstream_failed",settlement="escalated"} 1`) {
 		t.Errorf("metrics do not count the escalated request:\n%s", grepLines(metrics, "idem_proxy_requests_total"))
 	}
 }

@@ -24,6 +24,7 @@ type serveFlags struct {
 	maxBody                                          int64
 	optionalKey                                      bool
 	scopeHeader, logFormat, logLevel                 string
+	upstreamDeadline, upstreamIdleTimeout            time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -79,6 +80,8 @@ requests get 503 until the store answers, and /readyz on --admin says so.`,
 	fl.DurationVar(&f.wait, "wait", 0, "0: a concurrent duplicate gets 409 at once; >0: it waits up to this long, then replays")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	fl.DurationVar(&f.timeout, "upstream-timeout", 60*time.Second, "longest wait for the upstream's response headers (then 504, key needs review)")
+	fl.DurationVar(&f.upstreamDeadline, "upstream-deadline", idemproxy.DefaultUpstreamDeadline, "longest protected upstream call, answer body included (then 504, key needs review)")
+	fl.DurationVar(&f.upstreamIdleTimeout, "upstream-idle-timeout", idemproxy.DefaultUpstreamIdleTimeout, "how long idle keep-alive connections to the upstream are kept; keep it below the upstream's own")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug (one line per protected request), info, warn or error")
 	return cmd
@@ -131,6 +134,12 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if set("upstream-timeout") {
 		cfg.UpstreamTimeout = idemproxy.Duration(f.timeout)
+	}
+	if set("upstream-deadline") {
+		cfg.UpstreamDeadline = dur(f.upstreamDeadline)
+	}
+	if set("upstream-idle-timeout") {
+		cfg.UpstreamIdleTimeout = idemproxy.Duration(f.upstreamIdleTimeout)
 	}
 	if set("log-format") {
 		cfg.LogFormat = f.logFormat

@@ -1,0 +1,218 @@
+package idemproxy
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"net/http/httptrace"
+	"sync"
+	"time"
+)
+
+// exchange is what the proxy learns about one protected request's trip to
+// the upstream: whether the request may have left (traced), and how the
+// round trip and the reading of the answer's body ended.
+type exchange struct {
+	trace httptrace.ClientTrace
+
+	mu           sync.Mutex
+	wroteHeaders bool
+	conn         *countingConn // nil: not dialled by NewTransport
+	written      int64         // conn's count when it was taken
+	info         httptrace.GotConnInfo
+	rtErr        error // the round trip failed: no answer
+	bodyErr      error // the answer's body could not be read whole
+}
+
+type exchangeKey struct{}
+
+// newExchange returns an exchange and ctx carrying it and its trace.
+func newExchange(ctx context.Context) (*exchange, context.Context) {
+	x := &exchange{}
+	x.trace = httptrace.ClientTrace{GetConn: x.getConn, GotConn: x.gotConn, WroteHeaders: x.wroteAllHeaders}
+	return x, httptrace.WithClientTrace(context.WithValue(ctx, exchangeKey{}, x), &x.trace)
+}
+
+func exchangeFrom(ctx context.Context) *exchange {
+	x, _ := ctx.Value(exchangeKey{}).(*exchange)
+	return x
+}
+
+// getConn starts an attempt: the transport retries a request on another
+// connection only when the first attempt cannot have reached the upstream,
+// so only the last attempt counts.
+func (x *exchange) getConn(string) {
+	x.mu.Lock()
+	x.wroteHeaders, x.conn, x.written, x.info = false, nil, 0, httptrace.GotConnInfo{}
+	x.mu.Unlock()
+}
+
+func (x *exchange) gotConn(info httptrace.GotConnInfo) {
+	cc := counted(info.Conn)
+	x.mu.Lock()
+	x.info, x.conn = info, cc
+	if cc != nil {
+		x.written = cc.written.Load()
+	}
+	x.mu.Unlock()
+}
+
+func (x *exchange) wroteAllHeaders() {
+	x.mu.Lock()
+	x.wroteHeaders = true
+	x.mu.Unlock()
+}
+
+// sent reports whether the failed round trip may have reached the upstream.
+// It did not when the error says so (NotSent), when the transport never
+// wrote the request's headers, or when it wrote them into its buffer but
+// not a byte of them reached the connection (a reused connection that the
+// upstream had closed fails the first write).
+func (x *exchange) sent(err error) bool {
+	if NotSent(err) {
+		return false
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.wroteHeaders {
+		return false
+	}
+	return x.conn == nil || x.conn.written.Load() != x.written
+}
+
+// connAttrs describe the connection of the last attempt, for logs.
+func (x *exchange) connAttrs() slog.Attr {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.info.Conn == nil {
+		return slog.Group("conn", slog.Bool("got", false))
+	}
+	return slog.Group("conn", slog.Bool("reused", x.info.Reused), slog.Bool("was_idle", x.info.WasIdle),
+		slog.Duration("idle_time", x.info.IdleTime), slog.Bool("wrote_headers", x.wroteHeaders))
+}
+
+func (x *exchange) setRoundTripErr(err error) {
+	x.mu.Lock()
+	x.rtErr = err
+	x.mu.Unlock()
+}
+
+func (x *exchange) setBodyErr(err error) {
+	x.mu.Lock()
+	if x.bodyErr == nil {
+		x.bodyErr = err
+	}
+	x.mu.Unlock()
+}
+
+func (x *exchange) errs() (roundTrip, body error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.rtErr, x.bodyErr
+}
+
+// upstreamBody reads the upstream's answer and notes, on the exchange, a
+// body that ends early: a read error, or an end of file before the
+// Content-Length the upstream announced. It does not rely on the transport
+// or on an http.Server around the proxy to notice.
+type upstreamBody struct {
+	io.ReadCloser
+	x    *exchange
+	want int64 // the announced length, or -1
+	n    int64
+}
+
+// wrapBody makes resp's body an upstreamBody reporting to x.
+func wrapBody(resp *http.Response, x *exchange) {
+	want := resp.ContentLength
+	if resp.Request != nil && resp.Request.Method == http.MethodHead ||
+		resp.StatusCode < 200 || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+		want = -1 // no body, whatever the header says
+	}
+	resp.Body = &upstreamBody{ReadCloser: resp.Body, x: x, want: want}
+}
+
+func (b *upstreamBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	switch {
+	case err == io.EOF && b.want >= 0 && b.n != b.want:
+		err = io.ErrUnexpectedEOF
+		fallthrough
+	case err != nil && err != io.EOF:
+		b.x.setBodyErr(err)
+	}
+	return n, err
+}
+
+// heldWriter passes the upstream's answer on to the middleware, holding its
+// status back until the first byte of body: an upstream that fails after
+// its headers but before any body can still be answered with a problem
+// document instead of a half answer. Informational answers (1xx) go
+// through at once; Flush before any body passes only for event streams,
+// whose headers the client waits for.
+type heldWriter struct {
+	w         http.ResponseWriter
+	status    int
+	committed bool
+}
+
+func (h *heldWriter) Header() http.Header { return h.w.Header() }
+
+func (h *heldWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		h.w.WriteHeader(code)
+		return
+	}
+	if h.status == 0 {
+		h.status = code
+	}
+}
+
+// commit passes the held status on, if there is one.
+func (h *heldWriter) commit() {
+	if !h.committed && h.status != 0 {
+		h.committed = true
+		h.w.WriteHeader(h.status)
+	}
+}
+
+func (h *heldWriter) Write(b []byte) (int, error) {
+	if !h.committed {
+		if h.status == 0 {
+			h.status = http.StatusOK
+		}
+		h.commit()
+	}
+	return h.w.Write(b)
+}
+
+// FlushError is Flush for http.ResponseController (ReverseProxy flushes
+// through one).
+func (h *heldWriter) FlushError() error {
+	if !h.committed {
+		ct, _, _ := mime.ParseMediaType(h.w.Header().Get("Content-Type"))
+		if ct != "text/event-stream" {
+			return nil
+		}
+		h.commit()
+	}
+	return http.NewResponseController(h.w).Flush()
+}
+
+// Flush implements http.Flusher.
+func (h *heldWriter) Flush() { _ = h.FlushError() }
+
+// Unwrap lets http.ResponseController reach the middleware's writer
+// (Hijack for upgrades, deadlines).
+func (h *heldWriter) Unwrap() http.ResponseWriter { return h.w }
+
+// deadlineCause is the cause of the context of an upstream call that ran
+// past its route's upstream deadline.
+type deadlineCause struct{ d time.Duration }
+
+func (c deadlineCause) Error() string {
+	return "the upstream call ran past its deadline of " + c.d.String()
+}

@@ -1,0 +1,228 @@
+package idemproxy
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"time"
+
+	"github.com/idem-dev/idem"
+)
+
+// forwarder sends one route's requests to the upstream. For a protected
+// request it owns the outcome of the upstream call: when the call fails it
+// settles the key itself, through the public Lease API, and answers with
+// the proxy's own problem document, which the middleware then never stores
+// (the lease has ended, or was abandoned).
+type forwarder struct {
+	p         *Proxy
+	rp        *httputil.ReverseProxy
+	ambiguous Ambiguous
+	deadline  time.Duration
+}
+
+func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	lease := idem.LeaseFrom(r.Context())
+	if lease == nil {
+		f.rp.ServeHTTP(w, r)
+		return
+	}
+	if f.p.closing.Load() {
+		f.refuse(w, r, lease)
+		return
+	}
+	// Detached from the client's cancellation, so that a client hanging up
+	// does not abort a call whose answer will be stored; bounded by the
+	// route's deadline instead.
+	cause := deadlineCause{f.deadline}
+	ctx, cancel := context.WithTimeoutCause(context.WithoutCancel(r.Context()), f.deadline, cause)
+	defer cancel()
+	x, ctx := newExchange(ctx)
+	hw := &heldWriter{w: w}
+	f.proxy(hw, r.WithContext(ctx), x)
+
+	rtErr, bodyErr := x.errs()
+	if rtErr == nil && bodyErr == nil {
+		hw.commit() // an answer without a body
+		return
+	}
+	timedOut := context.Cause(ctx) == cause
+	f.fail(w, r, lease, x, rtErr, bodyErr, timedOut, hw.committed)
+}
+
+// proxy runs the reverse proxy. A failure to read the upstream's body makes
+// ReverseProxy panic with http.ErrAbortHandler inside an http.Server (and
+// return quietly outside one); the exchange has noted it, and the caller
+// settles it either way.
+func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, x *exchange) {
+	defer func() {
+		if v := recover(); v != nil {
+			if _, bodyErr := x.errs(); v == http.ErrAbortHandler && bodyErr != nil {
+				return
+			}
+			panic(v)
+		}
+	}()
+	f.rp.ServeHTTP(w, r)
+}
+
+// refuse answers a protected request that arrives during shutdown: it was
+// never forwarded, so its key is released and a retry (after a restart, or
+// on another instance) runs it.
+func (f *forwarder) refuse(w http.ResponseWriter, r *http.Request, lease *idem.Lease) {
+	s := idem.SituationShuttingDown
+	settlement := f.settle(r.Context(), lease, true, "")
+	detail := "The proxy is shutting down and did not forward this request; retry with the same key."
+	if settlement == settledFailed {
+		detail = "The proxy is shutting down and did not forward this request, but could not release its key: retries get 409 until the key is settled."
+	}
+	f.p.count(s, settlement)
+	w.Header().Set("Retry-After", "1")
+	f.p.writeProblem(w, s, detail, lease.Key().Key)
+}
+
+// fail settles the key of a request whose upstream call failed and answers
+// it. Nothing sent: the key is released (502 upstream-unreachable).
+// Perhaps sent, or the answer cut short: the outcome is unknown, so the key
+// goes to review, or is released when the route's ambiguous policy says the
+// upstream deduplicates by the forwarded key (502 upstream-failed, or 504
+// upstream-timeout past a timeout). When the settlement cannot be recorded
+// the lease is abandoned: the key stays pending until recovery settles it,
+// and the proxy's answer is never stored. committed means part of the
+// upstream's answer was already passed on: there is then no answer left to
+// give, and the response is aborted.
+func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lease, x *exchange, rtErr, bodyErr error, timedOut, committed bool) {
+	err, sent := bodyErr, true // the upstream answered: it had the request
+	if rtErr != nil {
+		err, sent = rtErr, x.sent(rtErr)
+	}
+	s := idem.SituationUpstreamUnreachable
+	detail := "The upstream could not be reached; the request was not sent."
+	switch {
+	case !sent:
+	case timedOut || isTimeout(err):
+		s, detail = idem.SituationUpstreamTimeout, "The upstream did not answer in time after the request was sent, so its outcome is unknown."
+	case bodyErr != nil:
+		s, detail = idem.SituationUpstreamFailed, "The upstream's answer was cut short, so its outcome is unknown."
+	default:
+		s, detail = idem.SituationUpstreamFailed, "The upstream failed after the request was sent, so its outcome is unknown."
+	}
+	release := !sent || f.ambiguous == AmbiguousRelease
+	reason := "upstream failed after the request was sent: " + err.Error()
+	if bodyErr != nil {
+		reason = "the upstream's answer was cut short: " + err.Error()
+	}
+	settlement := f.settle(r.Context(), lease, release, reason)
+	switch {
+	case settlement == settledReleased && !sent:
+		detail += " Retry with the same key."
+	case settlement == settledReleased:
+		detail += " The key was released (the route's ambiguous policy): a retry is forwarded again."
+	case settlement == settledEscalated:
+		detail += " The key needs review: retries get 409 until an operator or a resolver settles it."
+	default:
+		detail += " What happened could not be recorded: the key stays reserved, and retries get 409 until it is settled."
+	}
+	f.p.count(s, settlement)
+	f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("outcome", s.Name),
+		slog.String("settlement", settlement), slog.Bool("sent", sent), slog.Bool("answer_started", committed),
+		x.connAttrs(), slog.Any("error", err))
+	if committed {
+		// Part of the upstream's answer went out (or into the middleware's
+		// buffer): there is no clean answer left to give.
+		panic(http.ErrAbortHandler)
+	}
+	clear(w.Header()) // the upstream's headers, if it sent any
+	f.p.writeProblem(w, s, detail, lease.Key().Key)
+}
+
+// Settlements the forwarder reports, as in idem.Event.Settlement.
+const (
+	settledReleased  = "released"
+	settledEscalated = "escalated"
+	settledLost      = "lost"
+	settledFailed    = "failed"
+	settledByProxy   = "handler" // the middleware's name for a lease its handler ended
+)
+
+// settle releases or escalates the lease. Lease.Release and Escalate run
+// detached from ctx's cancellation and retry transient store errors; if
+// they still fail the lease is abandoned, so that the middleware stores
+// nothing and the record waits, pending, for recovery.
+func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool, reason string) string {
+	var err error
+	if release {
+		err = lease.Release(ctx)
+	} else {
+		err = lease.Escalate(ctx, reason)
+	}
+	switch {
+	case err == nil && release:
+		return settledReleased
+	case err == nil:
+		return settledEscalated
+	}
+	lease.Abandon()
+	if errors.Is(err, idem.ErrLeaseLost) {
+		f.p.log.LogAttrs(ctx, slog.LevelWarn, "settling a key after an upstream error found it settled already", slog.Any("error", err))
+		return settledLost
+	}
+	f.p.log.LogAttrs(ctx, slog.LevelError, "settling a key after an upstream error failed; it stays pending for recovery",
+		slog.Bool("release", release), slog.Any("error", err))
+	return settledFailed
+}
+
+// rewrite points the request at the upstream. A protected request never
+// goes out without a body reader, so that http.Transport, which re-sends
+// bodiless requests carrying an Idempotency-Key after a broken keep-alive
+// connection, never sends it twice.
+func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
+	pr.SetURL(f.p.upstream)
+	pr.SetXForwarded()
+	if idem.LeaseFrom(pr.In.Context()) != nil && (pr.Out.Body == nil || pr.Out.Body == http.NoBody) {
+		pr.Out.Body = emptyBody{}
+		pr.Out.ContentLength = 0
+	}
+}
+
+// modifyResponse makes a protected request's answer report a body cut
+// short to its exchange.
+func (f *forwarder) modifyResponse(resp *http.Response) error {
+	if resp.Request != nil {
+		if x := exchangeFrom(resp.Request.Context()); x != nil {
+			wrapBody(resp, x)
+		}
+	}
+	return nil
+}
+
+// upstreamError is the ReverseProxy's ErrorHandler. For a protected
+// request it only notes the error: the forwarder settles and answers once
+// the reverse proxy returns. An unprotected request gets the problem
+// document at once.
+func (f *forwarder) upstreamError(w http.ResponseWriter, r *http.Request, err error) {
+	if x := exchangeFrom(r.Context()); x != nil {
+		x.setRoundTripErr(err)
+		return
+	}
+	s, detail := idem.SituationUpstreamUnreachable, "The upstream could not be reached."
+	switch {
+	case NotSent(err):
+	case isTimeout(err):
+		s, detail = idem.SituationUpstreamTimeout, "The upstream did not answer in time."
+	default:
+		s, detail = idem.SituationUpstreamFailed, "The upstream failed before it answered."
+	}
+	f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error", slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		slog.String("outcome", s.Name), slog.Any("error", err))
+	f.p.writeProblem(w, s, detail, "")
+}
+
+type emptyBody struct{}
+
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
