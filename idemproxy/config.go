@@ -53,6 +53,14 @@ type Config struct {
 	LogFormat string `yaml:"log_format"`
 	// LogLevel is debug, info, warn or error. Defaults to info.
 	LogLevel string `yaml:"log_level"`
+	// AdminTokenFile holds the admin tokens (see idemadmin.ParseTokens)
+	// that open the admin API and the review page on the admin listener.
+	// Defaults to none: the admin listener serves only /healthz, /readyz
+	// and /metrics.
+	AdminTokenFile string `yaml:"admin_token_file"`
+	// ReviewWebhook, if set, receives a POST for every key that goes to
+	// review. Defaults to none.
+	ReviewWebhook string `yaml:"review_webhook"`
 
 	// Settings are the defaults of every route.
 	Settings `yaml:",inline"`
@@ -98,6 +106,13 @@ type Settings struct {
 	// its answer's body included; past it the client gets 504 and the key
 	// goes to review (or is released, by Ambiguous). Defaults to 5m.
 	UpstreamDeadline *Duration `yaml:"upstream_deadline"`
+	// ResolverURL, if set, is asked what became of every key of the route
+	// that goes to review or whose lease expired (see HTTPResolver).
+	// Defaults to none: such keys wait for a person.
+	ResolverURL string `yaml:"resolver_url"`
+	// StoreRequest keeps the request body on the record (up to 64 KiB),
+	// for the operator who settles a key in review. Defaults to false.
+	StoreRequest *bool `yaml:"store_request"`
 }
 
 // Route is the settings of the requests matching one ServeMux pattern.
@@ -189,6 +204,9 @@ func (c Config) Validate() error {
 	if err := c.Settings.validate(); err != nil {
 		return err
 	}
+	if err := checkHookURL("review_webhook", c.ReviewWebhook); err != nil {
+		return err
+	}
 	for _, r := range c.Routes {
 		if r.Match.Pattern == "" {
 			return fmt.Errorf("line %d: a route needs match: (a ServeMux pattern such as \"POST /payments\")", r.Match.Line)
@@ -201,6 +219,9 @@ func (c Config) Validate() error {
 }
 
 func (s Settings) validate() error {
+	if err := checkHookURL("resolver_url", s.ResolverURL); err != nil {
+		return err
+	}
 	if s.MaxBody != nil && *s.MaxBody < 0 {
 		return fmt.Errorf("max_body %d is negative", *s.MaxBody)
 	}
@@ -253,6 +274,12 @@ func (s Settings) merge(parent Settings) Settings {
 	if s.UpstreamDeadline == nil {
 		s.UpstreamDeadline = parent.UpstreamDeadline
 	}
+	if s.ResolverURL == "" {
+		s.ResolverURL = parent.ResolverURL
+	}
+	if s.StoreRequest == nil {
+		s.StoreRequest = parent.StoreRequest
+	}
 	return s
 }
 
@@ -293,6 +320,9 @@ func (s Settings) policy() idem.Policy {
 		for i, st := range s.ReleaseStatuses {
 			p.ReleaseStatuses[i] = int(st)
 		}
+	}
+	if s.StoreRequest != nil {
+		p.StoreRequestBody = *s.StoreRequest
 	}
 	return p
 }

@@ -30,6 +30,9 @@ type Server struct {
 	OnOutcome func(idem.Event)
 	// Ready, if set, is called once both listeners accept connections.
 	Ready func(proxy, admin net.Addr)
+	// AdminTokens are admin tokens by name, beside those of
+	// Config.AdminTokenFile (idem serve passes IDEM_ADMIN_TOKEN's here).
+	AdminTokens map[string]string
 }
 
 // readyKey is the sentinel record /readyz reads: cheap, and absent.
@@ -48,7 +51,16 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	metrics := NewMetrics()
 	store := metrics.InstrumentStore(s.Store)
-	ecfg := idem.EngineConfig{Logger: log}
+	tokens, err := adminTokens(cfg, s.AdminTokens)
+	if err != nil {
+		return err
+	}
+	rv := newReview(cfg, store, metrics, log)
+	adminAPI, err := rv.adminHandler(cfg, tokens)
+	if err != nil {
+		return err
+	}
+	ecfg := idem.EngineConfig{Logger: log, OnReview: rv.onReview}
 	if cfg.Lease != nil {
 		ecfg.Lease = cfg.Lease.d()
 	}
@@ -83,7 +95,7 @@ func (s *Server) Run(ctx context.Context) error {
 			ln.Close()
 			return fmt.Errorf("listen %s (admin): %w", cfg.Admin, err)
 		}
-		adminSrv = &http.Server{Handler: adminHandler(store, metrics), ReadHeaderTimeout: 10 * time.Second}
+		adminSrv = &http.Server{Handler: adminHandler(store, metrics, adminAPI), ReadHeaderTimeout: 10 * time.Second}
 	}
 
 	errc := make(chan error, 2)
@@ -103,15 +115,19 @@ func (s *Server) Run(ctx context.Context) error {
 	loopCtx, stopLoops := context.WithCancel(context.Background())
 	var loops sync.WaitGroup
 	loops.Add(2)
+	loops.Go(func() { rv.run(loopCtx) })
 	go func() {
 		defer loops.Done()
-		every(loopCtx, cfg.RecoverInterval.d(), func() {
-			rep, err := engine.Recover(loopCtx, idem.RecoverOptions{KindOf: func(idem.Key) idem.Kind { return idem.External }})
+		loop(loopCtx, cfg.RecoverInterval.d(), rv.recoverNow, minLoopGap, func() {
+			rep, err := engine.Recover(loopCtx, rv.recoverOptions())
 			switch {
 			case err != nil && loopCtx.Err() == nil:
 				log.Warn("recovering expired leases failed", slog.Any("error", err))
 			case rep.Escalated > 0:
 				log.Warn("expired leases moved to needs_review", slog.Int("count", rep.Escalated))
+			}
+			if rep.Completed+rep.Reopened > 0 {
+				log.Info("the resolver settled keys in review", slog.Int("completed", rep.Completed), slog.Int("released", rep.Reopened), slog.Int("unknown", rep.Unknown))
 			}
 		})
 	}()
@@ -168,9 +184,13 @@ func every(ctx context.Context, d time.Duration, f func()) {
 }
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
-// answers) and /metrics.
-func adminHandler(store idemstore.Store, m *Metrics) http.Handler {
+// answers) and /metrics, and api (the admin API and review page) at the
+// rest, when it is not nil.
+func adminHandler(store idemstore.Store, m *Metrics, api http.Handler) http.Handler {
 	mux := http.NewServeMux()
+	if api != nil {
+		mux.Handle("/", api)
+	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")

@@ -1,18 +1,14 @@
 package cli
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/idem-dev/idem/idemstore"
-	"github.com/idem-dev/idem/internal/storeurl"
+	"github.com/idem-dev/idem/idemadmin"
 )
 
 func init() { extraCommands = append(extraCommands, newReviewCmd) }
@@ -31,170 +27,125 @@ operation never runs twice by accident.
 
 Check the outside system (the payment provider, using the same Idempotency-Key),
 then settle the key: --release if the operation did not happen (the next retry
-runs it), or --status with the answer retries should get if it did.`,
+runs it), or --status with the answer retries should get if it did.
+
+Both commands speak to a running proxy's admin API (--admin-url, with the token
+of --admin-token-file or IDEM_ADMIN_TOKEN) or open the store directly
+(--store); neither creates a store that does not exist. The review page at the
+admin URL does the same in a browser.`,
 	}
 	cmd.AddCommand(newReviewListCmd(), newReviewResolveCmd())
 	return cmd
 }
 
-func connectStore(cmd *cobra.Command, rawURL string) (idemstore.Store, func() error, *storeurl.Target, error) {
-	t, err := storeurl.Parse(rawURL)
-	if err != nil {
-		return nil, nil, nil, usageError{err}
-	}
-	s, closeFn, err := t.Connect(cmd.Context(), false)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return s, closeFn, t, nil
-}
-
 func newReviewListCmd() *cobra.Command {
 	var (
-		store  string
-		limit  int
-		asJSON bool
+		src       keySource
+		operation string
+		limit     int
+		asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list --store URL [--limit N] [--json]",
+		Use:   "list (--admin-url URL | --store URL) [--operation OP] [--limit N] [--json]",
 		Short: "List the keys that need review",
-		Example: `  idem review list --store sqlite://idem.db
-  idem review list --store 'postgres://idem@db/idem' --json`,
+		Example: `  idem review list --admin-url http://127.0.0.1:9090 --admin-token-file admin.token
+  idem review list --store sqlite:///var/lib/idem/idem.db --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 {
-				return usageError{fmt.Errorf("--limit %d must be positive", limit)}
-			}
-			s, closeFn, _, err := connectStore(cmd, store)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			var recs []*idemstore.Record
-			cursor := ""
-			for len(recs) < limit {
-				page, err := s.List(cmd.Context(), idemstore.ListParams{State: idemstore.StateNeedsReview, Cursor: cursor, Limit: min(limit-len(recs), 1000)})
-				if err != nil {
-					return err
-				}
-				recs = append(recs, page.Records...)
-				if cursor = page.NextCursor; cursor == "" {
-					break
-				}
-			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				type row struct {
-					Scope     string    `json:"scope"`
-					Operation string    `json:"operation"`
-					Key       string    `json:"key"`
-					CreatedAt time.Time `json:"created_at"`
-					Reason    string    `json:"reason"`
-				}
-				rows := make([]row, 0, len(recs))
-				for _, r := range recs {
-					rows = append(rows, row{r.Key.Scope, r.Key.Operation, r.Key.Key, r.CreatedAt, r.Reason})
-				}
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(rows)
-			}
-			if len(recs) == 0 {
-				fmt.Fprintln(out, "No keys need review.")
-				return nil
-			}
-			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "SCOPE\tOPERATION\tKEY\tCREATED\tREASON")
-			for _, r := range recs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Key.Scope, r.Key.Operation, r.Key.Key, r.CreatedAt.Format(time.RFC3339), r.Reason)
-			}
-			return tw.Flush()
+			return listKeys(cmd, &src, idemadmin.ListQuery{State: "needs_review", Operation: operation}, limit, asJSON, "No keys need review.")
 		},
 	}
-	cmd.Flags().StringVar(&store, "store", "sqlite://idem.db", "store URL")
+	src.flags(cmd.Flags())
+	cmd.Flags().StringVar(&operation, "operation", "", "only this operation, e.g. 'POST /payments'")
 	cmd.Flags().IntVar(&limit, "limit", 100, "the most keys to list")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of keys instead of a table")
 	return cmd
 }
 
 func newReviewResolveCmd() *cobra.Command {
 	var (
-		store, scope, operation, key, body, reason string
-		release                                    bool
-		status                                     int
-		headers                                    []string
-		retention                                  time.Duration
+		src                keySource
+		kf                 keyFlags
+		body, note, reason string
+		release            bool
+		status             int
+		headers            []string
 	)
 	cmd := &cobra.Command{
-		Use:   "resolve --store URL --scope S --operation OP --key K (--release | --status N [--body TEXT|@FILE] [--header 'Name: value'])",
+		Use:   "resolve (ID | --scope S --operation OP --key K) (--admin-url URL | --store URL) (--release | --status N [--body TEXT|@FILE] [--header 'Name: value']) [--note TEXT]",
 		Short: "Settle a key that needs review",
-		Long: `resolve settles one key that needs review (see 'idem review list' for the scope,
-operation and key). --release deletes it, so the next retry runs the operation;
-use it only when the operation certainly did not happen. --status stores an
-answer that every retry gets from then on, as if the operation had completed.`,
-		Example: `  idem review resolve --store sqlite://idem.db --scope 9f86d0… --operation 'POST /payments' --key order-1002 --release
+		Long: `resolve settles one key that needs review (see 'idem review list' for its id).
+--release deletes it, so the next retry runs the operation; use it only when
+the operation certainly did not happen. --status stores an answer that every
+retry gets from then on, as if the operation had completed.`,
+		Example: `  idem review resolve CkBhYmM… --admin-url http://127.0.0.1:9090 --release --note 'never reached the provider'
   idem review resolve --store sqlite://idem.db --scope 9f86d0… --operation 'POST /payments' --key order-1002 \
-      --status 201 --header 'Content-Type: application/json' --body '{"payment":"pay_77"}' --reason 'charged per provider dashboard'`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if scope == "" || operation == "" || key == "" {
-				return usageError{fmt.Errorf("--scope, --operation and --key are required")}
+      --status 201 --header 'Content-Type: application/json' --body '{"payment":"pay_77"}' --note 'charged per provider dashboard'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := kf.resolveID(args)
+			if err != nil {
+				return err
 			}
 			if release == (status != 0) {
-				return usageError{fmt.Errorf("give exactly one of --release and --status")}
+				return usageError{errors.New("give exactly one of --release and --status")}
 			}
-			p := idemstore.ResolveParams{
-				Key:    idemstore.Key{Scope: scope, Operation: operation, Key: key},
-				Action: idemstore.ResolveRelease,
-				Reason: reason,
+			if note != "" && reason != "" {
+				return usageError{errors.New("--reason is the old name of --note; give one")}
 			}
+			req := idemadmin.ResolveRequest{Action: idemadmin.ActionRelease, Note: note + reason}
 			if !release {
-				if status < 100 || status > 599 {
-					return usageError{fmt.Errorf("--status %d is not an HTTP status", status)}
-				}
-				resp := &idemstore.Response{Status: status, Header: http.Header{}, Body: []byte(body)}
+				req.Action, req.Status = idemadmin.ActionComplete, status
+				b := body
 				if strings.HasPrefix(body, "@") {
-					b, err := os.ReadFile(body[1:])
+					raw, err := os.ReadFile(body[1:])
 					if err != nil {
 						return usageError{err}
 					}
-					resp.Body = b
+					b = string(raw)
 				}
+				req.Body = &b
 				for _, h := range headers {
 					name, value, ok := strings.Cut(h, ":")
 					if !ok || strings.TrimSpace(name) == "" {
 						return usageError{fmt.Errorf("--header %q is not 'Name: value'", h)}
 					}
-					resp.Header.Add(strings.TrimSpace(name), strings.TrimSpace(value))
+					if req.Headers == nil {
+						req.Headers = map[string]idemadmin.HeaderValues{}
+					}
+					name = strings.TrimSpace(name)
+					req.Headers[name] = append(req.Headers[name], strings.TrimSpace(value))
 				}
-				p.Action, p.Response, p.Retention = idemstore.ResolveComplete, resp, retention
+				if _, err := req.Check(); err != nil {
+					return usageError{err}
+				}
 			}
-			s, closeFn, t, err := connectStore(cmd, store)
+			svc, closeFn, err := src.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			if err := s.Resolve(cmd.Context(), p); err != nil {
-				return fmt.Errorf("%s: %w", t.Redacted, err)
+			res, err := svc.Resolve(cmd.Context(), id, req)
+			if err != nil {
+				return err
 			}
 			if release {
-				fmt.Fprintf(cmd.OutOrStdout(), "Released %q: the next retry runs the operation.\n", key)
+				fmt.Fprintf(cmd.OutOrStdout(), "Released %s (%s): the next retry runs the operation.\n", quoteKey(res.Key), idemadmin.Visible(res.Operation))
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "Completed %q with status %d: retries get this answer.\n", key, status)
+				fmt.Fprintf(cmd.OutOrStdout(), "Completed %s (%s) with status %d: retries get this answer.\n", quoteKey(res.Key), idemadmin.Visible(res.Operation), status)
 			}
 			return nil
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&store, "store", "sqlite://idem.db", "store URL")
-	f.StringVar(&scope, "scope", "", "the key's scope, as 'idem review list' shows it")
-	f.StringVar(&operation, "operation", "", "the key's operation, e.g. 'POST /payments'")
-	f.StringVar(&key, "key", "", "the Idempotency-Key")
+	src.flags(f)
+	kf.flags(f)
 	f.BoolVar(&release, "release", false, "the operation did not happen: delete the key")
 	f.IntVar(&status, "status", 0, "the operation happened: store this status for retries")
 	f.StringVar(&body, "body", "", "the stored answer's body, or @FILE")
 	f.StringArrayVar(&headers, "header", nil, "a stored answer header, 'Name: value' (repeatable)")
-	f.StringVar(&reason, "reason", "", "why, for the record")
-	f.DurationVar(&retention, "retention", 24*time.Hour, "how long the stored answer is kept")
+	f.StringVar(&note, "note", "", "why, for the audit log and the record")
+	f.StringVar(&reason, "reason", "", "the old name of --note")
+	f.MarkHidden("reason")
 	return cmd
 }

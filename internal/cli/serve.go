@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/idem-dev/idem/idemadmin"
 	"github.com/idem-dev/idem/idemproxy"
 	"github.com/idem-dev/idem/internal/storeurl"
 )
@@ -25,6 +27,8 @@ type serveFlags struct {
 	optionalKey                                      bool
 	scopeHeader, logFormat, logLevel                 string
 	upstreamDeadline, upstreamIdleTimeout            time.Duration
+	adminTokenFile, resolverURL, reviewWebhook       string
+	storeRequest                                     bool
 }
 
 func newServeCmd() *cobra.Command {
@@ -71,7 +75,11 @@ requests get 503 until the store answers, and /readyz on --admin says so.`,
 	fl.StringVar(&f.upstream, "upstream", "", "the API the proxy protects (required, here or in the config file)")
 	fl.StringVar(&f.listen, "listen", idemproxy.DefaultListen, "where the proxy listens (port 0 picks a free port; the address is logged)")
 	fl.StringVar(&f.store, "store", idemproxy.DefaultStore, "store URL: sqlite://PATH, memory://, postgres://…, mysql://user:pass@tcp(host:port)/db, redis://host:port/N, redis+cluster://h1:p1,h2:p2")
-	fl.StringVar(&f.admin, "admin", "", "admin listener for /healthz, /readyz and /metrics (default off)")
+	fl.StringVar(&f.admin, "admin", "", "admin listener for /healthz, /readyz and /metrics, and with a token the admin API and review page (default off)")
+	fl.StringVar(&f.adminTokenFile, "admin-token-file", "", "file of admin tokens (NAME:TOKEN per line) for the admin API and review page; or IDEM_ADMIN_TOKEN")
+	fl.StringVar(&f.resolverURL, "resolver-url", "", "POSTed every key that goes to review or whose lease expired, to settle it (see docs/proxy.md)")
+	fl.StringVar(&f.reviewWebhook, "review-webhook", "", "POSTed every key that goes to review, to alert a person")
+	fl.BoolVar(&f.storeRequest, "store-request", false, "keep request bodies (up to 64 KiB) on the record for operators")
 	fl.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a completed key is kept and replayed")
 	fl.DurationVar(&f.lease, "lease", 30*time.Second, "in-flight lease, renewed while the upstream works")
 	fl.Int64Var(&f.maxBody, "max-body", idemproxy.DefaultMaxBody, "request body limit in bytes for fingerprinting; larger requests get 413")
@@ -106,6 +114,18 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if set("store") {
 		cfg.Store = f.store
+	}
+	if set("admin-token-file") {
+		cfg.AdminTokenFile = f.adminTokenFile
+	}
+	if set("resolver-url") {
+		cfg.ResolverURL = f.resolverURL
+	}
+	if set("review-webhook") {
+		cfg.ReviewWebhook = f.reviewWebhook
+	}
+	if set("store-request") {
+		cfg.StoreRequest = &f.storeRequest
 	}
 	if set("admin") {
 		cfg.Admin = f.admin
@@ -162,6 +182,11 @@ func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak
 	defer closeStore()
 	log.Info("store", slog.String("url", storeurl.Redact(cfg.Store)))
 	srv := &idemproxy.Server{Config: cfg, Store: store, Logger: log}
+	if env := os.Getenv("IDEM_ADMIN_TOKEN"); env != "" {
+		if srv.AdminTokens, err = idemadmin.ParseTokens(env); err != nil {
+			return usageError{fmt.Errorf("IDEM_ADMIN_TOKEN: %w", err)}
+		}
+	}
 	if tweak != nil {
 		tweak(srv)
 	}

@@ -1,0 +1,302 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/idem-dev/idem/idemadmin"
+)
+
+func init() { extraCommands = append(extraCommands, newKeysCmd) }
+
+// newKeysCmd groups the commands that inspect keys in any state, and
+// delete completed ones.
+func newKeysCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "keys",
+		Short: "List, inspect and delete idempotency keys",
+		Long: `keys reads the keys of a running proxy through its admin API (--admin-url, with
+the token of --admin-token-file or IDEM_ADMIN_TOKEN), or of a store opened
+directly (--store). Neither creates a store: a SQLite file that does not exist
+is an error.
+
+Keys that need review are settled with 'idem review resolve'.`,
+	}
+	cmd.AddCommand(newKeysListCmd(), newKeysGetCmd(), newKeysDeleteCmd())
+	return cmd
+}
+
+func newKeysListCmd() *cobra.Command {
+	var (
+		src              keySource
+		state, operation string
+		limit            int
+		asJSON           bool
+	)
+	cmd := &cobra.Command{
+		Use:   "list (--admin-url URL | --store URL) [--state S] [--operation OP] [--limit N] [--json]",
+		Short: "List keys, by state and operation",
+		Example: `  idem keys list --admin-url http://127.0.0.1:9090 --admin-token-file admin.token --state completed
+  idem keys list --store sqlite:///var/lib/idem/idem.db --operation 'POST /payments' --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return listKeys(cmd, &src, idemadmin.ListQuery{State: state, Operation: operation}, limit, asJSON, "No keys.")
+		},
+	}
+	src.flags(cmd.Flags())
+	cmd.Flags().StringVar(&state, "state", "", "needs_review, pending or completed (default: every state)")
+	cmd.Flags().StringVar(&operation, "operation", "", "only this operation, e.g. 'POST /payments'")
+	cmd.Flags().IntVar(&limit, "limit", 100, "the most keys to list")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of keys instead of a table")
+	return cmd
+}
+
+// listKeys pages through keys up to limit and prints them.
+func listKeys(cmd *cobra.Command, src *keySource, q idemadmin.ListQuery, limit int, asJSON bool, none string) error {
+	if limit < 1 {
+		return usageError{fmt.Errorf("--limit %d must be positive", limit)}
+	}
+	switch q.State {
+	case "", "needs_review", "pending", "completed":
+	default:
+		return usageError{fmt.Errorf("--state %q must be needs_review, pending or completed", q.State)}
+	}
+	svc, closeFn, err := src.open(cmd)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	items := []idemadmin.Item{}
+	for len(items) < limit {
+		q.Limit = min(limit-len(items), 1000)
+		page, err := svc.List(cmd.Context(), q)
+		if err != nil {
+			return err
+		}
+		items = append(items, page.Items...)
+		if q.Cursor = page.NextCursor; q.Cursor == "" {
+			break
+		}
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(items)
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(out, none)
+		return nil
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tREQUEST\tSTATE\tAGE\tREASON\tID")
+	for _, it := range items {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", idemadmin.Visible(it.Key), requestLine(it), it.State,
+			humanAge(it.Age()), idemadmin.Visible(cutText(it.Reason, 72)), it.ID)
+	}
+	if q.Cursor != "" {
+		fmt.Fprintf(tw, "(more keys: raise --limit)\n")
+	}
+	return tw.Flush()
+}
+
+// requestLine is what was asked: method, path and query, printable.
+func requestLine(it idemadmin.Item) string {
+	if it.Request == nil {
+		return idemadmin.Visible(it.Operation)
+	}
+	s := it.Request.Method + " " + it.Request.Path
+	if it.Request.Query != "" {
+		s += "?" + it.Request.Query
+	}
+	return idemadmin.Visible(s)
+}
+
+func newKeysGetCmd() *cobra.Command {
+	var (
+		src    keySource
+		kf     keyFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "get (ID | --scope S --operation OP --key K) (--admin-url URL | --store URL) [--json]",
+		Short: "Show one key: what was asked, its state, its stored answer",
+		Example: `  idem keys get CkBhYmM… --admin-url http://127.0.0.1:9090
+  idem keys get --store sqlite://idem.db --scope anonymous --operation 'POST /payments' --key order-1`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := kf.resolveID(args)
+			if err != nil {
+				return err
+			}
+			svc, closeFn, err := src.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			it, err := svc.Get(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(it)
+			}
+			printItem(cmd.OutOrStdout(), it)
+			return nil
+		},
+	}
+	src.flags(cmd.Flags())
+	kf.flags(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// printItem writes one key for a person, every field printable.
+func printItem(w io.Writer, it idemadmin.Item) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	v := idemadmin.Visible
+	row := func(name, value string) { fmt.Fprintf(tw, "%s\t%s\n", name, value) }
+	row("key", v(it.Key))
+	state := it.State
+	if it.State == "needs_review" {
+		state += " for " + humanAge(it.Age())
+	}
+	row("state", state)
+	row("request", requestLine(it))
+	row("operation", v(it.Operation))
+	row("scope", v(it.Scope))
+	row("reason", v(it.Reason))
+	row("created", stamp(it.CreatedAt))
+	row("last change", stamp(it.UpdatedAt))
+	if !it.LeaseUntil.IsZero() {
+		row("lease until", stamp(it.LeaseUntil))
+	}
+	if !it.ExpiresAt.IsZero() {
+		row("kept until", stamp(it.ExpiresAt))
+	}
+	row("fingerprint", v(it.Fingerprint))
+	row("id", it.ID)
+	tw.Flush()
+	if it.Request != nil {
+		switch {
+		case it.Request.Body != nil:
+			fmt.Fprintf(w, "\nrequest body (%d bytes):\n%s\n", it.Request.BodyBytes, printableBody(*it.Request.Body))
+		case it.Request.BodyBase64 != "":
+			fmt.Fprintf(w, "\nrequest body (%d bytes, base64):\n%s\n", it.Request.BodyBytes, it.Request.BodyBase64)
+		default:
+			fmt.Fprintf(w, "\nrequest body: not kept (routes keep it with store_request: true)\n")
+		}
+	}
+	if r := it.Response; r != nil {
+		fmt.Fprintf(w, "\nstored answer: %d %s\n", r.Status, http.StatusText(r.Status))
+		names := make([]string, 0, len(r.Headers))
+		for name := range r.Headers {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			for _, val := range r.Headers[name] {
+				fmt.Fprintf(w, "%s: %s\n", v(name), v(val))
+			}
+		}
+		switch {
+		case r.NotReplayable != "":
+			fmt.Fprintf(w, "(not replayable: %s)\n", r.NotReplayable)
+		case r.Body != nil:
+			fmt.Fprintf(w, "\n%s\n", printableBody(*r.Body))
+		case r.BodyBase64 != "":
+			fmt.Fprintf(w, "\n(%d bytes, base64) %s\n", r.BodyBytes, r.BodyBase64)
+		}
+	}
+}
+
+// printableBody keeps a body's line breaks and escapes every other
+// control character.
+func printableBody(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = idemadmin.Visible(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
+func newKeysDeleteCmd() *cobra.Command {
+	var (
+		src  keySource
+		kf   keyFlags
+		note string
+	)
+	cmd := &cobra.Command{
+		Use:   "delete (ID | --scope S --operation OP --key K) (--admin-url URL | --store URL) [--note TEXT]",
+		Short: "Delete a completed key, so that the next request with it runs again",
+		Long: `delete removes a completed key before its retention ends: its stored answer is
+forgotten, and the next request with the key runs the operation again. Keys
+that are pending or need review cannot be deleted (settle those with
+'idem review resolve').`,
+		Example: `  idem keys delete CkBhYmM… --admin-url http://127.0.0.1:9090 --note 'customer asked to pay again'`,
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := kf.resolveID(args)
+			if err != nil {
+				return err
+			}
+			svc, closeFn, err := src.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			res, err := svc.Delete(cmd.Context(), id, note)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "Deleted %s (%s): the next request with it runs the operation.\n", quoteKey(res.Key), idemadmin.Visible(res.Operation))
+			return nil
+		},
+	}
+	src.flags(cmd.Flags())
+	kf.flags(cmd.Flags())
+	cmd.Flags().StringVar(&note, "note", "", "why, for the audit log")
+	return cmd
+}
+
+func quoteKey(k string) string { return fmt.Sprintf("key %q", k) }
+
+func cutText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xc0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+func humanAge(d time.Duration) string {
+	switch s := int64(d / time.Second); {
+	case s < 60:
+		return fmt.Sprintf("%ds", s)
+	case s < 3600:
+		return fmt.Sprintf("%dm%02ds", s/60, s%60)
+	case s < 48*3600:
+		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
+	default:
+		return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
+	}
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
