@@ -2,6 +2,7 @@ package idemproxy
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"mime"
@@ -24,6 +25,7 @@ type exchange struct {
 	info         httptrace.GotConnInfo
 	rtErr        error // the round trip failed: no answer
 	bodyErr      error // the answer's body could not be read whole
+	body         *guardedBody
 }
 
 type exchangeKey struct{}
@@ -113,6 +115,56 @@ func (x *exchange) errs() (roundTrip, body error) {
 	return x.rtErr, x.bodyErr
 }
 
+// guard makes body the request body the transport reads.
+func (x *exchange) guard(body io.ReadCloser) io.ReadCloser {
+	g := &guardedBody{r: body}
+	x.mu.Lock()
+	x.body = g
+	x.mu.Unlock()
+	return g
+}
+
+// endBody ends the transport's reading of the request body; see guardedBody.
+func (x *exchange) endBody() {
+	x.mu.Lock()
+	g := x.body
+	x.mu.Unlock()
+	if g != nil {
+		g.end()
+	}
+}
+
+// guardedBody is a protected request's body as the transport reads it. The
+// transport's writer can outlive the round trip (past a deadline, on a
+// broken connection), but the body belongs to the middleware's pooled state,
+// reused once the handler returns: end, called before the forwarder
+// returns, waits for a read in progress and fails every later one.
+type guardedBody struct {
+	mu    sync.Mutex
+	r     io.ReadCloser
+	ended bool
+}
+
+var errBodyEnded = errors.New("idemproxy: the upstream call ended before the request body was sent")
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ended {
+		return 0, errBodyEnded
+	}
+	return b.r.Read(p)
+}
+
+// Close does nothing: the body is the middleware's.
+func (b *guardedBody) Close() error { return nil }
+
+func (b *guardedBody) end() {
+	b.mu.Lock()
+	b.ended = true
+	b.mu.Unlock()
+}
+
 // upstreamBody reads the upstream's answer and notes, on the exchange, a
 // body that ends early: a read error, or an end of file before the
 // Content-Length the upstream announced. It does not rely on the transport
@@ -124,14 +176,24 @@ type upstreamBody struct {
 	n    int64
 }
 
-// wrapBody makes resp's body an upstreamBody reporting to x.
-func wrapBody(resp *http.Response, x *exchange) {
-	want := resp.ContentLength
-	if resp.Request != nil && resp.Request.Method == http.MethodHead ||
-		resp.StatusCode < 200 || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
-		want = -1 // no body, whatever the header says
+// watchBodies wraps the answers to protected requests in upstreamBody. It
+// sits in the transport, so that what it watches does not depend on the
+// RoundTripper setting Response.Request.
+type watchBodies struct{ next http.RoundTripper }
+
+func (t watchBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(r)
+	if err != nil || resp.StatusCode < 200 { // a 101's body is the upgraded connection: left alone
+		return resp, err
 	}
-	resp.Body = &upstreamBody{ReadCloser: resp.Body, x: x, want: want}
+	if x := exchangeFrom(r.Context()); x != nil && resp.Body != nil {
+		want := resp.ContentLength
+		if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+			want = -1 // no body, whatever the header says
+		}
+		resp.Body = &upstreamBody{ReadCloser: resp.Body, x: x, want: want}
+	}
+	return resp, nil
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {

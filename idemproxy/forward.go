@@ -41,6 +41,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeoutCause(context.WithoutCancel(r.Context()), f.deadline, cause)
 	defer cancel()
 	x, ctx := newExchange(ctx)
+	defer x.endBody()
 	hw := &heldWriter{w: w}
 	f.proxy(hw, r.WithContext(ctx), x)
 
@@ -179,25 +180,19 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 // rewrite points the request at the upstream. A protected request never
 // goes out without a body reader, so that http.Transport, which re-sends
 // bodiless requests carrying an Idempotency-Key after a broken keep-alive
-// connection, never sends it twice.
+// connection, never sends it twice; and its body is guarded (guardedBody).
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(f.p.upstream)
 	pr.SetXForwarded()
-	if idem.LeaseFrom(pr.In.Context()) != nil && (pr.Out.Body == nil || pr.Out.Body == http.NoBody) {
+	x := exchangeFrom(pr.Out.Context())
+	switch {
+	case x == nil:
+	case pr.Out.Body == nil || pr.Out.Body == http.NoBody:
 		pr.Out.Body = emptyBody{}
 		pr.Out.ContentLength = 0
+	default:
+		pr.Out.Body = x.guard(pr.Out.Body)
 	}
-}
-
-// modifyResponse makes a protected request's answer report a body cut
-// short to its exchange.
-func (f *forwarder) modifyResponse(resp *http.Response) error {
-	if resp.Request != nil {
-		if x := exchangeFrom(resp.Request.Context()); x != nil {
-			wrapBody(resp, x)
-		}
-	}
-	return nil
 }
 
 // upstreamError is the ReverseProxy's ErrorHandler. For a protected

@@ -78,15 +78,15 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		}
 	}
 	pool := newBufferPool()
+	transport := watchBodies{opts.Transport}
 	build := func(s Settings, methods []string, disabled bool) (http.Handler, error) {
 		fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline()}
 		fwd.rp = &httputil.ReverseProxy{
-			Rewrite:        fwd.rewrite,
-			Transport:      opts.Transport,
-			BufferPool:     pool,
-			ModifyResponse: fwd.modifyResponse,
-			ErrorHandler:   fwd.upstreamError,
-			ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+			Rewrite:      fwd.rewrite,
+			Transport:    transport,
+			BufferPool:   pool,
+			ErrorHandler: fwd.upstreamError,
+			ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 		}
 		if disabled {
 			return fwd, nil

@@ -54,14 +54,21 @@ func (c *countingConn) Write(b []byte) (int, error) {
 	return n, err
 }
 
-// counted returns the counting connection under c (through TLS), or nil when
-// c was not dialled by NewTransport.
+// counted returns the counting connection under c, or nil when c was not
+// dialled by NewTransport. A connection that wraps another reveals it with
+// NetConn, as *tls.Conn does.
 func counted(c net.Conn) *countingConn {
-	if tc, ok := c.(*tls.Conn); ok {
-		c = tc.NetConn()
+	for range 8 { // a few layers (TLS, a test's wrapper), never a loop
+		switch t := c.(type) {
+		case *countingConn:
+			return t
+		case interface{ NetConn() net.Conn }:
+			c = t.NetConn()
+		default:
+			return nil
+		}
 	}
-	cc, _ := c.(*countingConn)
-	return cc
+	return nil
 }
 
 // NotSent reports whether err, returned by a round trip, proves that the
