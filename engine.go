@@ -393,6 +393,9 @@ func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Recor
 	}
 	reason := "lease expired at " + rec.LeaseUntil.UTC().Format(time.RFC3339Nano) + " with the outcome of an external operation unknown"
 	err = e.store.Escalate(ctx, idemstore.EscalateParams{Key: req.Key, Token: rec.Token, Reason: reason, IfExpired: true})
+	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) && e.escalatedUnder(ctx, req.Key, rec.Token) {
+		err = nil // applied; the reply was lost
+	}
 	switch {
 	case err == nil:
 		e.reviewed(ctx, req.Key, reason)

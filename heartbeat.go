@@ -119,18 +119,24 @@ func (h *heartbeat) loop() {
 	}
 }
 
+// renew extends l once. A renewal that fails (a store that hangs or blips)
+// must not use up the lease: each attempt is bounded by a sixth of the
+// lease, and a failed one is tried again after a twelfth, so a holder whose
+// store recovers within the lease keeps its key.
 func (h *heartbeat) renew(l *Lease) {
 	every := l.lease / 3
-	ctx, cancel := context.WithTimeout(context.Background(), every)
+	ctx, cancel := context.WithTimeout(context.Background(), every/2)
 	err := l.Extend(ctx)
 	cancel()
+	next := every
 	if err != nil && !l.Ended() {
+		next = every / 4
 		h.e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: extending the lease failed",
 			slog.String("key", redact(l.Key())), slog.Any("error", err))
 	}
 	h.mu.Lock()
 	l.renewing = false
-	l.renewAt = time.Now().Add(every)
+	l.renewAt = time.Now().Add(next)
 	if errors.Is(err, ErrLeaseLost) {
 		delete(h.leases, l) // nothing left to renew
 	}

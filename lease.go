@@ -1,11 +1,13 @@
 package idem
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -144,8 +146,13 @@ const (
 // shows as the record in the state op produces (completed or needs_review
 // under this lease's token, or gone), and counts as done.
 func (l *Lease) settle(ctx context.Context, op settleOp, p *idemstore.CompleteParams, reason string) error {
+	if s := l.State(); s >= LeaseCompleted {
+		// Nothing of this lease is left to settle; and what the record
+		// shows now may be an operator's answer under the same token.
+		return fmt.Errorf("idem: lease already %s: %w", s, ErrLeaseLost)
+	}
 	st := l.e.store
-	dc := detach(ctx, l.e.cfg.SettleTimeout)
+	dc := detach(ctx, settleBound(ctx, l.e.cfg.SettleTimeout))
 	defer dc.stop()
 	pause := settleFirstPause
 	for {
@@ -165,15 +172,33 @@ func (l *Lease) settle(ctx context.Context, op settleOp, p *idemstore.CompletePa
 		switch {
 		case op == settleRelease && errors.Is(gerr, idemstore.ErrNotFound):
 			return nil // gone: released
-		case gerr == nil && rec.Token == l.token && (op == settleComplete && rec.State == idemstore.StateCompleted ||
-			op == settleEscalate && rec.State == idemstore.StateNeedsReview):
-			return nil
+		case gerr == nil && rec.Token == l.token && (op == settleComplete && rec.State == idemstore.StateCompleted && sameResponse(rec.Response, p.Response) ||
+			op == settleEscalate && rec.State == idemstore.StateNeedsReview && rec.Reason == reason):
+			return nil // this very change, applied; its reply was lost
 		}
 		if !transient(err) || !dc.pause(pause) {
 			return err
 		}
 		pause = min(2*pause, settleMaxPause)
 	}
+}
+
+// sameResponse reports whether stored is the answer want describes, so that
+// a settlement reading the record back tells its own completion from
+// another one under the same token (an operator's, say).
+func sameResponse(stored, want *Response) bool {
+	if stored == nil || want == nil {
+		return stored == want
+	}
+	if stored.Status != want.Status || stored.NotReplayable != want.NotReplayable || !bytes.Equal(stored.Body, want.Body) || len(stored.Header) != len(want.Header) {
+		return false
+	}
+	for name, vs := range want.Header {
+		if !slices.Equal(stored.Header[name], vs) {
+			return false
+		}
+	}
+	return true
 }
 
 // PrepareTxComplete implements idemstore.TxLease for the stores' CompleteTx:

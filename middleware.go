@@ -1,11 +1,13 @@
 package idem
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -42,7 +44,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		if errors.Is(err, ErrMissingKey) && pol.KeyOptional {
 			ev.Outcome = SituationNoKey.Name
-			h.next.ServeHTTP(w, r)
+			ev.Status = passThrough(h.next, w, r)
 			return
 		}
 		var ke *KeyError
@@ -126,7 +128,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("operation", op), slog.Any("error", err), slog.Bool("fail_open", m.cfg.FailOpen))
 		if m.cfg.FailOpen {
 			ev.Outcome = SituationFailOpen.Name
-			h.next.ServeHTTP(w, r)
+			ev.Status = passThrough(h.next, w, r)
 			return
 		}
 		w.Header().Set("Retry-After", "1")
@@ -228,4 +230,47 @@ func readLimited(buf *bytes.Buffer, body io.Reader, limit int64) (over bool, err
 			return false, err
 		}
 	}
+}
+
+// passThrough runs next unprotected and returns the status it answered, for
+// Event.Status. The writer it gives next records the status and otherwise
+// defers to w: Unwrap serves http.ResponseController, and Flush and Hijack
+// are passed on.
+func passThrough(next http.Handler, w http.ResponseWriter, r *http.Request) int {
+	sw := &statusWriter{ResponseWriter: w}
+	next.ServeHTTP(sw, r)
+	if sw.status == 0 && sw.wrote {
+		return http.StatusOK
+	}
+	return sw.status
+}
+
+// statusWriter records the status a handler answers.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 && (code < 100 || code > 199 || code == http.StatusSwitchingProtocols) {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	s.wrote = true
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (s *statusWriter) Flush() {
+	s.wrote = true
+	_ = http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+func (s *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return http.NewResponseController(s.ResponseWriter).Hijack()
 }

@@ -100,7 +100,10 @@ type Event struct {
 	Outcome string
 	// Settlement says, after an acquired request, what became of its key:
 	// "completed", "completed_tx", "not_replayable", "released",
-	// "escalated", "handler" (the handler settled it itself) or "failed".
+	// "escalated", "handler" (the handler settled it itself), "lost"
+	// (someone else settled it first: the lease was taken over or
+	// recovered) or "failed" (the store refused; the key stays pending for
+	// recovery).
 	Settlement string
 	// Status is the HTTP status the client got; 0 when the handler
 	// panicked (net/http then drops the connection, unless a recovering

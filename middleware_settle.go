@@ -28,6 +28,12 @@ import (
 // completed in a transaction is escalated whatever its kind: only a
 // transaction that provably rolled back lets a key be released.
 //
+// A release or an escalation that the store refuses for longer than
+// EngineConfig.SettleTimeout is tried again until the lease would expire,
+// after the client has its answer, so that a store that is down for a
+// while does not leave a key that no one holds for recovery or a takeover
+// to find. Only if that fails too is the lease abandoned (left pending).
+//
 // Lease.Complete, Release and Escalate run detached from the request's
 // context with their own bound, so a client that leaves mid-settlement
 // cancels nothing.
@@ -64,30 +70,84 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol 
 		}
 		v := recover()
 		stop()
-		ev.Settlement = m.settlePanic(ctx, lease, v)
+		var later pendingSettle
+		ev.Settlement = m.settleUnknown(ctx, lease, fmt.Sprintf("handler panicked: %v", v), &later)
+		ev.Settlement = m.settleLater(ctx, lease, &later, ev.Settlement)
 		panic(v)
 	}()
 	h.next.ServeHTTP(cw, r.WithContext(ContextWithLease(ctx, lease)))
 	panicked = false
 	stop()
 
-	ev.Settlement = m.settle(ctx, cw, lease, pol)
+	if ctx.Err() != nil && cw.status == 0 && cw.buf.Len() == 0 && !cw.passthrough {
+		// The client left and the handler returned without answering (the
+		// usual `<-ctx.Done(); return`): an empty 200 would be stored and
+		// replayed, though whether the work happened is unknown.
+		var later pendingSettle
+		ev.Settlement = m.settleUnknown(ctx, lease, "the client left and the handler answered nothing", &later)
+		ev.Settlement = m.settleLater(ctx, lease, &later, ev.Settlement)
+		ev.Status = SituationCanceled.Status
+		return
+	}
+	var later pendingSettle
+	ev.Settlement = m.settle(ctx, cw, lease, pol, &later)
 	cw.finish()
 	ev.Status = cw.finalStatus()
+	if later.op != 0 {
+		// The client gets its answer now; the key's settlement goes on.
+		_ = http.NewResponseController(cw.w).Flush()
+		ev.Settlement = m.settleLater(ctx, lease, &later, ev.Settlement)
+	}
+}
+
+// pendingSettle is a release or an escalation that the store refused for
+// SettleTimeout, to try again until the lease would expire.
+type pendingSettle struct {
+	op     uint8 // 0: none; settleRelease or settleEscalate
+	reason string
+}
+
+// settleLater tries the pending settlement again, detached, until the
+// lease's deadline; settled is what the first try reported. If the store
+// still refuses, the lease is abandoned: the key stays pending under its
+// token for recovery.
+func (m *middleware) settleLater(ctx context.Context, lease *Lease, p *pendingSettle, settled string) string {
+	if p.op == 0 {
+		return settled
+	}
+	dctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), lease.Deadline())
+	defer cancel()
+	var err error
+	if p.op == uint8(settleRelease) {
+		err = lease.Release(dctx)
+	} else {
+		err = lease.Escalate(dctx, p.reason)
+	}
+	switch {
+	case err == nil && p.op == uint8(settleRelease):
+		return settledReleased
+	case err == nil:
+		return settledEscalated
+	case errors.Is(err, ErrLeaseLost):
+		return settledLost
+	}
+	m.log(ctx, slog.LevelError, "idem: the store still refuses to settle the key; it stays pending for recovery", lease, err)
+	lease.Abandon()
+	return settledFailed
 }
 
 // settle records what the handler's answer means for the key.
-func (m *middleware) settle(ctx context.Context, cw *captureWriter, lease *Lease, pol *Policy) string {
+func (m *middleware) settle(ctx context.Context, cw *captureWriter, lease *Lease, pol *Policy, later *pendingSettle) string {
 	switch lease.State() {
 	case LeaseOpen:
 	case LeaseTxPrepared:
-		return m.checkTx(ctx, cw.response(), cw.status, lease, "")
+		return m.checkTx(ctx, cw.response(), cw.status, lease, "", later)
 	default:
 		return settledHandler
 	}
 	resp := cw.response()
 	if slices.Contains(pol.ReleaseStatuses, resp.Status) {
-		return m.release(ctx, lease, "the handler answered a release status")
+		return m.release(ctx, lease, "the handler answered a release status", later)
 	}
 	err := lease.Complete(ctx, resp)
 	switch {
@@ -103,16 +163,18 @@ func (m *middleware) settle(ctx context.Context, cw *captureWriter, lease *Lease
 	// gets it, and the key goes to review: neither a retry nor a takeover
 	// may run it again.
 	m.log(ctx, slog.LevelError, "idem: storing the answer failed; escalating the key", lease, err)
-	return m.escalate(ctx, lease, fmt.Sprintf("the handler answered %d but storing the answer failed: %v", resp.Status, err))
+	return m.escalate(ctx, lease, fmt.Sprintf("the handler answered %d but storing the answer failed: %v", resp.Status, err), later)
 }
 
-// settlePanic settles the key of a handler that panicked with v.
-func (m *middleware) settlePanic(ctx context.Context, lease *Lease, v any) string {
+// settleUnknown settles the key of a handler whose outcome is unknown (it
+// panicked, or returned without answering after its client left): reason
+// goes on the record if it is escalated.
+func (m *middleware) settleUnknown(ctx context.Context, lease *Lease, reason string, later *pendingSettle) string {
 	switch lease.State() {
 	case LeaseOpen:
-		return m.escalate(ctx, lease, fmt.Sprintf("handler panicked: %v", v))
+		return m.escalate(ctx, lease, reason, later)
 	case LeaseTxPrepared:
-		return m.checkTx(ctx, nil, 0, lease, fmt.Sprintf("handler panicked: %v", v))
+		return m.checkTx(ctx, nil, 0, lease, reason, later)
 	}
 	return settledHandler
 }
@@ -120,7 +182,7 @@ func (m *middleware) settlePanic(ctx context.Context, lease *Lease, v any) strin
 // checkTx settles a lease whose handler called a store's CompleteTx: it
 // reads back whether the business transaction committed. written is the
 // handler's answer (nil after a panic), to compare with what was stored.
-func (m *middleware) checkTx(ctx context.Context, written *Response, status int, lease *Lease, panicked string) string {
+func (m *middleware) checkTx(ctx context.Context, written *Response, status int, lease *Lease, panicked string, later *pendingSettle) string {
 	outcome, stored, err := lease.CheckTx(ctx)
 	switch {
 	case err != nil:
@@ -128,7 +190,7 @@ func (m *middleware) checkTx(ctx context.Context, written *Response, status int,
 		lease.Abandon()
 		return settledFailed
 	case outcome == TxCommitted:
-		if written != nil && (stored == nil || stored.Status != written.Status || !bytes.Equal(stored.Body, written.Body) || stored.NotReplayable != written.NotReplayable) {
+		if written != nil && stored != nil && (stored.Status != written.Status || !bytes.Equal(stored.Body, written.Body) || stored.NotReplayable != written.NotReplayable) {
 			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: the handler answered differently from what it stored with CompleteTx; retries will get the stored answer",
 				slog.String("key", redact(lease.Key())), slog.Int("written_status", written.Status), slog.Int("stored_status", stored.Status))
 		}
@@ -143,18 +205,18 @@ func (m *middleware) checkTx(ctx context.Context, written *Response, status int,
 		if panicked != "" {
 			reason = panicked + "; " + reason
 		}
-		return m.escalate(ctx, lease, reason)
+		return m.escalate(ctx, lease, reason, later)
 	}
 	if status >= 200 && status < 300 {
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: the handler answered success but its transaction did not commit; the key was released",
 			slog.String("key", redact(lease.Key())), slog.Int("status", status))
 	}
-	return m.release(ctx, lease, "the business transaction rolled back")
+	return m.release(ctx, lease, "the business transaction rolled back", later)
 }
 
-// release releases the key, or leaves it pending for recovery when the
-// store refuses.
-func (m *middleware) release(ctx context.Context, lease *Lease, why string) string {
+// release releases the key. When the store refuses it, later is set to try
+// again once the client has its answer.
+func (m *middleware) release(ctx context.Context, lease *Lease, why string, later *pendingSettle) string {
 	err := lease.Release(ctx)
 	switch {
 	case err == nil:
@@ -163,14 +225,14 @@ func (m *middleware) release(ctx context.Context, lease *Lease, why string) stri
 		m.log(ctx, slog.LevelWarn, "idem: releasing the key found it settled already ("+why+")", lease, err)
 		return settledLost
 	}
-	m.log(ctx, slog.LevelError, "idem: releasing the key failed ("+why+"); it stays pending for recovery", lease, err)
-	lease.Abandon()
+	m.log(ctx, slog.LevelError, "idem: releasing the key failed ("+why+"); trying again until the lease ends", lease, err)
+	*later = pendingSettle{op: uint8(settleRelease)}
 	return settledFailed
 }
 
-// escalate moves the key to review, or leaves it pending for recovery when
-// the store refuses.
-func (m *middleware) escalate(ctx context.Context, lease *Lease, reason string) string {
+// escalate moves the key to review. When the store refuses it, later is set
+// to try again once the client has its answer.
+func (m *middleware) escalate(ctx context.Context, lease *Lease, reason string, later *pendingSettle) string {
 	err := lease.Escalate(ctx, reason)
 	switch {
 	case err == nil:
@@ -179,8 +241,8 @@ func (m *middleware) escalate(ctx context.Context, lease *Lease, reason string) 
 		m.log(ctx, slog.LevelWarn, "idem: escalating the key found it settled already", lease, err)
 		return settledLost
 	}
-	m.log(ctx, slog.LevelError, "idem: escalating the key failed; it stays pending for recovery", lease, err)
-	lease.Abandon()
+	m.log(ctx, slog.LevelError, "idem: escalating the key failed; trying again until the lease ends", lease, err)
+	*later = pendingSettle{op: uint8(settleEscalate), reason: reason}
 	return settledFailed
 }
 

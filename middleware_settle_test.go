@@ -18,11 +18,13 @@ import (
 )
 
 // failingSettle is a store that goes down between the reservation and the
-// completion: Complete (and, with escalateToo, Escalate) fails as an
-// unreachable server would.
+// completion: Complete fails as an unreachable server would, and so does
+// Escalate with escalateToo, until escalateUntil when that is set (the
+// bubble's time).
 type failingSettle struct {
 	*idemmem.Store
-	escalateToo bool
+	escalateToo   bool
+	escalateUntil time.Time
 }
 
 func (failingSettle) Complete(context.Context, idemstore.CompleteParams) error {
@@ -30,7 +32,8 @@ func (failingSettle) Complete(context.Context, idemstore.CompleteParams) error {
 }
 
 func (s failingSettle) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
-	if s.escalateToo && !p.IfExpired {
+	down := s.escalateToo && (s.escalateUntil.IsZero() || time.Now().Before(s.escalateUntil))
+	if down && !p.IfExpired {
 		return fmt.Errorf("dial tcp 127.0.0.1:1: connection refused: %w", idemstore.ErrUnavailable)
 	}
 	return s.Store.Escalate(ctx, p)
@@ -40,76 +43,85 @@ func (s failingSettle) Escalate(ctx context.Context, p idemstore.EscalateParams)
 // still gets it and no retry runs the handler again, whatever the kind: a
 // transactional handler may have committed its own change without
 // CompleteTx, so the key is escalated, not left for a takeover. When the
-// escalation fails too, the key stays pending: 409 in flight while the lease
-// lasts, then recovery's rules (an external key needs review).
+// store refuses the escalation too for longer than SettleTimeout, it is
+// tried again, after the answer went out, until the lease would expire; if
+// the store is back by then the key is in review, else it stays pending and
+// recovery's rules apply (an external key needs review).
 func TestMiddlewareCompleteFails(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name          string
 		kind          idem.Kind
 		escalateToo   bool
+		outage        time.Duration // of Escalate; 0 with escalateToo: for good
 		settlement    string
-		before, after string // the retry's outcome within the lease, and after it
+		before, after string // the retry's outcome right after, and once the lease has passed
 	}{
-		{"external", idem.External, false, "escalated", "needs_review", "needs_review"},
-		{"transactional", idem.Transactional, false, "escalated", "needs_review", "needs_review"},
-		{"external, escalate fails too", idem.External, true, "failed", "in_flight", "needs_review"},
+		{"external", idem.External, false, 0, "escalated", "needs_review", "needs_review"},
+		{"transactional", idem.Transactional, false, 0, "escalated", "needs_review", "needs_review"},
+		{"transactional, escalate refused for a while", idem.Transactional, true, 15 * time.Second, "escalated", "needs_review", "needs_review"},
+		{"external, escalate refused for good", idem.External, true, 0, "failed", "needs_review", "needs_review"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			clk := newClock()
-			mem := idemmem.MustNew(idemmem.Config{Now: clk.Now})
-			t.Cleanup(func() { mem.Close() })
-			// A short settlement bound: the store stays down.
-			e, err := idem.NewEngine(failingSettle{mem, tc.escalateToo}, idem.EngineConfig{Now: clk.Now, Lease: time.Minute, SettleTimeout: 50 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var (
-				mu     sync.Mutex
-				events []idem.Event
-				runs   int
-			)
-			mw := idem.Middleware(e, idem.Config{Scope: userScope, Policy: idem.Policy{Kind: tc.kind}, OnOutcome: func(ev idem.Event) {
+			synctest.Test(t, func(t *testing.T) {
+				mem := idemmem.MustNew(idemmem.Config{}) // the bubble's clock
+				t.Cleanup(func() { mem.Close() })
+				st := failingSettle{Store: mem, escalateToo: tc.escalateToo}
+				if tc.outage > 0 {
+					st.escalateUntil = time.Now().Add(tc.outage)
+				}
+				e, err := idem.NewEngine(st, idem.EngineConfig{Lease: time.Minute, SettleTimeout: 10 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				idem.SetHeartbeatLinger(e, 0)
+				var (
+					mu     sync.Mutex
+					events []idem.Event
+					runs   int
+				)
+				mw := idem.Middleware(e, idem.Config{Scope: userScope, Policy: idem.Policy{Kind: tc.kind}, OnOutcome: func(ev idem.Event) {
+					mu.Lock()
+					events = append(events, ev)
+					mu.Unlock()
+				}})
+				h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					mu.Lock()
+					runs++
+					mu.Unlock()
+					w.WriteHeader(http.StatusCreated)
+					io.WriteString(w, `{"charged":true}`)
+				}))
+				post := func() *httptest.ResponseRecorder {
+					r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{}`))
+					r.Header.Set("X-User", "alice")
+					r.Header.Set(idem.HeaderName, "k")
+					w := httptest.NewRecorder()
+					h.ServeHTTP(w, r)
+					return w
+				}
+				if w := post(); w.Code != http.StatusCreated || w.Body.String() != `{"charged":true}` {
+					t.Fatalf("first: %d %s", w.Code, w.Body)
+				}
 				mu.Lock()
-				events = append(events, ev)
+				if ev := events[0]; ev.Outcome != "acquired" || ev.Settlement != tc.settlement || ev.Status != http.StatusCreated {
+					t.Errorf("event %+v, want acquired/%s/201", ev, tc.settlement)
+				}
 				mu.Unlock()
-			}})
-			h := mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != tc.before {
+					t.Fatalf("retry: %d %s, want %s", w.Code, w.Body, tc.before)
+				}
+				time.Sleep(2 * time.Minute)
+				if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != tc.after {
+					t.Fatalf("retry after the lease: %d %s, want %s", w.Code, w.Body, tc.after)
+				}
 				mu.Lock()
-				runs++
-				mu.Unlock()
-				w.WriteHeader(http.StatusCreated)
-				io.WriteString(w, `{"charged":true}`)
-			}))
-			post := func() *httptest.ResponseRecorder {
-				r := httptest.NewRequest(http.MethodPost, "/charges", strings.NewReader(`{}`))
-				r.Header.Set("X-User", "alice")
-				r.Header.Set(idem.HeaderName, "k")
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, r)
-				return w
-			}
-			if w := post(); w.Code != http.StatusCreated || w.Body.String() != `{"charged":true}` {
-				t.Fatalf("first: %d %s", w.Code, w.Body)
-			}
-			mu.Lock()
-			if ev := events[0]; ev.Outcome != "acquired" || ev.Settlement != tc.settlement || ev.Status != http.StatusCreated {
-				t.Errorf("event %+v, want acquired/%s/201", ev, tc.settlement)
-			}
-			mu.Unlock()
-			if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != tc.before {
-				t.Fatalf("retry within the lease: %d %s, want %s", w.Code, w.Body, tc.before)
-			}
-			clk.Advance(2 * time.Minute)
-			if w := post(); w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != tc.after {
-				t.Fatalf("retry after the lease: %d %s, want %s", w.Code, w.Body, tc.after)
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if runs != 1 {
-				t.Fatalf("handler ran %d times", runs)
-			}
+				defer mu.Unlock()
+				if runs != 1 {
+					t.Fatalf("handler ran %d times", runs)
+				}
+			})
 		})
 	}
 }

@@ -90,33 +90,48 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 	if err != nil {
 		return rep, err
 	}
+	var errs []error
 	for _, rec := range expired {
 		// Both changes check the expiry again, on the store's clock, in the
 		// same statement: a heartbeat that extended the lease since the
 		// listing wins, and the change reports ErrLeaseLost.
-		var err error
+		// A change that failed may have been applied (a lost reply): the
+		// record read back says. One record's error does not stop the
+		// others.
 		if kindOf(rec.Key) == Transactional {
-			if err = e.store.Release(ctx, idemstore.ReleaseParams{Key: rec.Key, Token: rec.Token, IfExpired: true}); err == nil {
+			err := e.store.Release(ctx, idemstore.ReleaseParams{Key: rec.Key, Token: rec.Token, IfExpired: true})
+			if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
+				if _, gerr := e.store.Get(ctx, rec.Key); errors.Is(gerr, idemstore.ErrNotFound) {
+					err = nil
+				}
+			}
+			switch {
+			case err == nil:
 				rep.Released++
+			case !errors.Is(err, idemstore.ErrLeaseLost):
+				errs = append(errs, err)
 			}
-		} else {
-			const reason = "lease expired with the outcome of an external operation unknown"
-			err = e.store.Escalate(ctx, idemstore.EscalateParams{Key: rec.Key, Token: rec.Token, Reason: reason, IfExpired: true})
-			if err == nil {
-				rep.Escalated++
-				e.reviewed(ctx, rec.Key, reason)
-			}
+			continue
 		}
-		if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
-			return rep, err
+		const reason = "lease expired with the outcome of an external operation unknown"
+		err := e.store.Escalate(ctx, idemstore.EscalateParams{Key: rec.Key, Token: rec.Token, Reason: reason, IfExpired: true})
+		if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) && e.escalatedUnder(ctx, rec.Key, rec.Token) {
+			err = nil
+		}
+		switch {
+		case err == nil:
+			rep.Escalated++
+			e.reviewed(ctx, rec.Key, reason)
+		case !errors.Is(err, idemstore.ErrLeaseLost):
+			errs = append(errs, err)
 		}
 	}
 	if opts.Resolver == nil {
-		return rep, nil
+		return rep, errors.Join(errs...)
 	}
 	page, err := e.store.List(ctx, idemstore.ListParams{State: idemstore.StateNeedsReview, Limit: opts.Limit})
 	if err != nil {
-		return rep, err
+		return rep, errors.Join(append(errs, err)...)
 	}
 	for _, rec := range page.Records {
 		res, err := opts.Resolver.Resolve(ctx, rec)
@@ -125,7 +140,10 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 			rep.Unknown++
 			continue
 		}
-		p := idemstore.ResolveParams{Key: rec.Key, Reason: res.Reason}
+		// Fenced by the token of the attempt the resolver was asked about:
+		// if that attempt was released and a retry went to review since,
+		// this verdict is not about it.
+		p := idemstore.ResolveParams{Key: rec.Key, Token: rec.Token, Reason: res.Reason}
 		switch res.Verdict {
 		case VerdictCompleted:
 			if res.Response == nil {
@@ -147,13 +165,20 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 			rep.Completed++
 		case err == nil:
 			rep.Reopened++
-		case errors.Is(err, idemstore.ErrNotNeedsReview), errors.Is(err, idemstore.ErrNotFound):
-			// Someone else settled it first.
+		case errors.Is(err, idemstore.ErrNotNeedsReview), errors.Is(err, idemstore.ErrNotFound), errors.Is(err, idemstore.ErrLeaseLost):
+			// Someone else settled it first, or it is another attempt now.
 		default:
-			return rep, err
+			errs = append(errs, err)
 		}
 	}
-	return rep, nil
+	return rep, errors.Join(errs...)
+}
+
+// escalatedUnder reports whether key's record is in review under token: an
+// Escalate that returned an error was applied all the same.
+func (e *Engine) escalatedUnder(ctx context.Context, key Key, token string) bool {
+	rec, err := e.store.Get(ctx, key)
+	return err == nil && rec.State == idemstore.StateNeedsReview && rec.Token == token
 }
 
 // ResolveRecord settles one needs_review record by hand, as an operator

@@ -57,6 +57,16 @@ func (e *Engine) settle(ctx context.Context, key Key, timeout time.Duration, cha
 	}
 }
 
+// settleBound is how long a settlement keeps trying: timeout, or until
+// ctx's deadline when that is later (a caller that can wait longer, such as
+// the middleware once its client has the answer, says so with a deadline).
+func settleBound(ctx context.Context, timeout time.Duration) time.Duration {
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(timeout, time.Until(d))
+	}
+	return timeout
+}
+
 // transient reports whether a failed store call may succeed if tried again.
 func transient(err error) bool {
 	return errors.Is(err, idemstore.ErrUnavailable) || errors.Is(err, idemstore.ErrRetryable) ||

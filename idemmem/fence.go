@@ -99,7 +99,7 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	default:
 		return errors.New("idemmem: unknown ResolveAction")
 	}
-	return s.inState(ctx, p.Key, idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview, func(sh *shard, h uint64, e *entry, now time.Time) {
+	return s.inState(ctx, p.Key, idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview, p.Token, func(sh *shard, h uint64, e *entry, now time.Time) {
 		if p.Action == idemstore.ResolveRelease {
 			sh.drop(s, h, e)
 			return
@@ -113,15 +113,16 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 
 // Delete removes a completed record before its retention ends.
 func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
-	return s.inState(ctx, key, idemstore.StateCompleted, idemstore.ErrNotCompleted, func(sh *shard, h uint64, e *entry, _ time.Time) {
+	return s.inState(ctx, key, idemstore.StateCompleted, idemstore.ErrNotCompleted, "", func(sh *shard, h uint64, e *entry, _ time.Time) {
 		sh.drop(s, h, e)
 	})
 }
 
-// inState runs change on the record for key if it is in state want, and
-// wakes the key's waiters; it returns idemstore.ErrNotFound for a missing
-// record and wrong for one in another state.
-func (s *Store) inState(ctx context.Context, key idemstore.Key, want idemstore.State, wrong error, change func(sh *shard, h uint64, e *entry, now time.Time)) error {
+// inState runs change on the record for key if it is in state want (and,
+// when token is not empty, carries token), and wakes the key's waiters; it
+// returns idemstore.ErrNotFound for a missing record, wrong for one in
+// another state, and idemstore.ErrLeaseLost for one under another token.
+func (s *Store) inState(ctx context.Context, key idemstore.Key, want idemstore.State, wrong error, token string, change func(sh *shard, h uint64, e *entry, now time.Time)) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -134,6 +135,9 @@ func (s *Store) inState(ctx context.Context, key idemstore.Key, want idemstore.S
 	}
 	if e.rec.State != want {
 		return wrong
+	}
+	if token != "" && e.rec.Token != token {
+		return idemstore.ErrLeaseLost
 	}
 	change(sh, h, e, s.now())
 	sh.wake(key)

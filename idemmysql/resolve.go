@@ -11,10 +11,10 @@ import (
 
 const (
 	resolveCompleteSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = " + nowPlus +
-		", updated_at = " + nowMillis + ", reason = COALESCE(NULLIF(?, ''), reason) WHERE " + byKey + " AND state = 'needs_review'"
-	resolveReleaseSQL = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'needs_review'"
+		", updated_at = " + nowMillis + ", reason = COALESCE(NULLIF(?, ''), reason) WHERE " + byKey + " AND state = 'needs_review' AND (? = '' OR token = ?)"
+	resolveReleaseSQL = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'needs_review' AND (? = '' OR token = ?)"
 	deleteSQL         = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'completed'"
-	stateSQL          = "SELECT state FROM idem_records WHERE " + byKey
+	stateSQL          = "SELECT state, token FROM idem_records WHERE " + byKey
 )
 
 // Resolve settles a needs_review record: it completes it with p.Response
@@ -31,38 +31,41 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		if len(p.Reason) > MaxReasonLen {
 			return fmt.Errorf("idemmysql: reason is %d bytes, at most %d fit", len(p.Reason), MaxReasonLen)
 		}
-		err = execFenced(ctx, s.db, resolveCompleteSQL, append([]any{
-			idemstore.EncodeResponse(p.Response), millis(p.Retention), p.Reason}, keyArgs(p.Key)...)...)
+		err = execFenced(ctx, s.db, resolveCompleteSQL, append(append([]any{
+			idemstore.EncodeResponse(p.Response), millis(p.Retention), p.Reason}, keyArgs(p.Key)...), p.Token, p.Token)...)
 	case idemstore.ResolveRelease:
-		err = execFenced(ctx, s.db, resolveReleaseSQL, keyArgs(p.Key)...)
+		err = execFenced(ctx, s.db, resolveReleaseSQL, append(keyArgs(p.Key), p.Token, p.Token)...)
 	default:
 		return errors.New("idemmysql: resolve: unknown action")
 	}
-	return s.whyNot(ctx, p.Key, err, idemstore.ErrNotNeedsReview)
+	return s.whyNot(ctx, p.Key, err, idemstore.ErrNotNeedsReview, idemstore.StateNeedsReview, p.Token)
 }
 
 // Delete removes a completed record before its retention ends. A missing
 // record gives idemstore.ErrNotFound, a pending or needs_review one
 // idemstore.ErrNotCompleted.
 func (s *Store) Delete(ctx context.Context, k idemstore.Key) error {
-	return s.whyNot(ctx, k, execFenced(ctx, s.db, deleteSQL, keyArgs(k)...), idemstore.ErrNotCompleted)
+	return s.whyNot(ctx, k, execFenced(ctx, s.db, deleteSQL, keyArgs(k)...), idemstore.ErrNotCompleted, idemstore.StateCompleted, "")
 }
 
 // whyNot passes err on, unless it says that a statement conditioned on the
-// record's state changed nothing (idemstore.ErrLeaseLost from execFenced):
-// then it reads the record and returns idemstore.ErrNotFound if it is gone,
-// or wrongState.
-func (s *Store) whyNot(ctx context.Context, k idemstore.Key, err, wrongState error) error {
+// record's state (want) and token (when not empty) changed nothing
+// (idemstore.ErrLeaseLost from execFenced): then it reads the record and
+// returns idemstore.ErrNotFound if it is gone, idemstore.ErrLeaseLost if it
+// is in state want under another token, or wrongState.
+func (s *Store) whyNot(ctx context.Context, k idemstore.Key, err, wrongState error, want idemstore.State, token string) error {
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		return err
 	}
-	var state string
-	err = s.db.QueryRowContext(ctx, stateSQL, keyArgs(k)...).Scan(&state)
+	var state, tok string
+	err = s.db.QueryRowContext(ctx, stateSQL, keyArgs(k)...).Scan(&state, &tok)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idemstore.ErrNotFound
 	case err != nil:
 		return interpretError(ctx, err)
+	case state == string(want) && token != "" && tok != token:
+		return idemstore.ErrLeaseLost
 	}
 	return wrongState
 }

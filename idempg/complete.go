@@ -112,16 +112,16 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 			return errors.New("idempg: resolve: ResolveComplete needs a Response")
 		}
 		err = s.fenced(ctx, s.pool, s.q.resolveComplete, k, k.Scope, k.Operation, k.Key,
-			idemstore.EncodeResponse(p.Response), p.Retention, p.Reason)
+			idemstore.EncodeResponse(p.Response), p.Retention, p.Reason, p.Token)
 	case idemstore.ResolveRelease:
-		err = s.fenced(ctx, s.pool, s.q.resolveRelease, k, k.Scope, k.Operation, k.Key)
+		err = s.fenced(ctx, s.pool, s.q.resolveRelease, k, k.Scope, k.Operation, k.Key, p.Token)
 	default:
 		return errors.New("idempg: resolve: unknown action")
 	}
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		return err
 	}
-	return s.wrongState(ctx, k, idemstore.ErrNotNeedsReview)
+	return s.wrongState(ctx, k, idemstore.ErrNotNeedsReview, idemstore.StateNeedsReview, p.Token)
 }
 
 // Delete removes a completed record (and its side rows) before its
@@ -135,20 +135,23 @@ func (s *Store) Delete(ctx context.Context, k idemstore.Key) error {
 	if n == 1 {
 		return nil
 	}
-	return s.wrongState(ctx, k, idemstore.ErrNotCompleted)
+	return s.wrongState(ctx, k, idemstore.ErrNotCompleted, idemstore.StateCompleted, "")
 }
 
-// wrongState explains why a change conditioned on the record's state
-// changed nothing: idemstore.ErrNotFound if there is no record for k,
-// wrong otherwise.
-func (s *Store) wrongState(ctx context.Context, k idemstore.Key, wrong error) error {
-	var state string
-	err := s.pool.QueryRow(ctx, s.q.state, k.Scope, k.Operation, k.Key).Scan(&state)
+// wrongState explains why a change conditioned on the record's state (want)
+// and token (when not empty) changed nothing: idemstore.ErrNotFound if there
+// is no record for k, idemstore.ErrLeaseLost if it is in state want under
+// another token, wrong otherwise.
+func (s *Store) wrongState(ctx context.Context, k idemstore.Key, wrong error, want idemstore.State, token string) error {
+	var state, tok string
+	err := s.pool.QueryRow(ctx, s.q.state, k.Scope, k.Operation, k.Key).Scan(&state, &tok)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return idemstore.ErrNotFound
 	case err != nil:
 		return interpretError(ctx, err)
+	case state == string(want) && token != "" && tok != token:
+		return idemstore.ErrLeaseLost
 	}
 	return wrong
 }

@@ -106,7 +106,7 @@ VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
 ON CONFLICT (scope, operation, key) DO NOTHING`),
 		get:     r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key}`),
 		pending: r.Replace(`SELECT FROM {t} r WHERE {fence}`),
-		state:   r.Replace(`SELECT r.state FROM {t} r WHERE {key}`),
+		state:   r.Replace(`SELECT r.state, r.token FROM {t} r WHERE {key}`),
 
 		complete: r.Replace(complete) + tail(7, "false", false),
 		// In the caller's transaction at REPEATABLE READ or SERIALIZABLE,
@@ -138,8 +138,8 @@ WHERE {fence} AND {expired}`+returning) + tail(7, "false", false),
 
 		resolveComplete: r.Replace(`WITH u AS (UPDATE {t} r SET state = 'completed', response = $4,
     expires_at = {now} + $5::interval, updated_at = {now}, reason = COALESCE(NULLIF($6, ''), reason)
-WHERE {key} AND r.state = 'needs_review'`+returning) + tail(7, "false", false),
-		resolveRelease: r.Replace(`WITH u AS (DELETE FROM {t} r WHERE {key} AND r.state = 'needs_review'`+returning) + tail(4, "false", true),
+WHERE {key} AND r.state = 'needs_review' AND ($7 = '' OR r.token = $7)`+returning) + tail(8, "false", false),
+		resolveRelease: r.Replace(`WITH u AS (DELETE FROM {t} r WHERE {key} AND r.state = 'needs_review' AND ($4 = '' OR r.token = $4)`+returning) + tail(5, "false", true),
 		// A completed record gains no side rows (Extend and Subscribe need
 		// it pending), so the statement's own snapshot sees them all.
 		deleteCompleted: r.Replace(`WITH d AS (DELETE FROM {t} r WHERE {key} AND r.state = 'completed'` + ` RETURNING r.scope, r.operation, r.key),

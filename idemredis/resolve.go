@@ -28,7 +28,7 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	names := s.keys(p.Key)
 	n, err := resolveScript.Run(ctx, s.client, []string{names.record, names.tombstone},
 		names.channel, s.publishCmd(), s.callID(), action, idemstore.EncodeResponse(p.Response),
-		durMicros(p.Retention), s.ttlMillis(p.Retention), p.Reason, tombstoneTTL.Milliseconds()).Int64()
+		durMicros(p.Retention), s.ttlMillis(p.Retention), p.Reason, tombstoneTTL.Milliseconds(), p.Token).Int64()
 	if err != nil {
 		return interpretError(ctx, err)
 	}
@@ -47,13 +47,16 @@ func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
 }
 
 // stateResult maps the reply of the resolve and delete scripts: 1 success,
-// -1 missing record, -2 a record in another state (wrong).
+// -1 missing record, -2 a record in another state (wrong), -3 a record in
+// review under another token.
 func (s *Store) stateResult(ctx context.Context, n int64, wrong error) error {
 	switch n {
 	case 1:
 		return nil
 	case -1:
 		return interpretError(ctx, redis.Nil)
+	case -3:
+		return fmt.Errorf("idemredis: escalated again under another token: %w", idemstore.ErrLeaseLost)
 	default:
 		return fmt.Errorf("idemredis: %w", wrong)
 	}

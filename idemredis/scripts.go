@@ -120,13 +120,14 @@ return 1
 
 // resolveScript settles a needs_review record. It returns 1 on success (or
 // when an earlier run of the same call settled it), -1 when the record is
-// missing and -2 when it is in another state. ARGV[1] channel, ARGV[2]
-// publish command, ARGV[3] call id, ARGV[4] "complete" or "release",
-// ARGV[5] response, ARGV[6] retention in microseconds, ARGV[7] TTL in
-// milliseconds, ARGV[8] reason (kept unless empty), ARGV[9] tombstone TTL
-// in milliseconds.
+// missing, -2 when it is in another state and -3 when it is in review under
+// another token than ARGV[10] (when that is not empty). ARGV[1] channel,
+// ARGV[2] publish command, ARGV[3] call id, ARGV[4] "complete" or
+// "release", ARGV[5] response, ARGV[6] retention in microseconds, ARGV[7]
+// TTL in milliseconds, ARGV[8] reason (kept unless empty), ARGV[9]
+// tombstone TTL in milliseconds, ARGV[10] token.
 var resolveScript = redis.NewScript(clock + `
-local v = redis.call('HMGET', KEYS[1], 'st', 'lc')
+local v = redis.call('HMGET', KEYS[1], 'st', 'lc', 'tok')
 if not v[1] then
   if redis.call('GET', KEYS[2]) == ARGV[3] then return 1 end
   return -1
@@ -135,6 +136,7 @@ if v[1] ~= 'needs_review' then
   if v[2] == ARGV[3] then return 1 end
   return -2
 end
+if ARGV[10] ~= '' and v[3] ~= ARGV[10] then return -3 end
 if ARGV[4] == 'release' then
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[9])

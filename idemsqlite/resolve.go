@@ -26,17 +26,17 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		now := s.now()
 		res, err = s.db.ExecContext(ctx, `UPDATE idem_records
 			SET state = 'completed', response = ?, reason = COALESCE(NULLIF(?, ''), reason), expires_at = ?, updated_at = ?
-			WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'needs_review'`,
+			WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'needs_review' AND (? = '' OR token = ?)`,
 			idemstore.EncodeResponse(p.Response), p.Reason, millis(now.Add(p.Retention)), millis(now),
-			p.Key.Scope, p.Key.Operation, p.Key.Key)
+			p.Key.Scope, p.Key.Operation, p.Key.Key, p.Token, p.Token)
 	case idemstore.ResolveRelease:
 		res, err = s.db.ExecContext(ctx, `DELETE FROM idem_records
-			WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'needs_review'`,
-			p.Key.Scope, p.Key.Operation, p.Key.Key)
+			WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'needs_review' AND (? = '' OR token = ?)`,
+			p.Key.Scope, p.Key.Operation, p.Key.Key, p.Token, p.Token)
 	default:
 		return errorf("Resolve: unknown action %d", p.Action)
 	}
-	return s.explain(ctx, p.Key, fenced(ctx, res, err), idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview)
+	return s.explain(ctx, p.Key, fenced(ctx, res, err), idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview, p.Token)
 }
 
 // Delete removes a completed record before its retention ends. A pending or
@@ -45,26 +45,29 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
 	res, err := s.db.ExecContext(ctx, `DELETE FROM idem_records
 		WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'completed'`, key.Scope, key.Operation, key.Key)
-	return s.explain(ctx, key, fenced(ctx, res, err), idemstore.StateCompleted, idemstore.ErrNotCompleted)
+	return s.explain(ctx, key, fenced(ctx, res, err), idemstore.StateCompleted, idemstore.ErrNotCompleted, "")
 }
 
-// explain turns the ErrLeaseLost of a change conditioned on state want into
-// why it matched nothing: idemstore.ErrNotFound, wrong (another state), or
-// idemstore.ErrRetryable when the record is in state want again (changed
+// explain turns the ErrLeaseLost of a change conditioned on state want (and
+// token, when not empty) into why it matched nothing: idemstore.ErrNotFound,
+// wrong (another state), idemstore.ErrLeaseLost (another token), or
+// idemstore.ErrRetryable when the record is as wanted again (changed
 // between the two statements). Other results pass through. The record is
 // only read to choose the error.
-func (s *Store) explain(ctx context.Context, k idemstore.Key, err error, want idemstore.State, wrong error) error {
+func (s *Store) explain(ctx context.Context, k idemstore.Key, err error, want idemstore.State, wrong error, token string) error {
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		return err
 	}
-	var state string
-	err = s.db.QueryRowContext(ctx, `SELECT state FROM idem_records
-		WHERE scope = ? AND operation = ? AND "key" = ?`, k.Scope, k.Operation, k.Key).Scan(&state)
+	var state, tok string
+	err = s.db.QueryRowContext(ctx, `SELECT state, token FROM idem_records
+		WHERE scope = ? AND operation = ? AND "key" = ?`, k.Scope, k.Operation, k.Key).Scan(&state, &tok)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return idemstore.ErrNotFound
 	case err != nil:
 		return interpretError(ctx, err)
+	case state == string(want) && token != "" && tok != token:
+		return idemstore.ErrLeaseLost
 	case state == string(want):
 		return idemstore.ErrRetryable
 	default:

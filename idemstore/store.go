@@ -77,7 +77,9 @@ type Store interface {
 	// (which, as with Complete, the store must not keep), expiring
 	// p.Retention after now, or deletes it (release). Records in any other
 	// state are left alone and ErrNotNeedsReview (or ErrNotFound) is
-	// returned.
+	// returned. With p.Token set, only the record escalated under that token
+	// is settled: one that was released and escalated again under another
+	// token meanwhile is left alone and ErrLeaseLost is returned.
 	Resolve(ctx context.Context, p ResolveParams) error
 
 	// Delete removes a completed record before its retention ends, for an
@@ -208,6 +210,13 @@ const (
 type ResolveParams struct {
 	Key    Key
 	Action ResolveAction
+	// Token, when not empty, fences the resolution to one attempt: the
+	// record must still carry this token, the one it was escalated under.
+	// A verdict about an earlier attempt (a resolver that was slow, an
+	// operator looking at a stale page) must not settle a later attempt
+	// that went to review under its own token. Empty settles whatever
+	// attempt is in review.
+	Token string
 	// Response is required with ResolveComplete.
 	Response *Response
 	// Reason, when not empty, replaces the reason the record was escalated

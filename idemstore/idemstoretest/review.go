@@ -1,6 +1,7 @@
 package idemstoretest
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -80,6 +81,29 @@ func testReview(t *testing.T, h Harness) {
 		err = s.Resolve(f.ctx(), idemstore.ResolveParams{Key: rec.Key, Action: idemstore.ResolveRelease})
 		requireErrIs(t, err, idemstore.ErrNotFound, "Resolve of a released record")
 		f.reserve(rec.Key, leaseLive) // the key can run again
+	})
+
+	// A verdict about an earlier attempt must not settle a later one: with
+	// a Token, Resolve acts only on the attempt escalated under it.
+	t.Run("ResolveFencedByToken", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		for _, action := range []idemstore.ResolveAction{idemstore.ResolveComplete, idemstore.ResolveRelease} {
+			rec := escalated(f, fmt.Sprintf("k%d", action))
+			stale := idemstore.ResolveParams{Key: rec.Key, Action: action, Token: newToken(), Response: jsonResponse(`{"stale":true}`), Retention: retainLive}
+			requireErrIs(t, s.Resolve(f.ctx(), stale), idemstore.ErrLeaseLost, "Resolve with another attempt's token")
+			f.requireUnchanged(rec, "Resolve with another attempt's token")
+			ok := stale
+			ok.Token = rec.Token
+			if err := s.Resolve(f.ctx(), ok); err != nil {
+				t.Fatalf("Resolve with the escalated attempt's token: %v", err)
+			}
+			if action == idemstore.ResolveRelease {
+				f.requireGone(rec.Key)
+			} else if got := f.get(rec.Key); got.State != idemstore.StateCompleted {
+				t.Fatalf("after Resolve complete with the right token: %q", got.State)
+			}
+		}
 	})
 
 	t.Run("ResolveOtherStates", func(t *testing.T) {
