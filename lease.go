@@ -62,7 +62,9 @@ func (s LeaseState) String() string {
 // Complete, Release and Escalate record what happened, so they run detached
 // from the caller's cancellation (a client that hangs up must not cancel
 // them), try again while the store fails transiently, and give up after
-// EngineConfig.SettleTimeout.
+// EngineConfig.SettleTimeout, or at the context's deadline when that is
+// later. Once one of them has ended the lease, the others return
+// ErrLeaseLost.
 //
 // A Lease is safe for concurrent use (a heartbeat may Extend while the
 // holder completes).
