@@ -11,6 +11,7 @@
 #   PostgreSQL  127.0.0.1:5432, database idem_test  -> IDEM_TEST_POSTGRES_URL
 #   MariaDB     127.0.0.1:3306, database idem_test  -> IDEM_TEST_MYSQL_DSN
 #   Redis       delegated to scripts/redis.sh       -> IDEM_TEST_REDIS_URL, IDEM_TEST_REDIS_CLUSTER
+#   Chromium    /usr/bin/chromium, for the review page's browser test
 #
 # Flags:
 #   --bench   also make sure the load tools the benchmarks compare against
@@ -175,6 +176,18 @@ redis_setup() {
 	scripts/redis.sh >&3
 }
 
+# ------------------------------------------------------------------ Chromium
+
+# The review page is tested in Debian's headless chromium (chromedp); the test
+# finds it at /usr/bin/chromium.
+chromium_setup() {
+	if [ -x /usr/bin/chromium ]; then
+		return 0
+	fi
+	log "Chromium not installed; installing"
+	apt_install chromium || return 1
+}
+
 # --------------------------------------------------------------------- tools
 
 bench_tools() {
@@ -189,6 +202,7 @@ bench_tools() {
 pg_setup || { log "PostgreSQL: FAILED"; failed=1; }
 my_setup || { log "MariaDB: FAILED"; failed=1; }
 redis_setup || { log "Redis: FAILED"; failed=1; }
+chromium_setup || { log "Chromium: FAILED"; failed=1; }
 if [ "$bench" = 1 ]; then
 	bench_tools || { log "benchmark tools: FAILED"; failed=1; }
 fi
