@@ -402,3 +402,32 @@ func TestClient(t *testing.T) {
 		t.Error("NewClient without a token accepted")
 	}
 }
+
+// TestAPIStaleAttempt: a resolution that names the attempt it looked at
+// never settles a later attempt that went to review since.
+func TestAPIStaleAttempt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.review(key("k"))
+	var first idemadmin.Item
+	f.api("GET", "/api/v1/keys/"+id, opsToken, "").decode(t, &first)
+	if first.Attempt == "" || strings.Contains(string(f.api("GET", "/api/v1/keys/"+id, opsToken, "").body), "token") {
+		t.Fatalf("attempt %q", first.Attempt)
+	}
+	// Someone releases it; the client's retry fails the same way.
+	wantStatus(t, "release", f.api("POST", "/api/v1/keys/"+id+"/resolve", aliceToken, `{"action":"release"}`), 200)
+	f.review(key("k"))
+	a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"complete","status":201,"attempt":"`+first.Attempt+`"}`)
+	if a.status != 409 || a.code(t) != "stale_attempt" {
+		t.Fatalf("a resolution of the first attempt: %d %s", a.status, a.body)
+	}
+	if got := f.retry(key("k")).Outcome; got != idem.NeedsReview {
+		t.Fatalf("the second attempt is %v, want needs_review", got)
+	}
+	var second idemadmin.Item
+	f.api("GET", "/api/v1/keys/"+id, opsToken, "").decode(t, &second)
+	if second.Attempt == first.Attempt {
+		t.Fatal("two attempts share an attempt id")
+	}
+	wantStatus(t, "a resolution of the second attempt", f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"release","attempt":"`+second.Attempt+`"}`), 200)
+}

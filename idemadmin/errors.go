@@ -19,6 +19,7 @@ const (
 	CodeNotFound       = "not_found"
 	CodeNotNeedsReview = "not_needs_review"
 	CodeNotCompleted   = "not_completed"
+	CodeStaleAttempt   = "stale_attempt"
 	CodeUnavailable    = "store_unavailable"
 	CodeTooLarge       = "too_large"
 	CodeInternal       = "internal"
@@ -87,6 +88,8 @@ func keyError(k idemstore.Key, state idemstore.State, err error) error {
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Detail: "no " + describeKey(k) + " (it may have been released, deleted or purged)", Err: err}
 	case errors.Is(err, idemstore.ErrNotNeedsReview):
 		return &Error{Status: http.StatusConflict, Code: CodeNotNeedsReview, Detail: describeKey(k) + " does not need review" + stateNote(state) + "; someone may have settled it already", Err: err}
+	case errors.Is(err, idemstore.ErrLeaseLost):
+		return &Error{Status: http.StatusConflict, Code: CodeStaleAttempt, Detail: describeKey(k) + " went to review again since it was read (a new attempt); look at it again before settling it", Err: err}
 	case errors.Is(err, idemstore.ErrNotCompleted):
 		return &Error{Status: http.StatusConflict, Code: CodeNotCompleted, Detail: describeKey(k) + " is not completed" + stateNote(state) + "; only a completed key can be deleted", Err: err}
 	}

@@ -1,7 +1,9 @@
 package idemadmin
 
 import (
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -29,6 +31,10 @@ type Item struct {
 	// Reason says why the key needs review, or how it was resolved.
 	Reason      string `json:"reason"`
 	Fingerprint string `json:"fingerprint"`
+	// Attempt identifies the attempt that holds the key (pending) or went
+	// to review: a resolution that names it settles that attempt only,
+	// never a later one that went to review since it was read.
+	Attempt string `json:"attempt,omitempty"`
 	// Request is what was asked: method, path and query, and the body in
 	// the detail of a key whose route stores it.
 	Request *RequestInfo `json:"request,omitempty"`
@@ -107,6 +113,9 @@ func newItem(rec *idemstore.Record, detail bool) Item {
 	if rec.State != idemstore.StatePending {
 		it.LeaseUntil = time.Time{} // meaningless once the lease ended
 	}
+	if rec.State != idemstore.StateCompleted {
+		it.Attempt = attemptOf(rec.Token)
+	}
 	if q := rec.Request; q != nil {
 		it.Request = &RequestInfo{Method: q.Method, Path: q.Path, Query: q.Query, BodyBytes: len(q.Body)}
 		if detail && len(q.Body) > 0 {
@@ -123,6 +132,16 @@ func newItem(rec *idemstore.Record, detail bool) Item {
 		}
 	}
 	return it
+}
+
+// attemptOf is the public name of a lease token: a digest, so that the
+// token itself (which fences every change) is never shown.
+func attemptOf(token string) string {
+	if token == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:8])
 }
 
 // encodeBody returns b as a string when it is valid UTF-8, and in base64

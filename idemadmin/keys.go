@@ -58,6 +58,11 @@ type ResolveRequest struct {
 	Answer
 	// Note says why, for the audit log and the record.
 	Note string `json:"note,omitempty"`
+	// Attempt, when set, is the Item.Attempt the operator looked at: if
+	// the key went to review again since (released, retried, reset once
+	// more), the resolution is refused (409 stale_attempt) instead of
+	// settling an attempt nobody looked at.
+	Attempt string `json:"attempt,omitempty"`
 }
 
 // The resolve actions.
@@ -163,6 +168,12 @@ func (k *Keys) Resolve(ctx context.Context, id, who string, req ResolveRequest) 
 	if rec.State != idemstore.StateNeedsReview {
 		return Result{}, keyError(key, rec.State, idemstore.ErrNotNeedsReview)
 	}
+	if req.Attempt != "" && req.Attempt != attemptOf(rec.Token) {
+		return Result{}, keyError(key, rec.State, idemstore.ErrLeaseLost)
+	}
+	// Fenced to the attempt just read: whatever happens between this read
+	// and the change, only that attempt is settled.
+	p.Token = rec.Token
 	res := Result{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Action: req.Action, By: who, Note: note}
 	if p.Action == idemstore.ResolveRelease {
 		res.State = "released"

@@ -76,7 +76,7 @@ type confirmation struct {
 
 // pageForm is the settle form's fields, as posted.
 type pageForm struct {
-	Action, Status, Headers, Body, Note string
+	Action, Status, Headers, Body, Note, Attempt string
 }
 
 func (h *Handler) pageRoutes() http.Handler {
@@ -217,6 +217,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, sess *session)
 		Headers: r.PostFormValue("headers"),
 		Body:    r.PostFormValue("body"),
 		Note:    r.PostFormValue("note"),
+		Attempt: r.PostFormValue("attempt"),
 	}
 	v := h.base(sess, "", "")
 	v.Form = form
@@ -293,7 +294,7 @@ func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, v *view, c *co
 
 // request turns the posted form into a ResolveRequest.
 func (f pageForm) request() (ResolveRequest, error) {
-	req := ResolveRequest{Action: f.Action, Note: f.Note}
+	req := ResolveRequest{Action: f.Action, Note: f.Note, Attempt: f.Attempt}
 	if f.Action != ActionComplete {
 		return req, nil
 	}

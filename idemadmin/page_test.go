@@ -155,7 +155,7 @@ func TestPageRelease(t *testing.T) {
 
 	// The first post only asks for a confirmation.
 	p := b.post("/keys/"+id+"/resolve", url.Values{"action": {"release"}, "note": {"not charged"}})
-	wantPage(t, "confirmation", p, 200, "Confirm: release this key?", "Release the key", `name="confirm" value="yes"`, "not charged")
+	wantPage(t, "confirmation", p, 200, "Confirm: release this key?", "Release the key", `name="confirm" value="yes"`, `name="attempt"`, "not charged")
 	if got := f.retry(key("order-1")).Outcome; got != idem.NeedsReview {
 		t.Fatalf("before the confirmation the key is %v", got)
 	}
@@ -361,5 +361,28 @@ func TestPageTwoOperators(t *testing.T) {
 	wantPage(t, "the second confirmation", p, 409, "Not changed", "does not need review", "completed with status 201 by ops", "charged")
 	if r := f.retry(key("order-1")); r.Outcome != idem.Replayed || string(r.Response.Body) != "charged" {
 		t.Fatalf("the retry: %v", r.Outcome)
+	}
+}
+
+// TestPageStaleAttempt: an operator who confirms on a page read before
+// the key went to review again changes nothing.
+func TestPageStaleAttempt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.review(key("order-1"))
+	b := f.browser()
+	b.signIn(opsToken)
+	detail := b.get("/keys/" + id)
+	attempt := regexp.MustCompile(`name="attempt" value="([^"]+)"`).FindStringSubmatch(detail.body)
+	if attempt == nil {
+		t.Fatalf("the detail has no attempt:\n%s", detail.body)
+	}
+	// Meanwhile another operator releases it and the retry fails again.
+	wantStatus(t, "release", f.api("POST", "/api/v1/keys/"+id+"/resolve", aliceToken, `{"action":"release"}`), 200)
+	f.review(key("order-1"))
+	p := b.post("/keys/"+id+"/resolve", url.Values{"action": {"release"}, "attempt": {attempt[1]}, "confirm": {"yes"}})
+	wantPage(t, "a confirmation from a stale page", p, 409, "Not changed", "went to review again")
+	if got := f.retry(key("order-1")).Outcome; got != idem.NeedsReview {
+		t.Fatalf("the key is %v, want needs_review", got)
 	}
 }
