@@ -12,11 +12,18 @@
 //   - the scope: the SHA-256 of a header's value (ScopeFromHeader), never
 //     the credential itself;
 //   - the operation: method and path;
-//   - upstream failures: a request that provably never left (NotSent: dial
-//     or DNS errors) gets 502 and its key is released; one that failed after
-//     it was sent has an unknown outcome, gets 502 (504 on timeout), and its
-//     key goes to needs_review, or is released when the route's Ambiguous
-//     policy says the upstream is itself idempotent;
+//   - upstream failures, which the forwarder settles itself: a request that
+//     never left (a dial, DNS or TLS error, or no byte of it reached the
+//     connection, as traced with httptrace) gets 502 and its key is
+//     released; one that failed after it was sent, whose answer was cut
+//     short (watched on the upstream body itself, with or without an
+//     http.Server around the proxy), or that ran past the route's
+//     UpstreamDeadline has an unknown outcome: it gets 502 (504 on timeout,
+//     an aborted response once part of the body went out) and its key goes
+//     to needs_review, or is released when the route's Ambiguous policy
+//     says the upstream is itself idempotent. If the store refuses the
+//     release or escalation, the lease is abandoned: the key stays pending
+//     for recovery, and the proxy's own problem document is never stored;
 //   - shutdown: requests not yet forwarded are released and get 503.
 //
 // The configuration file is YAML (LoadConfig); docs/proxy.md describes it.
