@@ -386,3 +386,29 @@ func TestPageStaleAttempt(t *testing.T) {
 		t.Fatalf("the key is %v, want needs_review", got)
 	}
 }
+
+// TestPageSignInAttacks: the token is only read from the posted form, and
+// a sign-in from another site (login CSRF) is refused.
+func TestPageSignInAttacks(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	b := f.browser()
+	wantPage(t, "the token in the query string", b.do("POST", "/login?token="+opsToken, url.Values{}), 401)
+	wantPage(t, "the token as a GET", b.get("/login?token="+opsToken), 200, `type="password"`)
+	wantPage(t, "still signed out", b.get("/"), 303)
+	for _, site := range []string{"cross-site", "same-site"} { // same-site: another port of this host
+		p := b.do("POST", "/login", url.Values{"token": {opsToken}}, "Sec-Fetch-Site", site)
+		if p.status != http.StatusForbidden || p.header.Get("Set-Cookie") != "" {
+			t.Errorf("a %s sign-in: %d, cookie %q", site, p.status, p.header.Get("Set-Cookie"))
+		}
+	}
+	// A change from another port of the same host (the same site, so the
+	// SameSite cookie is sent) is refused too, even with the form token.
+	id := f.review(key("order-1"))
+	b.signIn(opsToken)
+	p := b.post("/keys/"+id+"/resolve", url.Values{"action": {"release"}, "confirm": {"yes"}}, "Sec-Fetch-Site", "same-site")
+	wantPage(t, "a same-site change", p, 403)
+	if got := f.retry(key("order-1")).Outcome; got != idem.NeedsReview {
+		t.Fatalf("the key is %v, want needs_review", got)
+	}
+}

@@ -309,6 +309,18 @@ func TestReviewCommandsOnStore(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), `no key "k\\1"`) {
 		t.Errorf("resolving a released key: %v\n%s", err, out)
 	}
+
+	// A path with a terminal escape prints as an escape, not as one.
+	want(t, "an escape in the path", do(t, "POST", "http://"+p.addr+"/pay%1b%5b2J%e2%80%ae?q=%1b", "esc", `{}`).status, 201)
+	for _, args := range [][]string{
+		{"keys", "list", "--store", store, "--state", "completed"},
+		{"keys", "get", "--store", store, "--scope", "anonymous", "--operation", "POST /pay\x1b[2J\u202e", "--key", "esc"},
+	} {
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), `POST /pay\x1b[2J\u202e`) || strings.ContainsAny(string(out), "\x1b\u202e") {
+			t.Errorf("idem %q: %v\n%q", args, err, out)
+		}
+	}
 }
 
 // resolverDouble answers the proxy's resolver questions by key.
