@@ -31,6 +31,13 @@ bench: ## Run the Go benchmarks (servers started as for make test)
 	. .tmp/services.env; \
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
+.PHONY: chaos
+chaos: ## Run the chaos test of idem serve, 3 minutes of faults per store (CHAOS_DURATION=10m for longer)
+	@set -euo pipefail; mkdir -p .tmp; timeout 900 scripts/services.sh >.tmp/services.env || \
+	echo "make: a service did not start; its tests skip, or fail when CI=true" >&2; \
+	. .tmp/services.env; \
+	IDEM_CHAOS=long $(GO) test $(RACE) -count=1 -timeout 2h -v -run '^TestChaos' ./internal/chaos $(if $(CHAOS_DURATION),-args -chaos.duration=$(CHAOS_DURATION))
+
 .PHONY: fuzz
 fuzz: ## Fuzz key parsing, JSON canonicalisation and stored-response decoding, 30s each
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKeyHeader$$' -fuzztime 30s .

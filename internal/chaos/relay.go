@@ -14,8 +14,9 @@ import (
 // the faults of a network and of a server that goes away: it cuts open
 // connections, lets a statement reach the server and drops its reply (the
 // statement ran; the client never hears so), delivers half a message and
-// cuts, and emulates an outage by refusing every new connection and
-// cutting the open ones. Cuts are resets (SO_LINGER 0), as a crashed peer
+// cuts, delays every chunk (a slow network or an overloaded server), and
+// emulates an outage by refusing every new connection and cutting the open
+// ones. Cuts are resets (SO_LINGER 0), as a crashed peer
 // or a middlebox would send.
 type Relay struct {
 	ln     net.Listener
@@ -27,6 +28,7 @@ type Relay struct {
 
 	dropReply atomic.Pointer[[][]byte] // armed patterns, nil when disarmed
 	halfWrite atomic.Bool
+	delay     atomic.Int64 // the longest delay of a chunk, in nanoseconds
 
 	stats relayCounters
 	wg    sync.WaitGroup
@@ -41,10 +43,11 @@ type RelayStats struct {
 	HalfWrites     int64 // messages cut in the middle
 	Refused        int64 // connections reset at once during an outage
 	Outages        int64
+	SlowSpells     int64 // times SetDelay turned delays on
 }
 
 type relayCounters struct {
-	connections, cuts, dropped, half, refused, outages atomic.Int64
+	connections, cuts, dropped, half, refused, outages, slow atomic.Int64
 }
 
 // NewRelay starts a relay to target (host:port) on a loopback port.
@@ -79,6 +82,7 @@ func (r *Relay) Stats() RelayStats {
 	return RelayStats{
 		Connections: r.stats.connections.Load(), Cuts: r.stats.cuts.Load(), DroppedReplies: r.stats.dropped.Load(),
 		HalfWrites: r.stats.half.Load(), Refused: r.stats.refused.Load(), Outages: r.stats.outages.Load(),
+		SlowSpells: r.stats.slow.Load(),
 	}
 }
 
@@ -145,6 +149,22 @@ func (r *Relay) DropNextReply(patterns ...[]byte) {
 // HalfWriteNext arms the relay: the next chunk a client sends is delivered
 // only in part, and the connection is reset.
 func (r *Relay) HalfWriteNext() { r.halfWrite.Store(true) }
+
+// SetDelay delays every chunk, both ways, by a random duration below max;
+// zero ends the delays.
+func (r *Relay) SetDelay(max time.Duration) {
+	if old := r.delay.Swap(int64(max)); old == 0 && max > 0 {
+		r.stats.slow.Add(1)
+	}
+}
+
+// lag pauses a chunk while delays are on. The pause is the fault itself,
+// not a synchronisation.
+func (r *Relay) lag() {
+	if d := time.Duration(r.delay.Load()); d > 0 {
+		time.Sleep(rand.N(d))
+	}
+}
 
 // SetDown starts (true) or ends (false) an outage: while down, the relay
 // resets every new connection at once; starting one also resets the open
@@ -229,6 +249,7 @@ func (r *Relay) relay(client net.Conn) {
 					return
 				default:
 				}
+				r.lag()
 				if _, werr := client.Write(buf[:n]); werr != nil {
 					c.cut()
 					return
@@ -259,6 +280,7 @@ func (r *Relay) relay(client net.Conn) {
 				time.AfterFunc(3*time.Second, func() { c.cut() })
 				break
 			}
+			r.lag()
 			if _, werr := server.Write(chunk); werr != nil {
 				c.cut()
 				break

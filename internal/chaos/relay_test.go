@@ -143,9 +143,14 @@ func TestRelayOutage(t *testing.T) {
 	if _, err := roundTrip(open, "y"); err == nil {
 		t.Fatal("a connection open when the outage began still works")
 	}
-	refused := dial(t, r.Addr())
-	if _, err := roundTrip(refused, "z"); err == nil {
-		t.Fatal("a connection made during the outage works")
+	// A connection made during the outage is reset, at once or at its
+	// first exchange.
+	if refused, err := net.Dial("tcp", r.Addr()); err == nil {
+		defer refused.Close()
+		_ = refused.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := roundTrip(refused, "z"); err == nil {
+			t.Fatal("a connection made during the outage works")
+		}
 	}
 	r.SetDown(false)
 	if s, err := roundTrip(dial(t, r.Addr()), "back"); err != nil || s != "back" {
@@ -172,5 +177,26 @@ func TestRelayCut(t *testing.T) {
 	}
 	if _, err := roundTrip(c, "y"); err == nil {
 		t.Fatal("a cut connection still works")
+	}
+}
+
+func TestRelaySlowStillDelivers(t *testing.T) {
+	addr, _ := echoServer(t)
+	r, err := chaos.NewRelay(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.SetDelay(20 * time.Millisecond)
+	r.SetDelay(30 * time.Millisecond) // still the same slow spell
+	c := dial(t, r.Addr())
+	for _, msg := range []string{"a", "bb", "ccc"} {
+		if s, err := roundTrip(c, msg); err != nil || s != msg {
+			t.Fatalf("through a slow relay: %q, %v", s, err)
+		}
+	}
+	r.SetDelay(0)
+	if st := r.Stats(); st.SlowSpells != 1 {
+		t.Fatalf("stats %+v, want one slow spell", st)
 	}
 }

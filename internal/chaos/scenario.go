@@ -240,6 +240,7 @@ func (s *Scenario) Run(ctx context.Context) (*Outcome, error) {
 	// Calm: no more faults, the clients stop, every proxy runs again.
 	if s.Relay != nil {
 		s.Relay.SetDown(false)
+		s.Relay.SetDelay(0)
 		s.Relay.dropReply.Store(nil)
 		s.Relay.halfWrite.Store(false)
 	}
@@ -288,6 +289,7 @@ func (s *Scenario) Run(ctx context.Context) (*Outcome, error) {
 		out.Faults["relay/dropped_reply"] += st.DroppedReplies
 		out.Faults["relay/half_write"] += st.HalfWrites
 		out.Faults["relay/outage"] += st.Outages
+		out.Faults["relay/slow"] += st.SlowSpells
 	}
 	return out, nil
 }
@@ -328,6 +330,7 @@ func (s *Scenario) faults(ctx context.Context, out *Outcome) {
 		{"drop_reply", 5, true},
 		{"half_write", 2, true},
 		{"outage", 1, true},
+		{"slow", 1, true},
 	}
 	total := 0
 	for _, k := range kinds {
@@ -335,7 +338,7 @@ func (s *Scenario) faults(ctx context.Context, out *Outcome) {
 			total += k.weight
 		}
 	}
-	var outageUntil time.Time
+	var outageUntil, slowUntil time.Time
 	tick := time.NewTicker(s.FaultEvery)
 	defer tick.Stop()
 	for {
@@ -354,6 +357,10 @@ func (s *Scenario) faults(ctx context.Context, out *Outcome) {
 		}
 		if s.Relay != nil && s.Relay.Down() && time.Now().After(outageUntil) {
 			s.Relay.SetDown(false)
+		}
+		if s.Relay != nil && !slowUntil.IsZero() && time.Now().After(slowUntil) {
+			s.Relay.SetDelay(0)
+			slowUntil = time.Time{}
 		}
 		n := rand.IntN(total)
 		var k kind
@@ -397,6 +404,13 @@ func (s *Scenario) faults(ctx context.Context, out *Outcome) {
 			}
 		case "half_write":
 			s.Relay.HalfWriteNext()
+		case "slow":
+			if slowUntil.IsZero() {
+				// Up to 600ms a chunk, for 1 to 3 seconds: a heartbeat
+				// (every lease/3) can arrive after its lease ran out.
+				slowUntil = time.Now().Add(time.Second + rand.N(2*time.Second))
+				s.Relay.SetDelay(600 * time.Millisecond)
+			}
 		case "outage":
 			if !s.Relay.Down() {
 				outageUntil = time.Now().Add(300*time.Millisecond + rand.N(1700*time.Millisecond))
