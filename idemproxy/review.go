@@ -33,15 +33,19 @@ type review struct {
 	// recoverNow asks the recovery loop to run soon (a key went to review
 	// and a resolver may settle it); refreshNow asks for the gauges.
 	recoverNow, refreshNow chan struct{}
+	// refreshEvery is the gauges' period: the recovery interval.
+	refreshEvery time.Duration
 }
 
-// Review gauges are refreshed this often, and after every change; each
-// refresh reads at most reviewGaugePages pages of 1000 keys.
+// Review gauges are refreshed every recovery interval and soon after every
+// change, at most once per refreshGap (on Redis a listing scans the
+// keyspace); each refresh reads at most reviewGaugePages pages of 1000
+// keys.
 const (
-	reviewRefreshInterval = 30 * time.Second
-	reviewGaugePages      = 10
-	// minLoopGap spaces runs asked for by kicks, so that a burst of keys
-	// going to review makes one run, not one per key.
+	reviewGaugePages = 10
+	refreshGap       = 5 * time.Second
+	// minLoopGap spaces recovery runs asked for by kicks, so that a burst
+	// of keys going to review makes one run, not one per key.
 	minLoopGap = time.Second
 )
 
@@ -57,8 +61,9 @@ func newReview(cfg Config, store idemstore.Store, m *Metrics, log *slog.Logger) 
 			Name: "idem_review_oldest_age_seconds",
 			Help: "How long the key that has waited longest in needs_review has waited, by the store's clock; 0 when none waits.",
 		}),
-		recoverNow: make(chan struct{}, 1),
-		refreshNow: make(chan struct{}, 1),
+		recoverNow:   make(chan struct{}, 1),
+		refreshNow:   make(chan struct{}, 1),
+		refreshEvery: cfg.WithDefaults().RecoverInterval.d(),
 	}
 	calls := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "idem_resolver_calls_total",
@@ -133,7 +138,7 @@ func (rv *review) run(ctx context.Context) {
 		}
 	}
 	refresh()
-	loop(ctx, reviewRefreshInterval, rv.refreshNow, minLoopGap, refresh)
+	loop(ctx, rv.refreshEvery, rv.refreshNow, refreshGap, refresh)
 	wg.Wait()
 }
 
