@@ -2,6 +2,7 @@ package idemproxy
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -19,6 +20,9 @@ type exchange struct {
 	trace httptrace.ClientTrace
 
 	mu           sync.Mutex
+	traced       bool // the transport reports to httptrace
+	gotConn      bool
+	multiplexed  bool // HTTP/2: the connection carries other streams
 	wroteHeaders bool
 	conn         *countingConn // nil: not dialled by NewTransport
 	written      int64         // conn's count when it was taken
@@ -33,7 +37,7 @@ type exchangeKey struct{}
 // newExchange returns an exchange and ctx carrying it and its trace.
 func newExchange(ctx context.Context) (*exchange, context.Context) {
 	x := &exchange{}
-	x.trace = httptrace.ClientTrace{GetConn: x.getConn, GotConn: x.gotConn, WroteHeaders: x.wroteAllHeaders}
+	x.trace = httptrace.ClientTrace{GetConn: x.getConn, GotConn: x.tookConn, WroteHeaders: x.wroteAllHeaders}
 	return x, httptrace.WithClientTrace(context.WithValue(ctx, exchangeKey{}, x), &x.trace)
 }
 
@@ -42,18 +46,23 @@ func exchangeFrom(ctx context.Context) *exchange {
 	return x
 }
 
-// getConn starts an attempt: the transport retries a request on another
-// connection only when the first attempt cannot have reached the upstream,
-// so only the last attempt counts.
+// getConn starts an attempt. The transport tries a request again, on
+// another connection, only when the first attempt provably was not
+// processed (nothing of it written, on HTTP/1; a refused stream or a
+// GOAWAY, on HTTP/2), so only the last attempt counts.
 func (x *exchange) getConn(string) {
 	x.mu.Lock()
-	x.wroteHeaders, x.conn, x.written, x.info = false, nil, 0, httptrace.GotConnInfo{}
+	x.traced, x.gotConn, x.multiplexed, x.wroteHeaders = true, false, false, false
+	x.conn, x.written, x.info = nil, 0, httptrace.GotConnInfo{}
 	x.mu.Unlock()
 }
 
-func (x *exchange) gotConn(info httptrace.GotConnInfo) {
+func (x *exchange) tookConn(info httptrace.GotConnInfo) {
 	cc := counted(info.Conn)
+	tc, isTLS := info.Conn.(*tls.Conn)
+	h2 := isTLS && tc.ConnectionState().NegotiatedProtocol == "h2"
 	x.mu.Lock()
+	x.gotConn, x.multiplexed = true, h2
 	x.info, x.conn = info, cc
 	if cc != nil {
 		x.written = cc.written.Load()
@@ -69,16 +78,27 @@ func (x *exchange) wroteAllHeaders() {
 
 // sent reports whether the failed round trip may have reached the upstream.
 // It did not when the error says so (NotSent), when the transport never
-// wrote the request's headers, or when it wrote them into its buffer but
-// not a byte of them reached the connection (a reused connection that the
-// upstream had closed fails the first write).
+// got a connection or never wrote the request's headers, or when it wrote
+// them into its buffer but not a byte of them reached the connection (a
+// reused connection that the upstream had closed fails the first write).
+// On HTTP/2, where the connection carries other streams and the request is
+// written by a goroutine that may outlive the round trip, a request that
+// got a connection counts as sent; with a RoundTripper that reports nothing
+// to httptrace, only the error can tell.
 func (x *exchange) sent(err error) bool {
 	if NotSent(err) {
 		return false
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if !x.wroteHeaders {
+	switch {
+	case !x.traced:
+		return true
+	case !x.gotConn:
+		return false
+	case x.multiplexed:
+		return true
+	case !x.wroteHeaders:
 		return false
 	}
 	return x.conn == nil || x.conn.written.Load() != x.written

@@ -113,7 +113,10 @@ func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lea
 	}
 	release := !sent || f.ambiguous == AmbiguousRelease
 	reason := "upstream failed after the request was sent: " + err.Error()
-	if bodyErr != nil {
+	switch {
+	case timedOut:
+		reason = deadlineCause{f.deadline}.Error()
+	case bodyErr != nil:
 		reason = "the upstream's answer was cut short: " + err.Error()
 	}
 	settlement := f.settle(r.Context(), lease, release, reason)
@@ -124,6 +127,8 @@ func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lea
 		detail += " The key was released (the route's ambiguous policy): a retry is forwarded again."
 	case settlement == settledEscalated:
 		detail += " The key needs review: retries get 409 until an operator or a resolver settles it."
+	case settlement == settledLost:
+		detail += " The key was settled elsewhere meanwhile: retry with the same key to learn how."
 	default:
 		detail += " What happened could not be recorded: the key stays reserved, and retries get 409 until it is settled."
 	}

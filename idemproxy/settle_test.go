@@ -1,7 +1,9 @@
 package idemproxy_test
 
 import (
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"testing"
 	"time"
@@ -80,18 +82,22 @@ func TestProxyAnswerNeverStored(t *testing.T) {
 // the route's ambiguous policy, and the proxy's answer names its situation.
 func TestProxySettlesUpstreamFailures(t *testing.T) {
 	t.Parallel()
+	dialErr := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	for _, tc := range []struct {
 		name      string
 		refused   bool
+		transport http.RoundTripper // one that reports nothing to httptrace
 		ambiguous idemproxy.Ambiguous
 		outcome   string
 		settled   string
 		state     string
 		retry     int
 	}{
-		{"nothing sent", true, "", "upstream_unreachable", "released", "gone", http.StatusBadGateway},
-		{"reset after send", false, "", "upstream_failed", "escalated", "needs_review", http.StatusConflict},
-		{"reset after send, ambiguous release", false, idemproxy.AmbiguousRelease, "upstream_failed", "released", "gone", http.StatusBadGateway},
+		{"nothing sent", true, nil, "", "upstream_unreachable", "released", "gone", http.StatusBadGateway},
+		{"reset after send", false, nil, "", "upstream_failed", "escalated", "needs_review", http.StatusConflict},
+		{"reset after send, ambiguous release", false, nil, idemproxy.AmbiguousRelease, "upstream_failed", "released", "gone", http.StatusBadGateway},
+		{"untraced transport, dial error", false, failingTransport{dialErr}, "", "upstream_unreachable", "released", "gone", http.StatusBadGateway},
+		{"untraced transport, other error", false, failingTransport{errors.New("stream broken")}, "", "upstream_failed", "escalated", "needs_review", http.StatusConflict},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -102,7 +108,7 @@ func TestProxySettlesUpstreamFailures(t *testing.T) {
 			}
 			cfg := idemproxy.Config{Upstream: up}
 			cfg.Ambiguous = tc.ambiguous
-			r := newRig(t, cfg, idemproxy.Options{})
+			r := newRig(t, cfg, idemproxy.Options{Transport: tc.transport})
 			rec, _ := r.call(t, "/pay", "k")
 			wantAnswer(t, "first call", rec, http.StatusBadGateway, tc.outcome, tc.outcome[:8]+"-"+tc.outcome[9:])
 			if got := r.state(t, "/pay", "k"); string(got) != tc.state {
@@ -121,3 +127,9 @@ func TestProxySettlesUpstreamFailures(t *testing.T) {
 		})
 	}
 }
+
+// failingTransport fails every round trip with err, without a word to
+// httptrace: the proxy can only go by the error.
+type failingTransport struct{ err error }
+
+func (f failingTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, f.err }
