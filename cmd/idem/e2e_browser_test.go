@@ -97,6 +97,17 @@ func step(t *testing.T, ctx context.Context, what string, actions ...chromedp.Ac
 	}
 }
 
+// focused waits until the element the page focuses on load (autofocus)
+// has the focus: what a keyboard user types goes there.
+func focused(t *testing.T, ctx context.Context, what, predicate string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(wctx, chromedp.Poll[chromedp.Void](predicate)); err != nil {
+		t.Fatalf("%s never had the focus: %v", what, err)
+	}
+}
+
 // text returns the text of the element sel selects.
 func text(t *testing.T, ctx context.Context, sel string) string {
 	t.Helper()
@@ -128,6 +139,7 @@ func TestReviewPageInChromium(t *testing.T) {
 
 	// Sign in with the keyboard: the token field has the focus, Enter
 	// submits.
+	focused(t, ctx, "the token field", "document.activeElement.id === 'token'")
 	step(t, ctx, "signing in", chromedp.KeyEvent(adminToken), chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.CSS("table.keys")))
 	queue := text(t, ctx, "body")
 	for _, s := range []string{"order-42", "order-43", "POST /reset?currency=eur", "upstream failed", "Signed in as ops"} {
@@ -160,6 +172,7 @@ func TestReviewPageInChromium(t *testing.T) {
 	want(t, "the retry before the confirmation", do(t, "POST", base+"/reset?currency=eur", "order-42", `{"amount":4200}`).status, 409)
 	screenshot(t, ctx, dir, "review-confirm", 1280, 720)
 	// The confirm button has the focus: Enter confirms.
+	focused(t, ctx, "the confirm button", "document.activeElement.matches('.confirm button[type=submit]')")
 	step(t, ctx, "confirming", chromedp.KeyEvent(kb.Enter), chromedp.WaitVisible(chromedp.CSS(".flash")))
 	if after := text(t, ctx, "main"); !strings.Contains(after, `Released key "order-42"`) || strings.Contains(after, "order-42\t") {
 		t.Errorf("after the release:\n%s", after)
