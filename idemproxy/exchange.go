@@ -29,7 +29,11 @@ type exchange struct {
 	info         httptrace.GotConnInfo
 	rtErr        error // the round trip failed: no answer
 	bodyErr      error // the answer's body could not be read whole
-	body         *guardedBody
+
+	// One allocation for the request's wrappers.
+	out      heldWriter
+	reqBody  guardedBody
+	respBody upstreamBody
 }
 
 type exchangeKey struct{}
@@ -135,24 +139,15 @@ func (x *exchange) errs() (roundTrip, body error) {
 	return x.rtErr, x.bodyErr
 }
 
-// guard makes body the request body the transport reads.
+// guard makes body the request body the transport reads. It is called
+// before the round trip starts.
 func (x *exchange) guard(body io.ReadCloser) io.ReadCloser {
-	g := &guardedBody{r: body}
-	x.mu.Lock()
-	x.body = g
-	x.mu.Unlock()
-	return g
+	x.reqBody.r = body
+	return &x.reqBody
 }
 
 // endBody ends the transport's reading of the request body; see guardedBody.
-func (x *exchange) endBody() {
-	x.mu.Lock()
-	g := x.body
-	x.mu.Unlock()
-	if g != nil {
-		g.end()
-	}
-}
+func (x *exchange) endBody() { x.reqBody.end() }
 
 // guardedBody is a protected request's body as the transport reads it. The
 // transport's writer can outlive the round trip (past a deadline, on a
@@ -211,7 +206,8 @@ func (t watchBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 		if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
 			want = -1 // no body, whatever the header says
 		}
-		resp.Body = &upstreamBody{ReadCloser: resp.Body, x: x, want: want}
+		x.respBody = upstreamBody{ReadCloser: resp.Body, x: x, want: want}
+		resp.Body = &x.respBody
 	}
 	return resp, nil
 }

@@ -42,7 +42,8 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	x, ctx := newExchange(ctx)
 	defer x.endBody()
-	hw := &heldWriter{w: w}
+	hw := &x.out
+	hw.w = w
 	f.proxy(hw, r.WithContext(ctx), x)
 
 	rtErr, bodyErr := x.errs()
