@@ -29,7 +29,9 @@ type Options struct {
 	// NewTransport(cfg.UpstreamTimeout) with cfg.UpstreamIdleTimeout.
 	Transport http.RoundTripper
 	// OnOutcome, if set, is called after every protected request, as
-	// idem.Config.OnOutcome.
+	// idem.Config.OnOutcome. A key the proxy settled itself after an
+	// upstream failure reports Settlement "handler"; the metrics count it
+	// under its situation instead (upstream_failed, …).
 	OnOutcome func(idem.Event)
 }
 

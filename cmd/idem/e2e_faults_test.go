@@ -223,7 +223,7 @@ func TestStalledUpstreamHitsDeadline(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { close(release) }) // before the upstream closes
-	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--upstream-deadline", "300ms")
+	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--upstream-deadline", "300ms", "--upstream-idle-timeout", "20s")
 	for _, path := range []string{"/before-headers", "/after-headers"} {
 		a := do(t, "POST", "http://"+p.addr+path, "k", `{}`)
 		want(t, path+": status", a.status, http.StatusGatewayTimeout)
@@ -255,6 +255,7 @@ func TestTruncatedAnswers(t *testing.T) {
 	p := startProxy(t, "--config", writeConfig(t, fmt.Sprintf(`upstream: %s
 store: %s
 admin: 127.0.0.1:0
+upstream_idle_timeout: 20s
 routes:
   - match: POST /dedup/
     ambiguous: release
