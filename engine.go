@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -115,6 +116,9 @@ type Engine struct {
 	tokenPrefix uint64
 	tokenSeq    atomic.Uint64
 	hb          heartbeat
+
+	resolveMu     sync.Mutex
+	resolveCursor string // where Recover's next resolver pass starts
 }
 
 // NewEngine returns an engine over store. It fails on a nil store or an

@@ -594,3 +594,36 @@ func TestContextWithLease(t *testing.T) {
 	}
 	mustBegin(t, e, req("ctx"), idem.Replayed)
 }
+
+// TestRecoverPagesThroughTheReviewQueue: keys a resolver cannot settle do
+// not keep it from the keys behind them; each pass takes the next page.
+func TestRecoverPagesThroughTheReviewQueue(t *testing.T) {
+	t.Parallel()
+	e, _ := newEngine(t, idem.EngineConfig{})
+	ctx := context.Background()
+	for _, k := range []string{"a-unknown", "b-unknown", "c-done", "d-done"} {
+		res := mustBegin(t, e, req(k), idem.Acquired)
+		if err := res.Lease.Escalate(ctx, "check"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolver := idem.ResolverFunc(func(ctx context.Context, rec *idemstore.Record) (idem.Resolution, error) {
+		if strings.HasSuffix(rec.Key.Key, "-unknown") {
+			return idem.Resolution{Verdict: idem.VerdictUnknown}, nil
+		}
+		return idem.Resolution{Verdict: idem.VerdictCompleted, Response: &idem.Response{Status: 201}}, nil
+	})
+	completed := 0
+	for range 4 { // two pages of two; the second pass reaches c and d
+		rep, err := e.Recover(ctx, idem.RecoverOptions{Resolver: resolver, Limit: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		completed += rep.Completed
+	}
+	if completed != 2 {
+		t.Fatalf("completed %d of the 2 keys the resolver can settle", completed)
+	}
+	mustBegin(t, e, req("c-done"), idem.Replayed)
+	mustBegin(t, e, req("d-done"), idem.Replayed)
+}

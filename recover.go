@@ -129,10 +129,19 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 	if opts.Resolver == nil {
 		return rep, errors.Join(errs...)
 	}
-	page, err := e.store.List(ctx, idemstore.ListParams{State: idemstore.StateNeedsReview, Limit: opts.Limit})
+	// Each pass asks about the next page of the review queue, wrapping
+	// around at its end, so that keys left for a human do not keep the
+	// resolver from ever reaching the ones behind them.
+	e.resolveMu.Lock()
+	cursor := e.resolveCursor
+	e.resolveMu.Unlock()
+	page, err := e.store.List(ctx, idemstore.ListParams{State: idemstore.StateNeedsReview, Limit: opts.Limit, Cursor: cursor})
 	if err != nil {
 		return rep, errors.Join(append(errs, err)...)
 	}
+	e.resolveMu.Lock()
+	e.resolveCursor = page.NextCursor
+	e.resolveMu.Unlock()
 	for _, rec := range page.Records {
 		res, err := opts.Resolver.Resolve(ctx, rec)
 		if err != nil {
