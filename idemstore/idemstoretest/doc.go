@@ -30,4 +30,16 @@
 // Reserve reply, settlement after the client left or through a blip) and,
 // when Harness.Tx is set, CompleteTx inside business transactions at every
 // isolation level the driver names.
+//
+// Last, the Linearizable area has a few goroutines per key make random calls
+// of every kind (Reserve, Get, Complete, Release, Escalate, Extend, Takeover,
+// Resolve, Delete) on a few keys, some through injected faults (a call
+// refused, a reply lost after the store acted, a context cancelled before or
+// during the call), and checks the recorded history with porcupine
+// (github.com/anishathalye/porcupine) against a model of one record's state
+// machine, key by key. A call that failed may or may not have taken effect,
+// at any later moment, and the checker allows both. When the history is not
+// linearizable, the failure shows each offending key's calls and writes
+// porcupine's visualization to the test's artifact directory (kept with go
+// test -artifacts).
 package idemstoretest

@@ -78,6 +78,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"Concurrency", testConcurrency},
 		{"Engine", testEngine},
 		{"CompleteTx", testCompleteTx},
+		{"Linearizable", testLinearizable},
 	}
 	for _, a := range areas {
 		t.Run(a.name, func(t *testing.T) {

@@ -59,6 +59,11 @@ func (m mutant) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 }
 
 func (m mutant) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	if m.bug == "complete-ignores-token" {
+		if rec, err := m.Store.Get(ctx, p.Key); err == nil && rec.State == idemstore.StatePending {
+			p.Token = rec.Token
+		}
+	}
 	err := m.Store.Complete(ctx, p)
 	if m.bug == "swallows-lease-lost" {
 		return nil
@@ -82,7 +87,32 @@ func (m mutant) Release(ctx context.Context, p idemstore.ReleaseParams) error {
 	if m.bug == "ignores-if-expired" {
 		p.IfExpired = false
 	}
+	if m.bug == "release-any-state" {
+		// Delete the record whatever its state.
+		if rec, err := m.Store.Get(ctx, p.Key); err == nil && rec.Token == p.Token {
+			switch rec.State {
+			case idemstore.StateCompleted:
+				return m.Store.Delete(ctx, p.Key)
+			case idemstore.StateNeedsReview:
+				return m.Store.Resolve(ctx, idemstore.ResolveParams{Key: p.Key, Action: idemstore.ResolveRelease})
+			}
+		}
+	}
 	return m.Store.Release(ctx, p)
+}
+
+func (m mutant) Extend(ctx context.Context, p idemstore.ExtendParams) error {
+	if m.bug == "extend-resurrects" {
+		// Bring a completed record back to pending.
+		if rec, err := m.Store.Get(ctx, p.Key); err == nil && rec.State == idemstore.StateCompleted && rec.Token == p.Token {
+			if err := m.Store.Delete(ctx, p.Key); err != nil {
+				return err
+			}
+			_, _, err := m.Store.Reserve(ctx, idemstore.ReserveParams{Key: p.Key, Fingerprint: rec.Fingerprint, Token: p.Token, Lease: p.Lease})
+			return err
+		}
+	}
+	return m.Store.Extend(ctx, p)
 }
 
 func (m mutant) Get(ctx context.Context, k idemstore.Key) (*idemstore.Record, error) {
@@ -102,6 +132,9 @@ func (m mutant) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 }
 
 func (m mutant) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
+	if m.bug == "resolve-ignores-token" {
+		p.Token = ""
+	}
 	err := m.Store.Resolve(ctx, p)
 	if m.bug == "resolve-not-found" && err != nil {
 		return idemstore.ErrNotFound
@@ -144,6 +177,14 @@ func TestSuiteCatchesBugs(t *testing.T) {
 		{"joins-key-parts", "Keys", "Keys/LookAlikesStayApart"},
 		{"list-drops-page-end", "List", "List/Pages"},
 		{"resolve-not-found", "Review", "Review/ResolveOtherStates"},
+		{"complete-ignores-token", "Linearizable", "Linearizable"},
+		{"release-any-state", "Linearizable", "Linearizable"},
+		{"extend-resurrects", "Linearizable", "Linearizable"},
+		{"takeover-ignores-lease", "Linearizable", "Linearizable"},
+		{"swallows-lease-lost", "Linearizable", "Linearizable"},
+		{"last-writer-wins", "Linearizable", "Linearizable"},
+		{"resolve-ignores-token", "Review", "Review/ResolveFencedByToken"},
+		{"resolve-ignores-token", "Linearizable", "Linearizable"},
 	}
 	for _, c := range cases {
 		t.Run(c.bug+"/"+c.area, func(t *testing.T) {
