@@ -113,15 +113,6 @@ func millis(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// nullMillis is millis for the nullable expires_at column: the zero time is
-// stored as NULL.
-func nullMillis(t time.Time) sql.NullInt64 {
-	if t.IsZero() {
-		return sql.NullInt64{}
-	}
-	return sql.NullInt64{Int64: t.UnixMilli(), Valid: true}
-}
-
 // fromMillis reverses millis, in UTC.
 func fromMillis(ms int64) time.Time {
 	if ms == 0 {
