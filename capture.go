@@ -103,6 +103,13 @@ func (c *captureWriter) send() {
 	c.sent = true
 	h := c.w.Header()
 	for k, v := range c.header {
+		// A buffered answer has its trailers (which a reverse proxy copies
+		// in after the body) among its headers already; announcing them
+		// again as trailers would make the first answer differ from the
+		// replay, which has no trailers.
+		if !c.passthrough && k == "Trailer" {
+			continue
+		}
 		h[k] = v
 	}
 	if _, ok := c.header[outcomeHeader]; !ok {
@@ -116,12 +123,18 @@ func (c *captureWriter) WriteHeader(code int) {
 		return
 	}
 	if code >= 100 && code <= 199 && code != http.StatusSwitchingProtocols {
-		// Informational answers (103 Early Hints) go out as they come.
+		// Informational answers (103 Early Hints) go out as they come,
+		// with the headers set so far; those then leave the real header
+		// map, which net/http keeps after a 1xx, so the final answer
+		// carries only its own (as its replay does).
 		h := c.w.Header()
 		for k, v := range c.header {
 			h[k] = v
 		}
 		c.w.WriteHeader(code)
+		for k := range c.header {
+			delete(h, k)
+		}
 		return
 	}
 	c.status = code
