@@ -96,7 +96,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	buf := &st.reqBuf
 	fp, err := Fingerprint(FingerprintInput{
-		Method: r.Method, Operation: op, Path: r.URL.Path, Query: r.URL.RawQuery,
+		Method: r.Method, Operation: op, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery,
 		ContentType: firstValue(r.Header["Content-Type"]), Body: buf.Bytes(),
 	}, FingerprintOptions{ExcludeFields: pol.ExcludeFields})
 	if err != nil { // validated at construction; kept for safety

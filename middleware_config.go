@@ -221,8 +221,8 @@ func (p Policy) validate() error {
 }
 
 // DefaultOperation is the default Config.Operation: the method and route
-// pattern, or the method and path when the request was not routed by a
-// pattern.
+// pattern, or the method and path (as escaped on the wire, so that /a%2Fb
+// and /a/b differ) when the request was not routed by a pattern.
 func DefaultOperation(r *http.Request) string {
 	if r.Pattern != "" {
 		// A pattern may already start with its method ("POST /payments").
@@ -231,7 +231,7 @@ func DefaultOperation(r *http.Request) string {
 		}
 		return r.Method + " " + r.Pattern
 	}
-	return r.Method + " " + r.URL.Path
+	return r.Method + " " + r.URL.EscapedPath()
 }
 
 type middleware struct {

@@ -23,7 +23,8 @@ type Client struct {
 
 // NewClient returns a client of the admin API at baseURL
 // (http://127.0.0.1:9090) that authorizes with token. A nil httpClient
-// means one with a 30s timeout.
+// means one with a 30s timeout. The client never follows a redirect: the
+// token must not travel to another address.
 func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) {
 	u, err := url.Parse(strings.TrimSuffix(baseURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
@@ -35,6 +36,9 @@ func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) 
 	if httpClient == nil {
 		httpClient = &http.Client{Timeout: 30 * time.Second}
 	}
+	noRedirects := *httpClient
+	noRedirects.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	httpClient = &noRedirects
 	return &Client{base: u, token: token, http: httpClient}, nil
 }
 

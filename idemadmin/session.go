@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 )
@@ -123,7 +124,10 @@ func (s *sessions) end(r *http.Request) {
 }
 
 // setCookie sends the session cookie: HttpOnly (no script reads it),
-// SameSite=Strict (no other site's page sends it), Secure over TLS.
+// SameSite=Strict (no other site's page sends it), and Secure over TLS,
+// including TLS ended by a proxy in front that says so with
+// X-Forwarded-Proto: https (a forged header only makes the cookie
+// stricter).
 func setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int) {
 	http.SetCookie(w, &http.Cookie{
 		Name:     sessionCookie,
@@ -131,7 +135,7 @@ func setCookie(w http.ResponseWriter, r *http.Request, value string, maxAge int)
 		Path:     "/",
 		MaxAge:   maxAge,
 		HttpOnly: true,
-		Secure:   r.TLS != nil,
+		Secure:   r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https"),
 		SameSite: http.SameSiteStrictMode,
 	})
 }

@@ -1,11 +1,13 @@
 package idemadmin
 
 import (
+	"fmt"
 	"html"
 	"html/template"
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -108,4 +110,36 @@ func forEachPart(s string, emit func(text string, escaped bool), escapeBackslash
 func hex2(c byte) string {
 	const hx = "0123456789abcdef"
 	return string([]byte{hx[c>>4], hx[c&0xf]})
+}
+
+// VisibleJSON rewrites JSON text so that no character a terminal would act
+// on appears raw: encoding/json escapes the controls below U+0020, and
+// VisibleJSON escapes the rest that Visible would (DEL, the C1 controls,
+// format characters such as bidirectional overrides) as \uXXXX. The result
+// is the same JSON value: such characters can only occur inside strings.
+// Invalid UTF-8 is left to the encoder, which never emits it.
+func VisibleJSON(b []byte) []byte {
+	var out []byte
+	for i := 0; i < len(b); {
+		r, size := utf8.DecodeRune(b[i:])
+		// Below U+0020 only JSON's own whitespace can be raw here.
+		if !(r == 0x7f || r >= 0x80 && r != utf8.RuneError && hidden(r, size)) {
+			if out != nil {
+				out = append(out, b[i:i+size]...)
+			}
+			i += size
+			continue
+		}
+		if out == nil {
+			out = append(make([]byte, 0, len(b)+16), b[:i]...)
+		}
+		for _, u := range utf16.Encode([]rune{r}) {
+			out = fmt.Appendf(out, `\u%04x`, u)
+		}
+		i += size
+	}
+	if out == nil {
+		return b
+	}
+	return out
 }

@@ -1,6 +1,8 @@
 package idemadmin_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"testing"
 
 	"github.com/idem-dev/idem/idemadmin"
@@ -80,5 +82,26 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		if _, err := idemadmin.New(cfg); err == nil {
 			t.Errorf("%s: New accepted it", name)
 		}
+	}
+}
+
+func TestVisibleJSON(t *testing.T) {
+	t.Parallel()
+	in, err := json.MarshalIndent(map[string]string{"path": "/a\u009b31m\u202eb\x7fc\tü"}, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := idemadmin.VisibleJSON(in)
+	for _, raw := range []string{"\u009b", "\u202e", "\x7f"} {
+		if bytes.Contains(out, []byte(raw)) {
+			t.Errorf("%q is raw in %s", raw, out)
+		}
+	}
+	var back map[string]string
+	if err := json.Unmarshal(out, &back); err != nil || back["path"] != "/a\u009b31m\u202eb\x7fc\tü" {
+		t.Fatalf("not the same value: %q, %v (%s)", back["path"], err, out)
+	}
+	if plain := []byte(`{"a": "b"}`); &idemadmin.VisibleJSON(plain)[0] != &plain[0] {
+		t.Error("text with nothing to escape was copied")
 	}
 }

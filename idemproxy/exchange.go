@@ -20,6 +20,7 @@ type exchange struct {
 	trace httptrace.ClientTrace
 
 	mu           sync.Mutex
+	called       bool // the request reached the transport
 	traced       bool // the transport reports to httptrace
 	gotConn      bool
 	multiplexed  bool // HTTP/2: the connection carries other streams
@@ -96,6 +97,8 @@ func (x *exchange) sent(err error) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	switch {
+	case !x.called:
+		return false // refused before any round trip (ReverseProxy's own checks)
 	case !x.traced:
 		return true
 	case !x.gotConn:
@@ -197,11 +200,17 @@ type upstreamBody struct {
 type watchBodies struct{ next http.RoundTripper }
 
 func (t watchBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	x := exchangeFrom(r.Context())
+	if x != nil {
+		x.mu.Lock()
+		x.called = true
+		x.mu.Unlock()
+	}
 	resp, err := t.next.RoundTrip(r)
 	if err != nil || resp.StatusCode < 200 { // a 101's body is the upgraded connection: left alone
 		return resp, err
 	}
-	if x := exchangeFrom(r.Context()); x != nil && resp.Body != nil {
+	if x != nil && resp.Body != nil {
 		want := resp.ContentLength
 		if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
 			want = -1 // no body, whatever the header says
@@ -231,10 +240,17 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 // document instead of a half answer. Informational answers (1xx) go
 // through at once; Flush before any body passes only for event streams,
 // whose headers the client waits for.
+//
+// Once the answer is passing through, a client that has gone does not end
+// the upstream call: writes to it are discarded, so the reverse proxy reads
+// the upstream's answer to its end (bounded by the upstream deadline) and
+// the key is completed as not replayable, instead of the call being aborted
+// as if the upstream had failed.
 type heldWriter struct {
-	w         http.ResponseWriter
-	status    int
-	committed bool
+	w          http.ResponseWriter
+	status     int
+	committed  bool
+	clientGone bool
 }
 
 func (h *heldWriter) Header() http.Header { return h.w.Header() }
@@ -264,7 +280,13 @@ func (h *heldWriter) Write(b []byte) (int, error) {
 		}
 		h.commit()
 	}
-	return h.w.Write(b)
+	if h.clientGone {
+		return len(b), nil
+	}
+	if _, err := h.w.Write(b); err != nil {
+		h.clientGone = true // the client left: read the upstream to its end anyway
+	}
+	return len(b), nil
 }
 
 // FlushError is Flush for http.ResponseController (ReverseProxy flushes
@@ -277,7 +299,13 @@ func (h *heldWriter) FlushError() error {
 		}
 		h.commit()
 	}
-	return http.NewResponseController(h.w).Flush()
+	if h.clientGone {
+		return nil
+	}
+	if err := http.NewResponseController(h.w).Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		h.clientGone = true
+	}
+	return nil
 }
 
 // Flush implements http.Flusher.

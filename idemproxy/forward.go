@@ -3,10 +3,10 @@ package idemproxy
 import (
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
+	"strings"
 	"time"
 
 	"github.com/idem-dev/idem"
@@ -183,10 +183,16 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 	return settledFailed
 }
 
-// rewrite points the request at the upstream. A protected request never
-// goes out without a body reader, so that http.Transport, which re-sends
-// bodiless requests carrying an Idempotency-Key after a broken keep-alive
-// connection, never sends it twice; and its body is guarded (guardedBody).
+// rewrite points the request at the upstream, and guards a protected
+// request's body (guardedBody).
+//
+// http.Transport re-sends a bodiless request that carries an
+// Idempotency-Key (or X-Idempotency-Key) after a broken keep-alive
+// connection, even when the first attempt may have been processed. A
+// protected bodiless request keeps its framing (Content-Length: 0, never
+// chunked, which some upstreams refuse), and its key header goes out under
+// a map key the transport's check does not look at: header names are
+// case-insensitive on the wire, so the upstream sees the same header.
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(f.p.upstream)
 	pr.SetXForwarded()
@@ -194,8 +200,14 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	switch {
 	case x == nil:
 	case pr.Out.Body == nil || pr.Out.Body == http.NoBody:
-		pr.Out.Body = emptyBody{}
-		pr.Out.ContentLength = 0
+		pr.Out.Body, pr.Out.ContentLength = http.NoBody, 0
+		h := pr.Out.Header
+		for _, name := range [...]string{"Idempotency-Key", "X-Idempotency-Key"} {
+			if v, ok := h[name]; ok {
+				delete(h, name)
+				h[strings.ToLower(name)] = v
+			}
+		}
 	default:
 		pr.Out.Body = x.guard(pr.Out.Body)
 	}
@@ -222,8 +234,3 @@ func (f *forwarder) upstreamError(w http.ResponseWriter, r *http.Request, err er
 		slog.String("outcome", s.Name), slog.Any("error", err))
 	f.p.writeProblem(w, s, detail, "")
 }
-
-type emptyBody struct{}
-
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }

@@ -160,8 +160,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.handler.Se
 // Retry-After, so a retry against another instance runs them.
 func (p *Proxy) BeginShutdown() { p.closing.Store(true) }
 
-// operation is the record's operation: method and path.
-func operation(r *http.Request) string { return r.Method + " " + r.URL.Path }
+// operation is the record's operation: method and path, as escaped on the
+// wire, so that /a%2Fb and /a/b, which the upstream gets as different
+// paths, are different operations.
+func operation(r *http.Request) string { return r.Method + " " + r.URL.EscapedPath() }
 
 // ScopeFromHeader scopes keys by the SHA-256 (hex) of the named header's
 // value, so the credential itself is never stored. Requests without the

@@ -88,9 +88,7 @@ func listKeys(cmd *cobra.Command, src *keySource, q idemadmin.ListQuery, limit i
 	}
 	out := cmd.OutOrStdout()
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(items)
+		return writeJSON(out, items)
 	}
 	if len(items) == 0 {
 		fmt.Fprintln(out, none)
@@ -147,9 +145,7 @@ func newKeysGetCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(it)
+				return writeJSON(cmd.OutOrStdout(), it)
 			}
 			printItem(cmd.OutOrStdout(), it)
 			return nil
@@ -299,4 +295,15 @@ func stamp(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
+}
+
+// writeJSON prints v as indented JSON in which no character a terminal
+// would act on appears raw (idemadmin.VisibleJSON).
+func writeJSON(w io.Writer, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(idemadmin.VisibleJSON(b), '\n'))
+	return err
 }
