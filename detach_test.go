@@ -48,6 +48,9 @@ func TestDetachedContextErrWithoutDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := detach(context.Background(), time.Second)
 		defer c.stop()
+		if c.Err() != nil { // the first look fixes the deadline
+			t.Fatal("Err set at the first look")
+		}
 		time.Sleep(2 * time.Second) // the bubble's time; nobody asked for Done
 		if !errors.Is(c.Err(), context.DeadlineExceeded) {
 			t.Fatalf("Err = %v past the deadline", c.Err())

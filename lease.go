@@ -87,6 +87,12 @@ type Lease struct {
 
 	ctx     leaseContext // see ContextWithLease
 	ctxUsed atomic.Bool
+
+	// sctx is the context of the lease's settlement, kept here so that
+	// settling costs no allocation; a second settlement running at the same
+	// time (a misuse, but a safe one) makes its own.
+	sctx      detached
+	sctxInUse atomic.Bool
 }
 
 func (e *Engine) newLease(req Request, token string, leaseUntil time.Time) *Lease {
@@ -154,7 +160,14 @@ func (l *Lease) settle(ctx context.Context, op settleOp, p *idemstore.CompletePa
 		return fmt.Errorf("idem: lease already %s: %w", s, ErrLeaseLost)
 	}
 	st := l.e.store
-	dc := detach(ctx, settleBound(ctx, l.e.cfg.SettleTimeout))
+	var dc *detached
+	if l.sctxInUse.CompareAndSwap(false, true) {
+		dc = &l.sctx
+		dc.reset(ctx, settleBound(ctx, l.e.cfg.SettleTimeout))
+		defer l.sctxInUse.Store(false)
+	} else {
+		dc = detach(ctx, settleBound(ctx, l.e.cfg.SettleTimeout))
+	}
 	defer dc.stop()
 	pause := settleFirstPause
 	for {
