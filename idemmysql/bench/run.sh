@@ -29,7 +29,7 @@ raw=$(echo "$gob" | sed -n 's/^BenchmarkReserveComplete\/raw.* \([0-9.]*\) pairs
 
 mysql "${my[@]}" -e 'DROP DATABASE IF EXISTS idem_bench; CREATE DATABASE idem_bench'
 trap 'mysql "${my[@]}" -e "DROP DATABASE IF EXISTS idem_bench"' EXIT
-grep -v '^\s*--' idemmysql/migrations/*.sql | mysql "${my[@]}" idem_bench
+cat idemmysql/migrations/*.sql | grep -v '^\s*--' | mysql "${my[@]}" idem_bench
 # About as many pairs as the store did in SECONDS_PER_RUN.
 queries=$(awk -v s="$store" -v t="$secs" 'BEGIN { q = int(s * t * 2 / 32) * 32; print (q < 3200 ? 3200 : q) }')
 echo "# mysqlslap --concurrency=16 --iterations=1 --number-of-queries=$queries --delimiter=';' --query=idemmysql/bench/mysqlslap.sql"
