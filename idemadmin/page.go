@@ -26,7 +26,7 @@ const queuePageSize = 50
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
 		"vis":   visibleHTML,
-		"age":   func(it Item) string { return humanDuration(it.Age()) },
+		"age":   func(it Item) string { return HumanDuration(it.Age()) },
 		"ts":    formatTime,
 		"scope": shortScope,
 		"deref": func(s *string) string { return *s },
@@ -347,9 +347,9 @@ func (h *Handler) render(w http.ResponseWriter, status int, page string, v *view
 	w.Write(buf.Bytes())
 }
 
-// humanDuration writes d as an operator reads an age: 42s, 5m 3s, 2h 10m,
-// 3d 4h.
-func humanDuration(d time.Duration) string {
+// HumanDuration writes d as an operator reads an age: 42s, 5m 3s, 2h 10m,
+// 3d 4h. The review page and the CLI show ages this way.
+func HumanDuration(d time.Duration) string {
 	switch s := int64(d / time.Second); {
 	case s < 60:
 		return fmt.Sprintf("%ds", s)

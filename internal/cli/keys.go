@@ -98,7 +98,7 @@ func listKeys(cmd *cobra.Command, src *keySource, q idemadmin.ListQuery, limit i
 	fmt.Fprintln(tw, "KEY\tREQUEST\tSTATE\tAGE\tREASON\tID")
 	for _, it := range items {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", idemadmin.Visible(it.Key), requestLine(it), it.State,
-			humanAge(it.Age()), idemadmin.Visible(cutText(it.Reason, 72)), it.ID)
+			idemadmin.HumanDuration(it.Age()), idemadmin.Visible(cutText(it.Reason, 72)), it.ID)
 	}
 	if q.Cursor != "" {
 		fmt.Fprintf(tw, "(more keys: raise --limit)\n")
@@ -165,7 +165,7 @@ func printItem(w io.Writer, it idemadmin.Item) {
 	row("key", v(it.Key))
 	state := it.State
 	if it.State == "needs_review" {
-		state += " for " + humanAge(it.Age())
+		state += " for " + idemadmin.HumanDuration(it.Age())
 	}
 	row("state", state)
 	row("request", requestLine(it))
@@ -275,19 +275,6 @@ func cutText(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
-}
-
-func humanAge(d time.Duration) string {
-	switch s := int64(d / time.Second); {
-	case s < 60:
-		return fmt.Sprintf("%ds", s)
-	case s < 3600:
-		return fmt.Sprintf("%dm%02ds", s/60, s%60)
-	case s < 48*3600:
-		return fmt.Sprintf("%dh%02dm", s/3600, s%3600/60)
-	default:
-		return fmt.Sprintf("%dd%02dh", s/86400, s%86400/3600)
-	}
 }
 
 func stamp(t time.Time) string {
