@@ -51,8 +51,8 @@ func (s *Store) Delete(ctx context.Context, k idemstore.Key) error {
 // whyNot passes err on, unless it says that a statement conditioned on the
 // record's state (want) and token (when not empty) changed nothing
 // (idemstore.ErrLeaseLost from execFenced): then it reads the record and
-// returns idemstore.ErrNotFound if it is gone, idemstore.ErrLeaseLost if it
-// is in state want under another token, or wrongState.
+// returns idemstore.ErrNotFound if it is gone, or what idemstore.Unmatched
+// says.
 func (s *Store) whyNot(ctx context.Context, k idemstore.Key, err, wrongState error, want idemstore.State, token string) error {
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		return err
@@ -64,8 +64,6 @@ func (s *Store) whyNot(ctx context.Context, k idemstore.Key, err, wrongState err
 		return idemstore.ErrNotFound
 	case err != nil:
 		return interpretError(ctx, err)
-	case state == string(want) && token != "" && tok != token:
-		return idemstore.ErrLeaseLost
 	}
-	return wrongState
+	return idemstore.Unmatched(idemstore.State(state), tok, want, token, wrongState)
 }

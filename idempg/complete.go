@@ -140,8 +140,7 @@ func (s *Store) Delete(ctx context.Context, k idemstore.Key) error {
 
 // wrongState explains why a change conditioned on the record's state (want)
 // and token (when not empty) changed nothing: idemstore.ErrNotFound if there
-// is no record for k, idemstore.ErrLeaseLost if it is in state want under
-// another token, wrong otherwise.
+// is no record for k, else what idemstore.Unmatched says.
 func (s *Store) wrongState(ctx context.Context, k idemstore.Key, wrong error, want idemstore.State, token string) error {
 	var state, tok string
 	err := s.pool.QueryRow(ctx, s.q.state, k.Scope, k.Operation, k.Key).Scan(&state, &tok)
@@ -150,8 +149,6 @@ func (s *Store) wrongState(ctx context.Context, k idemstore.Key, wrong error, wa
 		return idemstore.ErrNotFound
 	case err != nil:
 		return interpretError(ctx, err)
-	case state == string(want) && token != "" && tok != token:
-		return idemstore.ErrLeaseLost
 	}
-	return wrong
+	return idemstore.Unmatched(idemstore.State(state), tok, want, token, wrong)
 }

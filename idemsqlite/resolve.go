@@ -66,11 +66,6 @@ func (s *Store) explain(ctx context.Context, k idemstore.Key, err error, want id
 		return idemstore.ErrNotFound
 	case err != nil:
 		return interpretError(ctx, err)
-	case state == string(want) && token != "" && tok != token:
-		return idemstore.ErrLeaseLost
-	case state == string(want):
-		return idemstore.ErrRetryable
-	default:
-		return wrong
 	}
+	return idemstore.Unmatched(idemstore.State(state), tok, want, token, wrong)
 }

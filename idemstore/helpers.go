@@ -66,3 +66,20 @@ func PurgeBatches(ctx context.Context, p PurgeParams, deleteBatch func() (int, e
 		}
 	}
 }
+
+// Unmatched says why a change conditioned on a record's state (want) and,
+// when wantToken is not empty, its token matched no record, given the
+// state and token the driver read back right after: ErrLeaseLost for the
+// wanted state under another token (another attempt), ErrRetryable when the
+// record is as wanted again (it changed between the two statements), and
+// wrong for any other state. A record that is gone is the driver's
+// ErrNotFound, before this is asked.
+func Unmatched(state State, token string, want State, wantToken string, wrong error) error {
+	switch {
+	case state != want:
+		return wrong
+	case wantToken != "" && token != wantToken:
+		return ErrLeaseLost
+	}
+	return ErrRetryable
+}

@@ -114,3 +114,22 @@ func TestPageLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestUnmatched(t *testing.T) {
+	t.Parallel()
+	wrong := errors.New("wrong state")
+	for _, tc := range []struct {
+		state, want    idemstore.State
+		token, wantTok string
+		err            error
+	}{
+		{idemstore.StateCompleted, idemstore.StateNeedsReview, "t", "", wrong},
+		{idemstore.StateNeedsReview, idemstore.StateNeedsReview, "t2", "t1", idemstore.ErrLeaseLost},
+		{idemstore.StateNeedsReview, idemstore.StateNeedsReview, "t1", "t1", idemstore.ErrRetryable},
+		{idemstore.StateNeedsReview, idemstore.StateNeedsReview, "t1", "", idemstore.ErrRetryable},
+	} {
+		if got := idemstore.Unmatched(tc.state, tc.token, tc.want, tc.wantTok, wrong); !errors.Is(got, tc.err) {
+			t.Errorf("Unmatched(%s, %s, want %s, %q) = %v, want %v", tc.state, tc.token, tc.want, tc.wantTok, got, tc.err)
+		}
+	}
+}
