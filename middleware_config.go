@@ -186,7 +186,7 @@ func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, erro
 	if cfg.Logger == nil {
 		cfg.Logger = e.cfg.Logger
 	}
-	m := &middleware{e: e, cfg: cfg, policy: cfg.Policy.withDefaults()}
+	m := &middleware{e: e, cfg: cfg, policy: cfg.Policy.withDefaults(), maxBody: e.Config().MaxResponseBody}
 	if err := m.policy.validate(); err != nil {
 		return nil, err
 	}
@@ -235,10 +235,11 @@ func DefaultOperation(r *http.Request) string {
 }
 
 type middleware struct {
-	e      *Engine
-	cfg    Config
-	policy Policy
-	routes map[string]*Policy
+	e       *Engine // used through its public API only
+	cfg     Config
+	policy  Policy
+	routes  map[string]*Policy
+	maxBody int // EngineConfig.MaxResponseBody
 }
 
 type handler struct {

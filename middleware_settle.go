@@ -55,7 +55,7 @@ const (
 // panics.
 func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol *Policy, st *reqState, ev *Event) {
 	m := h.m
-	st.cw.w, st.cw.limit, st.cw.buf = w, m.e.cfg.MaxResponseBody, &st.respBuf
+	st.cw.w, st.cw.limit, st.cw.buf = w, m.maxBody, &st.respBuf
 	st.cw.bufferFlushes = pol.BufferFlushes
 	cw := &st.cw
 	ctx := r.Context()
