@@ -836,10 +836,7 @@ func TestAttackClientGoneHandlerAnswersNothing(t *testing.T) {
 		io.WriteString(w, `{"charged":true}`)
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	r := httptest.NewRequest(http.MethodPost, "/payments", strings.NewReader(`{"amount":100,"currency":"usd"}`)).WithContext(ctx)
-	r.Header.Set("Content-Type", "application/json")
-	r.Header.Set("X-User", "alice")
-	r.Header.Set(idem.HeaderName, "k")
+	r := f.request(call{key: "k"}).WithContext(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -102,6 +102,13 @@ type call struct {
 }
 
 func (f *fixture) do(c call) *httptest.ResponseRecorder {
+	w := httptest.NewRecorder()
+	f.h.ServeHTTP(w, f.request(c))
+	return w
+}
+
+// request builds the request do sends for c.
+func (f *fixture) request(c call) *http.Request {
 	if c.method == "" {
 		c.method = http.MethodPost
 	}
@@ -123,9 +130,7 @@ func (f *fixture) do(c call) *httptest.ResponseRecorder {
 	case !c.noKey:
 		r.Header.Set(idem.HeaderName, c.key)
 	}
-	w := httptest.NewRecorder()
-	f.h.ServeHTTP(w, r)
-	return w
+	return r
 }
 
 func problemType(t *testing.T, w *httptest.ResponseRecorder) string {
