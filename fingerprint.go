@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"bytes"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -42,21 +44,32 @@ type FingerprintOptions struct {
 	// ExcludeFields are JSON Pointers (RFC 6901) of body members that do not
 	// count, such as client timestamps or trace IDs. Defaults to none.
 	ExcludeFields []string
+
+	// Key, if set, keys the digest: the fingerprint is then
+	// HMAC-SHA-256(Key, SHA-256 digest) and starts "v1k:". A plain
+	// fingerprint of a low-entropy body (an amount, a short message) can be
+	// matched offline against guesses by whoever reads the store; a keyed
+	// one cannot without the key. Every instance sharing a store must use
+	// the same key, or retries through another instance get 422.
+	Key []byte
 }
 
 type fpState struct {
-	h     hash.Hash
-	buf   []byte
-	canon []byte
-	c     canonicalizer
-	sum   [sha256.Size]byte
-	out   [len(FingerprintVersion) + 1 + 2*sha256.Size]byte
+	h      hash.Hash
+	buf    []byte
+	canon  []byte
+	c      canonicalizer
+	sum    [sha256.Size]byte
+	out    [len(FingerprintVersion) + 2 + 2*sha256.Size]byte
+	mac    hash.Hash // HMAC under macKey, reused while the key is the same
+	macKey []byte
 }
 
 var fpPool = sync.Pool{New: func() any { return &fpState{h: sha256.New()} }}
 
 // Fingerprint returns the versioned SHA-256 digest of in:
-// "v1:" followed by 64 hex digits.
+// "v1:" followed by 64 hex digits ("v1k:" when FingerprintOptions.Key keys
+// it).
 //
 // A JSON body is canonicalised first (see CanonicalJSON), so member order,
 // insignificant whitespace and number spelling do not change the result; a
@@ -94,11 +107,21 @@ func Fingerprint(in FingerprintInput, opts FingerprintOptions) (string, error) {
 	st.h.Write(body)
 	st.h.Sum(st.sum[:0])
 	n := copy(st.out[:], FingerprintVersion+":")
-	hex.Encode(st.out[n:], st.sum[:])
+	if len(opts.Key) > 0 {
+		if st.mac == nil || !bytes.Equal(st.macKey, opts.Key) {
+			st.macKey = append(st.macKey[:0], opts.Key...)
+			st.mac = hmac.New(sha256.New, st.macKey)
+		}
+		st.mac.Reset()
+		st.mac.Write(st.sum[:])
+		st.mac.Sum(st.sum[:0])
+		n = copy(st.out[:], FingerprintVersion+"k:")
+	}
+	n += hex.Encode(st.out[n:], st.sum[:])
 	if cap(st.canon) > 1<<20 {
 		st.canon = nil // do not pin huge buffers in the pool
 	}
-	return string(st.out[:]), nil
+	return string(st.out[:n]), nil
 }
 
 // canonicalJSONWith is CanonicalJSON on a reusable canonicalizer.

@@ -170,3 +170,36 @@ func TestKeyErrorIs(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestFingerprintKeyed(t *testing.T) {
+	t.Parallel()
+	in := idem.FingerprintInput{Method: "POST", Operation: "POST /payments", ContentType: "application/json", Body: []byte(`{"amount":100}`)}
+	fp := func(key string, in idem.FingerprintInput) string {
+		t.Helper()
+		s, err := idem.Fingerprint(in, idem.FingerprintOptions{Key: []byte(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	plain, a, a2, b := fp("", in), fp("secret-a", in), fp("secret-a", in), fp("secret-b", in)
+	if !strings.HasPrefix(a, "v1k:") || len(a) != len("v1k:")+64 {
+		t.Fatalf("keyed fingerprint %q is not v1k: and 64 hex digits", a)
+	}
+	if a != a2 {
+		t.Fatal("the same key gave two fingerprints")
+	}
+	if a == b || strings.TrimPrefix(a, "v1k:") == strings.TrimPrefix(plain, "v1:") {
+		t.Fatalf("keyed fingerprints do not depend on the key: plain %s, a %s, b %s", plain, a, b)
+	}
+	// The pooled HMAC follows the key from call to call.
+	if fp("secret-b", in) != b || fp("secret-a", in) != a || fp("", in) != plain {
+		t.Fatal("a pooled state kept an earlier key")
+	}
+	// Canonicalisation still applies.
+	same := in
+	same.Body = []byte(` {"amount":1e2} `)
+	if fp("secret-a", same) != a {
+		t.Fatal("keyed fingerprint is not canonical")
+	}
+}

@@ -58,6 +58,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	scope, err := m.cfg.Scope(r)
+	if errors.Is(err, ErrScopeMissing) {
+		ev.Outcome, ev.Status = m.problem(w, SituationScopeMissing.ProblemDoc("The request carries no credentials, so its key cannot be told from another client's.", ""))
+		return
+	}
 	if err != nil {
 		p := SituationScopeDenied.ProblemDoc("The request's credentials do not identify a client.", "")
 		var se *ScopeError
@@ -98,7 +102,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fp, err := Fingerprint(FingerprintInput{
 		Method: r.Method, Operation: op, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery,
 		ContentType: firstValue(r.Header["Content-Type"]), Body: buf.Bytes(),
-	}, FingerprintOptions{ExcludeFields: pol.ExcludeFields})
+	}, FingerprintOptions{ExcludeFields: pol.ExcludeFields, Key: m.cfg.FingerprintKey})
 	if err != nil { // validated at construction; kept for safety
 		panic(err)
 	}

@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,12 @@ type ScopeFunc func(*http.Request) (string, error)
 // service has a single client, or when keys are unguessable and answers
 // hold nothing private: any client that knows a key gets its answer.
 func GlobalScope(*http.Request) (string, error) { return "global", nil }
+
+// ErrScopeMissing is returned by a ScopeFunc when the request carries none
+// of the credentials its scope is derived from. The middleware answers 401
+// with the scope-missing problem type and runs nothing: such requests must
+// not share one scope, where one client's key would replay another's answer.
+var ErrScopeMissing = errors.New("idem: the request carries no credentials to scope its key")
 
 // ScopeError is returned by a ScopeFunc to refuse a request.
 type ScopeError struct {
@@ -93,7 +100,7 @@ type Event struct {
 	Operation string
 	// Outcome is what happened: "acquired", "replayed", "mismatch",
 	// "in_flight", "needs_review", "not_replayable", "missing_key",
-	// "invalid_key", "scope_denied", "too_long", "body_too_large", "body_unreadable",
+	// "invalid_key", "scope_denied", "scope_missing", "too_long", "body_too_large", "body_unreadable",
 	// "unavailable", "fail_open", "no_key" (an optional key not sent) or
 	// "canceled" (the client left while the key was being checked; Status
 	// is then 499 and nothing was written).
@@ -153,6 +160,12 @@ type Config struct {
 	// answer was written.
 	OnOutcome func(Event)
 
+	// FingerprintKey, if set, keys request fingerprints with HMAC-SHA-256
+	// (see FingerprintOptions.Key), so that a store dump does not let anyone
+	// confirm guesses of low-entropy request bodies. Every instance sharing
+	// a store needs the same key. Defaults to none (plain SHA-256).
+	FingerprintKey []byte
+
 	// Logger receives structured logs; keys appear only as short hashes.
 	// Defaults to the engine's logger.
 	Logger *slog.Logger
@@ -183,6 +196,7 @@ func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, erro
 	if cfg.Operation == nil {
 		cfg.Operation = DefaultOperation
 	}
+	cfg.FingerprintKey = bytes.Clone(cfg.FingerprintKey)
 	if cfg.Logger == nil {
 		cfg.Logger = e.cfg.Logger
 	}

@@ -779,3 +779,47 @@ func TestMiddlewareFiltersHeadersInAnyCase(t *testing.T) {
 		t.Fatalf("replay: %d %q", w.Code, w.Body)
 	}
 }
+
+func TestMiddlewareScopeMissing(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, idem.Config{Scope: func(r *http.Request) (string, error) {
+		if u := r.Header.Get("X-User"); u != "nobody" {
+			return u, nil
+		}
+		return "", fmt.Errorf("session: %w", idem.ErrScopeMissing)
+	}}, idem.EngineConfig{}, paymentHandler)
+	w := f.do(call{key: "k", user: "nobody"})
+	if w.Code != 401 || problemType(t, w) != idem.ProblemScopeMissing || w.Header().Get("Idempotency-Outcome") != "scope_missing" {
+		t.Fatalf("no credentials: %d %s %s", w.Code, w.Header(), w.Body)
+	}
+	if f.runs.Load() != 0 {
+		t.Fatal("the handler ran for a request without credentials")
+	}
+	if w := f.do(call{key: "k"}); w.Code != 201 {
+		t.Fatalf("alice: %d", w.Code)
+	}
+}
+
+func TestMiddlewareFingerprintKey(t *testing.T) {
+	t.Parallel()
+	key := []byte("fingerprint secret")
+	f := newFixture(t, idem.Config{FingerprintKey: key}, idem.EngineConfig{}, paymentHandler)
+	key[0] = 'X' // the middleware keeps its own copy
+	if w := f.do(call{key: "k"}); w.Code != 201 {
+		t.Fatalf("first: %d", w.Code)
+	}
+	rec, err := f.store.Get(t.Context(), idemstore.Key{Scope: "user:alice", Operation: "POST /payments", Key: "k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := idem.Fingerprint(idem.FingerprintInput{Method: "POST", Operation: "POST /payments", Path: "/payments", ContentType: "application/json", Body: []byte(`{"amount":100,"currency":"usd"}`)}, idem.FingerprintOptions{Key: []byte("fingerprint secret")})
+	if rec.Fingerprint != want {
+		t.Fatalf("stored fingerprint %q, want the keyed %q", rec.Fingerprint, want)
+	}
+	if w := f.do(call{key: "k"}); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("retry: %d %s", w.Code, w.Header())
+	}
+	if w := f.do(call{key: "k", body: `{"amount":1}`}); w.Code != 422 {
+		t.Fatalf("changed body: %d", w.Code)
+	}
+}

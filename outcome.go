@@ -48,6 +48,7 @@ var (
 	SituationBodyTooLarge   = Situation{Name: "body_too_large", Status: http.StatusRequestEntityTooLarge, Problem: ProblemBodyTooLarge, Title: "Request body too large"}
 	SituationBodyUnreadable = Situation{Name: "body_unreadable", Status: http.StatusBadRequest, Problem: ProblemBodyUnreadable, Title: "Unreadable request body"}
 	SituationScopeDenied    = Situation{Name: "scope_denied", Status: http.StatusUnauthorized, Problem: ProblemScope, Title: "Unauthorized"}
+	SituationScopeMissing   = Situation{Name: "scope_missing", Status: http.StatusUnauthorized, Problem: ProblemScopeMissing, Title: "Credentials required"}
 	SituationUnavailable    = Situation{Name: "unavailable", Status: http.StatusServiceUnavailable, Problem: ProblemUnavailable, Title: "Idempotency store unavailable"}
 
 	SituationUpstreamUnreachable = Situation{Name: "upstream_unreachable", Status: http.StatusBadGateway, Problem: ProblemUpstreamUnreachable, Title: "Upstream unreachable", ProxyOnly: true}
@@ -63,7 +64,7 @@ func Situations() []Situation {
 		SituationAcquired, SituationReplayed, SituationNoKey, SituationFailOpen, SituationCanceled,
 		SituationMissingKey, SituationInvalidKey, SituationMismatch, SituationInFlight, SituationNeedsReview,
 		SituationNotReplayable, SituationTooLong, SituationBodyTooLarge, SituationBodyUnreadable,
-		SituationScopeDenied, SituationUnavailable,
+		SituationScopeDenied, SituationScopeMissing, SituationUnavailable,
 		SituationUpstreamUnreachable, SituationUpstreamFailed, SituationUpstreamTimeout, SituationShuttingDown,
 	}
 }

@@ -22,6 +22,7 @@ const (
 	ProblemBodyTooLarge   = ProblemTypeBase + "body-too-large"
 	ProblemUnavailable    = ProblemTypeBase + "store-unavailable"
 	ProblemScope          = ProblemTypeBase + "scope-denied"
+	ProblemScopeMissing   = ProblemTypeBase + "scope-missing"
 	ProblemTooLong        = ProblemTypeBase + "too-long"
 	ProblemBodyUnreadable = ProblemTypeBase + "body-unreadable"
 
