@@ -3,53 +3,88 @@ package idemredis
 import (
 	"context"
 	"fmt"
-	"runtime"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// benchWorkers is the number of concurrent callers, as in
-// redis-benchmark -c 50 (see bench/run.sh).
-const benchWorkers = 50
+// The benchmarks below are what scripts/bench-redis.sh runs and compares
+// with redis-benchmark's SET NX rate on the same servers, in the same run.
+// Each runs a fixed number of goroutines (not GOMAXPROCS multiples), named
+// in the benchmark: workers=50 is redis-benchmark's -c 50.
 
-// BenchmarkReserveComplete measures the engine's common path, a reserve
-// followed by a complete of a fresh key (two round trips), from 50
-// concurrent goroutines. pairs/s is the figure to compare with the native
-// SET NX rate.
+// pairWorkers are the worker counts of the throughput benchmarks.
+var pairWorkers = []int{16, 50}
+
+// latencyWorkers are the worker counts of BenchmarkEngine: a lone caller,
+// and a busy server.
+var latencyWorkers = []int{1, 32}
+
+// topology is one Redis setup to benchmark, with a client for a given
+// number of concurrent callers.
+type topology struct {
+	name   string
+	client func(b *testing.B, workers int) redis.UniversalClient
+}
+
+var topologies = []topology{
+	{"standalone", func(b *testing.B, w int) redis.UniversalClient { return standaloneClient(b, w) }},
+	{"cluster", func(b *testing.B, w int) redis.UniversalClient { return clusterClient(b, w) }},
+}
+
+// BenchmarkReserveComplete measures the engine's common path at the store,
+// a reserve followed by a complete of a fresh key (two scripts), from 16
+// and 50 goroutines. pairs/s is the figure to compare with the native SET
+// NX rate.
 func BenchmarkReserveComplete(b *testing.B) {
-	b.Run("standalone", func(b *testing.B) {
-		benchReserveComplete(b, standaloneClient(b, benchWorkers))
-	})
-	b.Run("cluster", func(b *testing.B) {
-		benchReserveComplete(b, clusterClient(b, benchWorkers))
-	})
+	for _, topo := range topologies {
+		for _, w := range pairWorkers {
+			b.Run(fmt.Sprintf("%s/workers=%d", topo.name, w), func(b *testing.B) {
+				benchReserveComplete(b, topo.client(b, w), w)
+			})
+		}
+	}
 }
 
 // BenchmarkSetNX is the client-side baseline for BenchmarkReserveComplete:
-// plain go-redis SET key v NX on fresh keys from the same 50 goroutines over
-// the same pool. A pair is two round trips, so half of this rate is what any
-// store built on go-redis could reach on this machine; bench/run.sh prints
-// the store's rate against it as well as against redis-benchmark.
+// the client's own SET key v NX on fresh keys from 50 goroutines. A pair is
+// two round trips; without pipelining, half of this rate is what a store on
+// the same client could reach.
 func BenchmarkSetNX(b *testing.B) {
-	b.Run("standalone", func(b *testing.B) {
-		benchSetNX(b, standaloneClient(b, benchWorkers))
-	})
-	b.Run("cluster", func(b *testing.B) {
-		benchSetNX(b, clusterClient(b, benchWorkers))
-	})
+	const workers = 50
+	for _, topo := range topologies {
+		b.Run(fmt.Sprintf("%s/workers=%d", topo.name, workers), func(b *testing.B) {
+			benchSetNX(b, topo.client(b, workers), workers)
+		})
+	}
 }
 
-func benchSetNX(b *testing.B, client redis.UniversalClient) {
+// BenchmarkEngine measures Begin and Lease.Complete of a fresh key through
+// the engine on the Redis store, from one goroutine and from 32, and
+// reports the latency of the pair (p50-µs, p99-µs) beside its rate.
+func BenchmarkEngine(b *testing.B) {
+	for _, topo := range topologies {
+		for _, w := range latencyWorkers {
+			b.Run(fmt.Sprintf("%s/workers=%d", topo.name, w), func(b *testing.B) {
+				benchEngine(b, topo.client(b, w), w)
+			})
+		}
+	}
+}
+
+func benchSetNX(b *testing.B, client redis.UniversalClient, workers int) {
 	prefix := testPrefix()
 	// The keys expire on their own; deleting them one by one on a Cluster
 	// would take longer than the run.
 	const ttl = time.Minute
-	runWorkers(b, "ops/s", func(ctx context.Context, n int64) error {
+	runWorkers(b, workers, "ops/s", func(ctx context.Context, n int64) error {
 		key := fmt.Sprintf("%s:setnx:%d", prefix, n)
 		ok, err := client.SetNX(ctx, key, "v", ttl).Result()
 		if err == nil && !ok {
@@ -59,16 +94,22 @@ func benchSetNX(b *testing.B, client redis.UniversalClient) {
 	})
 }
 
-func benchReserveComplete(b *testing.B, client redis.UniversalClient) {
-	// Completed records (retention zero) live for RetentionGrace only, so a
-	// long run does not leave its keys behind.
+// benchStore returns a store under a fresh prefix whose completed records
+// (retention zero) live for RetentionGrace only, so a long run does not
+// leave its keys behind.
+func benchStore(b *testing.B, client redis.UniversalClient) *Store {
 	s, err := New(client, Config{Prefix: testPrefix(), RetentionGrace: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { deletePrefix(b, s) })
+	return s
+}
+
+func benchReserveComplete(b *testing.B, client redis.UniversalClient, workers int) {
+	s := benchStore(b, client)
 	resp := &idemstore.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}
-	runWorkers(b, "pairs/s", func(ctx context.Context, n int64) error {
+	runWorkers(b, workers, "pairs/s", func(ctx context.Context, n int64) error {
 		k := idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: fmt.Sprintf("k-%d", n)}
 		tok := fmt.Sprintf("t-%d", n)
 		_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
@@ -84,21 +125,61 @@ func benchReserveComplete(b *testing.B, client redis.UniversalClient) {
 	})
 }
 
-// runWorkers runs op b.N times from benchWorkers goroutines, passing each
-// call a distinct sequence number, and reports the rate in unit.
-func runWorkers(b *testing.B, unit string, op func(ctx context.Context, n int64) error) {
+func benchEngine(b *testing.B, client redis.UniversalClient, workers int) {
+	eng, err := idem.NewEngine(benchStore(b, client), idem.EngineConfig{Retention: time.Second})
+	if err != nil {
+		b.Fatal(err)
+	}
+	resp := &idem.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}
+	lat := runWorkers(b, workers, "pairs/s", func(ctx context.Context, n int64) error {
+		res, err := eng.Begin(ctx, idem.Request{
+			Key:         idem.Key{Scope: "tenant", Operation: "POST /charges", Key: fmt.Sprintf("k-%d", n)},
+			Fingerprint: "fp",
+		})
+		if err != nil || res.Outcome != idem.Acquired {
+			return fmt.Errorf("Begin: %v, %v", res.Outcome, err)
+		}
+		return res.Lease.Complete(ctx, resp)
+	})
+	b.ReportMetric(float64(percentile(lat, 50).Microseconds()), "p50-µs")
+	b.ReportMetric(float64(percentile(lat, 99).Microseconds()), "p99-µs")
+}
+
+// runWorkers runs op b.N times from workers goroutines, passing each call a
+// distinct sequence number starting at 1, reports the rate in unit and
+// returns every call's latency.
+func runWorkers(b *testing.B, workers int, unit string, op func(ctx context.Context, n int64) error) []time.Duration {
 	var seq atomic.Int64
-	b.SetParallelism((benchWorkers + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	lat := make([][]time.Duration, workers)
+	ctx := b.Context()
 	b.ReportAllocs()
 	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		ctx := b.Context()
-		for pb.Next() {
-			if err := op(ctx, seq.Add(1)); err != nil {
-				b.Error(err)
-				return
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for n := seq.Add(1); n <= int64(b.N); n = seq.Add(1) {
+				start := time.Now()
+				if err := op(ctx, n); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(start))
 			}
-		}
-	})
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+	return slices.Concat(lat...)
+}
+
+// percentile returns the p-th percentile of lat (nearest rank), sorting
+// lat in place; 0 when lat is empty.
+func percentile(lat []time.Duration, p int) time.Duration {
+	if len(lat) == 0 {
+		return 0
+	}
+	slices.Sort(lat)
+	i := (len(lat)*p + 99) / 100
+	return lat[max(i, 1)-1]
 }
