@@ -50,7 +50,7 @@ func (s *shop) pay(w http.ResponseWriter, r *http.Request) {
 		if _, uerr := s.unclaim(ctx, s.db, user, id, key); uerr != nil {
 			s.log.ErrorContext(ctx, "shop: releasing a payment claim failed", "order", id, "error", uerr)
 		}
-		probTryAgain.write(w, "The payment provider could not be reached; nothing was charged. Retry with the same Idempotency-Key. ("+err.Error()+")")
+		probTryAgain.write(w, "Nothing was charged: "+err.Error()+". Retry with the same Idempotency-Key.")
 		return
 	case unknown:
 		s.outcomeUnknown(w, r, lease, "the payment provider gave no clear answer: "+err.Error())
