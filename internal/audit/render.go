@@ -1,0 +1,83 @@
+package audit
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the findings as a JSON list.
+func WriteJSON(w io.Writer, fs []Finding) error {
+	if fs == nil {
+		fs = []Finding{}
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(fs)
+}
+
+// WriteTable writes the findings as an aligned table with a summary line.
+func WriteTable(w io.Writer, fs []Finding) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "METHOD\tPATH\tOPERATION\tVERDICT\tSEVERITY\tREASONS")
+	for _, f := range fs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Method, f.Path, dash(f.OperationID), f.Verdict, f.Severity, strings.Join(f.Reasons, "; "))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, Summary(fs))
+	return err
+}
+
+// WriteMarkdown writes the findings as a Markdown table with a summary
+// line, for a pull request comment or a job summary.
+func WriteMarkdown(w io.Writer, fs []Finding) error {
+	var b strings.Builder
+	b.WriteString("| Method | Path | Operation | Verdict | Severity | Reasons |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	for _, f := range fs {
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", mdEscape(f.Method), strings.ReplaceAll(f.Path, "`", "'"), mdEscape(dash(f.OperationID)), f.Verdict, f.Severity, mdEscape(strings.Join(f.Reasons, "; ")))
+	}
+	b.WriteString("\n" + Summary(fs) + "\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Summary counts the findings in one line.
+func Summary(fs []Finding) string {
+	var prot, missing, high, byMethod, low int
+	for _, f := range fs {
+		switch f.Verdict {
+		case Protected:
+			prot++
+			if f.Severity == Low {
+				low++
+			}
+		case MissingKey:
+			missing++
+			if f.Severity == High {
+				high++
+			}
+		case IdempotentByMethod:
+			byMethod++
+		}
+	}
+	return fmt.Sprintf("%d operations: %d protected (%d with incomplete documentation), %d missing a key (%d high), %d idempotent by method",
+		len(fs), prot, low, missing, high, byMethod)
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func mdEscape(s string) string {
+	r := strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;")
+	return r.Replace(s)
+}
