@@ -61,6 +61,9 @@ func newAttackRig(t *testing.T, upstream http.HandlerFunc, cfg idemproxy.Config,
 	if err != nil {
 		t.Fatal(err)
 	}
+	if cfg.Anonymous == "" {
+		cfg.Anonymous = idemproxy.AnonymousShared // the tests' clients send no credentials
+	}
 	p, err := idemproxy.New(engine, cfg, idemproxy.Options{Logger: quiet, OnOutcome: func(ev idem.Event) { r.events <- ev }})
 	if err != nil {
 		t.Fatal(err)

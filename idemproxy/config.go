@@ -61,6 +61,26 @@ type Config struct {
 	// ReviewWebhook, if set, receives a POST for every key that goes to
 	// review. Defaults to none.
 	ReviewWebhook string `yaml:"review_webhook"`
+	// ScopeSecretFile holds the secret (at least 16 bytes) that keys scopes
+	// and fingerprints with HMAC-SHA-256, so that a copy of the store cannot
+	// be matched against guessed credentials or bodies. Every instance
+	// sharing a store needs the same secret. Defaults to none (or
+	// IDEM_SCOPE_SECRET).
+	ScopeSecretFile string `yaml:"scope_secret_file"`
+
+	// ReadHeaderTimeout bounds how long a client may take to send its
+	// request headers. Defaults to 10s.
+	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
+	// ReadTimeout bounds how long a client may take to send its whole
+	// request, body included: a client trickling its body is cut off, and
+	// its key is never reserved (the body is read before). Defaults to 60s.
+	ReadTimeout Duration `yaml:"read_timeout"`
+	// IdleTimeout is how long an idle keep-alive client connection is kept.
+	// Defaults to 120s.
+	IdleTimeout Duration `yaml:"idle_timeout"`
+	// MaxHeaderBytes limits the size of a request's headers; larger get 431.
+	// Defaults to 64 KiB.
+	MaxHeaderBytes int `yaml:"max_header_bytes"`
 
 	// Settings are the defaults of every route.
 	Settings `yaml:",inline"`
@@ -77,9 +97,17 @@ type Settings struct {
 	// OptionalKey lets a protected request without a key through,
 	// unprotected, instead of 400. Defaults to false.
 	OptionalKey *bool `yaml:"optional_key"`
-	// ScopeHeader names the header whose SHA-256 scopes keys; a request
-	// without it is in the anonymous scope. Defaults to Authorization.
-	ScopeHeader string `yaml:"scope_header"`
+	// ScopeHeader names the headers whose values scope keys (one name or
+	// a list). Defaults to Authorization, unless ScopeCookie is set. A route
+	// that sets either ScopeHeader or ScopeCookie replaces both.
+	ScopeHeader Names `yaml:"scope_header"`
+	// ScopeCookie names the cookies whose values scope keys (one name or a
+	// list), after the headers. Defaults to none.
+	ScopeCookie Names `yaml:"scope_cookie"`
+	// Anonymous is what happens to a protected request that carries none of
+	// the scope headers and cookies: "reject" (401, scope-missing) or
+	// "shared" (one scope for all of them). Defaults to reject.
+	Anonymous Anonymous `yaml:"anonymous"`
 	// ExcludeFields are JSON Pointers of body members left out of the
 	// fingerprint. Defaults to none.
 	ExcludeFields []string `yaml:"exclude_fields"`
@@ -132,7 +160,15 @@ const (
 	DefaultListen      = "127.0.0.1:8080"
 	DefaultStore       = "sqlite://idem.db"
 	DefaultScopeHeader = "Authorization"
-	DefaultMaxBody     = 1 << 20
+	// DefaultAdminHost is the host the admin listener binds when its
+	// address names none (":9090").
+	DefaultAdminHost = "127.0.0.1"
+	// Listener defaults.
+	DefaultReadHeaderTimeout = 10 * time.Second
+	DefaultReadTimeout       = 60 * time.Second
+	DefaultIdleTimeout       = 120 * time.Second
+	DefaultMaxHeaderBytes    = 64 << 10
+	DefaultMaxBody           = 1 << 20
 	// DefaultUpstreamDeadline is Settings.UpstreamDeadline's default.
 	DefaultUpstreamDeadline = 5 * time.Minute
 )
@@ -169,8 +205,23 @@ func (c Config) WithDefaults() Config {
 	if c.LogLevel == "" {
 		c.LogLevel = "info"
 	}
-	if c.ScopeHeader == "" {
-		c.ScopeHeader = DefaultScopeHeader
+	if len(c.ScopeHeader) == 0 && len(c.ScopeCookie) == 0 {
+		c.ScopeHeader = Names{DefaultScopeHeader}
+	}
+	if c.Anonymous == "" {
+		c.Anonymous = AnonymousReject
+	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = Duration(DefaultReadHeaderTimeout)
+	}
+	if c.ReadTimeout == 0 {
+		c.ReadTimeout = Duration(DefaultReadTimeout)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = Duration(DefaultIdleTimeout)
+	}
+	if c.MaxHeaderBytes == 0 {
+		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
 	return c
 }
@@ -201,6 +252,17 @@ func (c Config) Validate() error {
 	if c.PurgeBatch < 1 {
 		return fmt.Errorf("purge_batch %d must be positive", c.PurgeBatch)
 	}
+	for _, p := range []struct {
+		name string
+		d    Duration
+	}{{"read_header_timeout", c.ReadHeaderTimeout}, {"read_timeout", c.ReadTimeout}, {"idle_timeout", c.IdleTimeout}} {
+		if p.d < 0 {
+			return fmt.Errorf("%s %v is negative", p.name, p.d)
+		}
+	}
+	if c.MaxHeaderBytes < 0 {
+		return fmt.Errorf("max_header_bytes %d is negative", c.MaxHeaderBytes)
+	}
 	if err := c.Settings.validate(); err != nil {
 		return err
 	}
@@ -219,6 +281,18 @@ func (c Config) Validate() error {
 }
 
 func (s Settings) validate() error {
+	for _, names := range []Names{s.ScopeHeader, s.ScopeCookie} {
+		for _, n := range names {
+			if !validToken(n) {
+				return fmt.Errorf("%q is not a header or cookie name", n)
+			}
+		}
+	}
+	if s.Anonymous != "" {
+		if _, err := ParseAnonymous(string(s.Anonymous)); err != nil {
+			return err
+		}
+	}
 	if err := checkHookURL("resolver_url", s.ResolverURL); err != nil {
 		return err
 	}
@@ -247,8 +321,11 @@ func (s Settings) merge(parent Settings) Settings {
 	if s.OptionalKey == nil {
 		s.OptionalKey = parent.OptionalKey
 	}
-	if s.ScopeHeader == "" {
-		s.ScopeHeader = parent.ScopeHeader
+	if len(s.ScopeHeader) == 0 && len(s.ScopeCookie) == 0 {
+		s.ScopeHeader, s.ScopeCookie = parent.ScopeHeader, parent.ScopeCookie
+	}
+	if s.Anonymous == "" {
+		s.Anonymous = parent.Anonymous
 	}
 	if s.ExcludeFields == nil {
 		s.ExcludeFields = parent.ExcludeFields
@@ -289,6 +366,11 @@ func (s Settings) upstreamDeadline() time.Duration {
 		return DefaultUpstreamDeadline
 	}
 	return s.UpstreamDeadline.d()
+}
+
+// scopeSources is the merged settings' scope sources.
+func (s Settings) scopeSources() ScopeSources {
+	return ScopeSources{Headers: s.ScopeHeader, Cookies: s.ScopeCookie}
 }
 
 // policy turns merged settings into the middleware's policy.

@@ -9,8 +9,9 @@
 // route (Config.Routes, matched by an http.ServeMux), all sharing one
 // engine. This package adds only what a proxy must decide:
 //
-//   - the scope: the SHA-256 of a header's value (ScopeFromHeader), never
-//     the credential itself;
+//   - the scope: a digest of the values of the scope headers and cookies
+//     (NewScope), keyed with HMAC-SHA-256 when a secret is set, never the
+//     credential itself; a request without any of them gets 401;
 //   - the operation: method and path;
 //   - upstream failures, which the forwarder settles itself: a request that
 //     never left (a dial, DNS or TLS error, or no byte of it reached the

@@ -84,6 +84,9 @@ func newRig(t *testing.T, cfg idemproxy.Config, opts idemproxy.Options) *rig {
 		t.Fatal(err)
 	}
 	opts.Logger, opts.Metrics = slog.New(slog.DiscardHandler), r.metrics
+	if cfg.Anonymous == "" {
+		cfg.Anonymous = idemproxy.AnonymousShared // the tests' clients send no credentials
+	}
 	r.proxy, err = idemproxy.New(r.engine, cfg, opts)
 	if err != nil {
 		t.Fatal(err)

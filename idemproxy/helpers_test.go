@@ -22,8 +22,15 @@ type testProxy struct {
 }
 
 // newTestProxy starts an upstream running api, which counts its runs, and
-// a proxy in front of it on a memory store.
+// a proxy in front of it on a memory store. Requests without credentials
+// share one scope.
 func newTestProxy(t *testing.T, api http.HandlerFunc) *testProxy {
+	t.Helper()
+	return newTestProxyConfig(t, idemproxy.Config{Settings: idemproxy.Settings{Anonymous: idemproxy.AnonymousShared}}, api)
+}
+
+// newTestProxyConfig is newTestProxy with cfg (its upstream set here).
+func newTestProxyConfig(t *testing.T, cfg idemproxy.Config, api http.HandlerFunc) *testProxy {
 	t.Helper()
 	tp := &testProxy{runs: new(atomic.Int32)}
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -37,7 +44,8 @@ func newTestProxy(t *testing.T, api http.HandlerFunc) *testProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tp.proxy, err = idemproxy.New(engine, idemproxy.Config{Upstream: upstream.URL}, idemproxy.Options{Logger: slog.New(slog.DiscardHandler)})
+	cfg.Upstream = upstream.URL
+	tp.proxy, err = idemproxy.New(engine, cfg, idemproxy.Options{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

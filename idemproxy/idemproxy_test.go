@@ -91,7 +91,7 @@ routes:
 		!*r.OptionalKey || *r.MaxBody != 4096 || time.Duration(*c.Wait) != 2*time.Second || len(c.ReleaseStatuses) != 3 {
 		t.Errorf("parsed %+v", c)
 	}
-	if c.WithDefaults().ScopeHeader != "Authorization" || c.WithDefaults().Listen != idemproxy.DefaultListen {
+	if d := c.WithDefaults(); len(d.ScopeHeader) != 1 || d.ScopeHeader[0] != "Authorization" || d.Anonymous != idemproxy.AnonymousReject || c.WithDefaults().Listen != idemproxy.DefaultListen {
 		t.Error("defaults not filled")
 	}
 }

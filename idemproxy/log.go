@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+
+	"github.com/idem-dev/idem/idemadmin"
 )
 
 // ParseLevel parses debug, info, warn or error.
@@ -16,7 +18,12 @@ func ParseLevel(s string) (slog.Level, error) {
 	return l, nil
 }
 
-// NewLogger returns a text or JSON logger writing to w at level.
+// NewLogger returns a text or JSON logger writing to w at level. Neither
+// writes a character a terminal would act on: the text handler quotes
+// them, and JSON lines have C1 controls and format characters such as
+// bidirectional overrides escaped as \uXXXX, as encoding/json does for the
+// C0 controls, so that a request path or key cannot rewrite the log line
+// an operator reads.
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	l, err := ParseLevel(level)
 	if err != nil {
@@ -25,9 +32,20 @@ func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	o := &slog.HandlerOptions{Level: l}
 	switch strings.ToLower(format) {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, o)), nil
+		return slog.New(slog.NewJSONHandler(visibleJSON{w}, o)), nil
 	case "text", "":
 		return slog.New(slog.NewTextHandler(w, o)), nil
 	}
 	return nil, fmt.Errorf("log format %q must be text or json", format)
+}
+
+// visibleJSON escapes what encoding/json leaves raw in each log line (one
+// Write per record).
+type visibleJSON struct{ w io.Writer }
+
+func (v visibleJSON) Write(b []byte) (int, error) {
+	if _, err := v.w.Write(idemadmin.VisibleJSON(b)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }

@@ -2,10 +2,7 @@ package idemproxy
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -15,9 +12,6 @@ import (
 
 	"github.com/idem-dev/idem"
 )
-
-// AnonymousScope is the scope of requests without the scope header.
-const AnonymousScope = "anonymous"
 
 // Options are the collaborators of a Proxy.
 type Options struct {
@@ -33,6 +27,9 @@ type Options struct {
 	// upstream failure reports Settlement "handler"; the metrics count it
 	// under its situation instead (upstream_failed, …).
 	OnOutcome func(idem.Event)
+	// ScopeSecret, if set, keys scopes and fingerprints (see
+	// Config.ScopeSecretFile and NewScope).
+	ScopeSecret []byte
 }
 
 // Proxy is the idempotency reverse proxy: an http.Handler that forwards to
@@ -79,6 +76,7 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 				slog.String("settlement", ev.Settlement), slog.Int("status", ev.Status), slog.Duration("duration", ev.Duration))
 		}
 	}
+	fpKey := derive(opts.ScopeSecret, "fingerprint")
 	pool := newBufferPool()
 	transport := watchBodies{opts.Transport}
 	build := func(s Settings, methods []string, disabled bool) (http.Handler, error) {
@@ -94,12 +92,13 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 			return fwd, nil
 		}
 		mw, err := idem.NewMiddleware(engine, idem.Config{
-			Scope:     ScopeFromHeader(s.ScopeHeader),
-			Methods:   methods,
-			Operation: operation,
-			Policy:    s.policy(),
-			OnOutcome: onOutcome,
-			Logger:    p.log,
+			Scope:          NewScope(s.scopeSources(), opts.ScopeSecret, s.Anonymous),
+			FingerprintKey: fpKey,
+			Methods:        methods,
+			Operation:      operation,
+			Policy:         s.policy(),
+			OnOutcome:      onOutcome,
+			Logger:         p.log,
 		})
 		if err != nil {
 			return nil, err
@@ -164,27 +163,6 @@ func (p *Proxy) BeginShutdown() { p.closing.Store(true) }
 // wire, so that /a%2Fb and /a/b, which the upstream gets as different
 // paths, are different operations.
 func operation(r *http.Request) string { return r.Method + " " + r.URL.EscapedPath() }
-
-// ScopeFromHeader scopes keys by the SHA-256 (hex) of the named header's
-// value, so the credential itself is never stored. Requests without the
-// header share AnonymousScope.
-func ScopeFromHeader(name string) idem.ScopeFunc {
-	return func(r *http.Request) (string, error) {
-		vs := r.Header.Values(name)
-		if len(vs) == 0 {
-			return AnonymousScope, nil
-		}
-		h := sha256.New()
-		for i, v := range vs {
-			if i > 0 {
-				h.Write([]byte{'\n'})
-			}
-			io.WriteString(h, v)
-		}
-		var sum [sha256.Size]byte
-		return hex.EncodeToString(h.Sum(sum[:0])), nil
-	}
-}
 
 // Problem types of the proxy's own answers: aliases of idem's, kept for
 // compatibility. The situations (idem.SituationUpstreamUnreachable, …) carry

@@ -33,6 +33,9 @@ type Server struct {
 	// AdminTokens are admin tokens by name, beside those of
 	// Config.AdminTokenFile (idem serve passes IDEM_ADMIN_TOKEN's here).
 	AdminTokens map[string]string
+	// ScopeSecret keys scopes and fingerprints, when Config.ScopeSecretFile
+	// names no file (idem serve passes IDEM_SCOPE_SECRET's here).
+	ScopeSecret []byte
 }
 
 // readyKey is the sentinel record /readyz reads: cheap, and absent.
@@ -55,6 +58,13 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	secret := s.ScopeSecret
+	if cfg.ScopeSecretFile != "" {
+		if secret, err = ReadSecret(cfg.ScopeSecretFile); err != nil {
+			return fmt.Errorf("scope secret file: %w", err)
+		}
+	}
+	warnScopes(log, cfg, secret)
 	rv := newReview(cfg, store, metrics, log)
 	adminAPI, err := rv.adminHandler(cfg, tokens)
 	if err != nil {
@@ -71,7 +81,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxy, err := New(engine, cfg, Options{Logger: log, Metrics: metrics, Transport: s.Transport, OnOutcome: s.OnOutcome})
+	proxy, err := New(engine, cfg, Options{Logger: log, Metrics: metrics, Transport: s.Transport, OnOutcome: s.OnOutcome, ScopeSecret: secret})
 	if err != nil {
 		return err
 	}
@@ -82,8 +92,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	srv := &http.Server{
 		Handler:           proxy,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout.d(),
+		ReadTimeout:       cfg.ReadTimeout.d(),
+		IdleTimeout:       cfg.IdleTimeout.d(),
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	var (
@@ -91,11 +103,19 @@ func (s *Server) Run(ctx context.Context) error {
 		adminSrv *http.Server
 	)
 	if cfg.Admin != "" {
-		if adminLn, err = net.Listen("tcp", cfg.Admin); err != nil {
+		addr := AdminAddr(cfg.Admin)
+		if adminLn, err = net.Listen("tcp", addr); err != nil {
 			ln.Close()
-			return fmt.Errorf("listen %s (admin): %w", cfg.Admin, err)
+			return fmt.Errorf("listen %s (admin): %w", addr, err)
 		}
-		adminSrv = &http.Server{Handler: adminHandler(store, metrics, adminAPI), ReadHeaderTimeout: 10 * time.Second}
+		adminSrv = &http.Server{
+			Handler:           adminHandler(store, metrics, adminAPI, log),
+			ReadHeaderTimeout: cfg.ReadHeaderTimeout.d(),
+			ReadTimeout:       cfg.ReadTimeout.d(),
+			IdleTimeout:       cfg.IdleTimeout.d(),
+			MaxHeaderBytes:    cfg.MaxHeaderBytes,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		}
 	}
 
 	errc := make(chan error, 2)
@@ -169,6 +189,38 @@ func (s *Server) Run(ctx context.Context) error {
 	return nil
 }
 
+// AdminAddr is the address the admin listener binds for addr: addr itself
+// when it names a host, else the loopback interface, so that an address
+// such as ":9090" never exposes the admin API to the network by accident.
+// Bind every interface by saying so: "0.0.0.0:9090" or "[::]:9090".
+func AdminAddr(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host != "" {
+		return addr
+	}
+	return net.JoinHostPort(DefaultAdminHost, port)
+}
+
+// ScopeWarning marks the startup warnings about how keys are scoped, for a
+// log handler that has already told its user (idem demo).
+var ScopeWarning = slog.String("warning", "scope")
+
+// warnScopes says at startup what a dump of the store reveals of clients'
+// credentials, and which routes let requests without any share a scope.
+func warnScopes(log *slog.Logger, cfg Config, secret []byte) {
+	if len(secret) == 0 {
+		log.Warn(noSecretWarning, ScopeWarning)
+	}
+	if cfg.Anonymous == AnonymousShared {
+		log.Warn("requests without a scope header or cookie share one scope: a client that learns another's key gets the other's answer (--anonymous shared)", ScopeWarning)
+	}
+	for _, r := range cfg.Routes {
+		if r.Anonymous == AnonymousShared && cfg.Anonymous != AnonymousShared {
+			log.Warn("requests without a scope header or cookie share one scope on this route", slog.String("route", r.Match.Pattern), ScopeWarning)
+		}
+	}
+}
+
 // every calls f every d until ctx ends.
 func every(ctx context.Context, d time.Duration, f func()) {
 	t := time.NewTicker(d)
@@ -186,7 +238,7 @@ func every(ctx context.Context, d time.Duration, f func()) {
 // adminHandler serves /healthz (the process answers), /readyz (the store
 // answers) and /metrics, and api (the admin API and review page) at the
 // rest, when it is not nil.
-func adminHandler(store idemstore.Store, m *Metrics, api http.Handler) http.Handler {
+func adminHandler(store idemstore.Store, m *Metrics, api http.Handler, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()
 	if api != nil {
 		mux.Handle("/", api)
@@ -202,8 +254,11 @@ func adminHandler(store idemstore.Store, m *Metrics, api http.Handler) http.Hand
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")
 		if err != nil && !errors.Is(err, idemstore.ErrNotFound) {
+			// The error names the store's host and user: it goes to the log,
+			// not to whoever can reach the admin listener.
+			log.Warn("readyz: the store does not answer", slog.Any("error", err))
 			w.WriteHeader(http.StatusServiceUnavailable)
-			fmt.Fprintf(w, "not ready: store unreachable: %v\n", err)
+			fmt.Fprintln(w, "not ready: the store does not answer (the log says why)")
 			return
 		}
 		fmt.Fprintln(w, "ready")

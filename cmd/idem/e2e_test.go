@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -54,6 +55,10 @@ type upstream struct {
 	count map[string]int
 }
 
+// secretAnswer is what /secret-answer puts in its body, to look for in the
+// store's files.
+const secretAnswer = "answer-body-7f3a9c21-only-in-the-answer"
+
 func newUpstream(t *testing.T) *upstream {
 	u := &upstream{count: map[string]int{}}
 	mux := http.NewServeMux()
@@ -85,6 +90,9 @@ func newUpstream(t *testing.T) *upstream {
 				conn.(*net.TCPConn).SetLinger(0)
 				conn.Close()
 			}
+		case r.URL.Path == "/secret-answer":
+			w.WriteHeader(http.StatusCreated)
+			fmt.Fprintf(w, `{"answer":%q,"run":%d}`, secretAnswer, n)
 		default:
 			http.SetCookie(w, &http.Cookie{Name: "session", Value: "s3cr3t"})
 			w.Header().Set("Content-Type", "application/json")
@@ -123,8 +131,18 @@ type proxy struct {
 var listenRE = regexp.MustCompile(`msg="idem serve listening" proxy=(\S+)(?:.* admin=(\S+))?`)
 
 // startProxy runs the binary with args plus --listen 127.0.0.1:0 and waits
-// for the address it logs.
+// for the address it logs. Unless args say otherwise, requests without
+// credentials share one scope (--anonymous shared): most tests send none.
 func startProxy(t *testing.T, args ...string) *proxy {
+	t.Helper()
+	if !slices.Contains(args, "--anonymous") {
+		args = append([]string{"--anonymous", "shared"}, args...)
+	}
+	return startProxyAs(t, args...)
+}
+
+// startProxyAs is startProxy with args alone: the defaults of idem serve.
+func startProxyAs(t *testing.T, args ...string) *proxy {
 	t.Helper()
 	p := &proxy{exited: make(chan error, 1)}
 	p.cmd = exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--shutdown-timeout", "5s"}, args...)...)
@@ -590,6 +608,9 @@ func TestStoreUnreachable(t *testing.T) {
 		want(t, store+": GET status", a.status, 201)
 		a = do(t, "GET", "http://"+p.admin+"/readyz", "", "")
 		want(t, store+": /readyz", a.status, 503)
+		if strings.Contains(a.body, "127.0.0.1") {
+			t.Errorf("%s: /readyz tells its caller where the store is: %q", store, a.body)
+		}
 		a = do(t, "GET", "http://"+p.admin+"/healthz", "", "")
 		want(t, store+": /healthz", a.status, 200)
 		if strings.Contains(p.log(), ":pw@") {

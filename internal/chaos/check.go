@@ -16,14 +16,15 @@ import (
 )
 
 // StoreKey is the record key the proxy keeps for k: the scope is the
-// SHA-256 of the Authorization header (or the anonymous scope), the
+// SHA-256 of the Authorization header (or the shared anonymous scope, as
+// the chaos run starts idem serve with --anonymous shared), the
 // operation method and path.
 func StoreKey(k ExecKey) idemstore.Key {
 	r, _ := http.NewRequest(http.MethodPost, "http://proxy"+k.Path, nil)
 	if k.Auth != "" {
 		r.Header.Set("Authorization", k.Auth)
 	}
-	scope, _ := idemproxy.ScopeFromHeader("Authorization")(r)
+	scope, _ := idemproxy.NewScope(idemproxy.ScopeSources{}, nil, idemproxy.AnonymousShared)(r)
 	return idemstore.Key{Scope: scope, Operation: http.MethodPost + " " + k.Path, Key: k.Key}
 }
 

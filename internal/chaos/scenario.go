@@ -186,6 +186,7 @@ func (s *Scenario) Run(ctx context.Context) (*Outcome, error) {
 		"shutdown_timeout":  "3s",
 		"log_level":         "info",
 		"ambiguous":         s.Ambiguous,
+		"anonymous":         "shared", // some clients send no Authorization
 	})
 	if err != nil {
 		return nil, err

@@ -121,7 +121,9 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, f demoFlags) error {
 	cfg := idemproxy.Config{Upstream: "http://" + apiLn.Addr().String(), Listen: listen, Store: store, ShutdownTimeout: idemproxy.Duration(5 * time.Second)}.WithDefaults()
 	lease := idemproxy.Duration(10 * time.Second) // a short Retry-After in step 4
 	cfg.Lease = &lease
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	// The demo's requests carry no credentials: they share one scope.
+	cfg.Anonymous = idemproxy.AnonymousShared
+	log := slog.New(dropScopeWarnings{slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -145,7 +147,8 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, f demoFlags) error {
 		}
 		s.Ready = func(addr, _ net.Addr) {
 			base := "http://" + addr.String()
-			printf("idem demo: the proxy on %s guards a payments API (store %s).\n\n", base, store)
+			printf("idem demo: the proxy on %s guards a payments API (store %s).\n", base, store)
+			printf("The requests below carry no credentials, so they share one scope (--anonymous shared);\nin front of your API, keys are scoped by each client's Authorization header.\n\n")
 			go func() {
 				defer close(demoDone)
 				if !f.noRun {
@@ -242,4 +245,28 @@ func send(ctx context.Context, url, key, body string) (string, error) {
 	}
 	fmt.Fprintf(&s, "\n%s", strings.TrimRight(string(b), "\n"))
 	return s.String(), nil
+}
+
+// dropScopeWarnings leaves out the proxy's startup warnings about scopes:
+// the demo says itself that its requests share one scope.
+type dropScopeWarnings struct{ slog.Handler }
+
+func (h dropScopeWarnings) Handle(ctx context.Context, r slog.Record) error {
+	scope := false
+	r.Attrs(func(a slog.Attr) bool {
+		scope = a.Equal(idemproxy.ScopeWarning)
+		return !scope
+	})
+	if scope {
+		return nil
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h dropScopeWarnings) WithAttrs(as []slog.Attr) slog.Handler {
+	return dropScopeWarnings{h.Handler.WithAttrs(as)}
+}
+
+func (h dropScopeWarnings) WithGroup(name string) slog.Handler {
+	return dropScopeWarnings{h.Handler.WithGroup(name)}
 }

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -25,7 +26,11 @@ type serveFlags struct {
 	retention, lease, wait, shutdownTimeout, timeout time.Duration
 	maxBody                                          int64
 	optionalKey                                      bool
-	scopeHeader, logFormat, logLevel                 string
+	logFormat, logLevel                              string
+	scopeHeaders, scopeCookies                       []string
+	anonymous, scopeSecretFile                       string
+	readHeaderTimeout, readTimeout, idleTimeout      time.Duration
+	maxHeaderBytes                                   int
 	upstreamDeadline, upstreamIdleTimeout            time.Duration
 	adminTokenFile, resolverURL, reviewWebhook       string
 	storeRequest                                     bool
@@ -41,8 +46,11 @@ safe to retry: the first request with an Idempotency-Key is forwarded, and
 every retry with the same key gets the stored answer (Idempotent-Replayed:
 true). Other methods pass through untouched.
 
-Keys are unique per scope (the SHA-256 of the --scope-header value), operation
-(method and path) and key. A retry with a different body gets 422; one that
+Keys are unique per scope, operation (method and path) and key. The scope is a
+digest of the client's credentials: the --scope-header and --scope-cookie values
+(Authorization by default), keyed with HMAC-SHA-256 when --scope-secret-file or
+IDEM_SCOPE_SECRET gives a secret. A protected request that carries none of them
+gets 401 and is not forwarded, unless --anonymous shared. A retry with a different body gets 422; one that
 arrives while the first is in flight gets 409 with Retry-After (or, with
 --wait, the first answer once it is ready).
 
@@ -84,7 +92,14 @@ requests get 503 until the store answers, and /readyz on --admin says so.`,
 	fl.DurationVar(&f.lease, "lease", 30*time.Second, "in-flight lease, renewed while the upstream works")
 	fl.Int64Var(&f.maxBody, "max-body", idemproxy.DefaultMaxBody, "request body limit in bytes for fingerprinting; larger requests get 413")
 	fl.BoolVar(&f.optionalKey, "optional-key", false, "let protected requests without a key through instead of 400")
-	fl.StringVar(&f.scopeHeader, "scope-header", idemproxy.DefaultScopeHeader, "header whose SHA-256 scopes keys; without it, the anonymous scope")
+	fl.StringArrayVar(&f.scopeHeaders, "scope-header", nil, "header whose value scopes keys (repeatable; default Authorization unless --scope-cookie is set)")
+	fl.StringArrayVar(&f.scopeCookies, "scope-cookie", nil, "cookie whose value scopes keys (repeatable), after the scope headers")
+	fl.StringVar(&f.anonymous, "anonymous", string(idemproxy.AnonymousReject), "a protected request with no scope header or cookie: reject (401) or shared (one scope for all such requests)")
+	fl.StringVar(&f.scopeSecretFile, "scope-secret-file", "", "file holding the secret (16+ bytes) that keys scopes and fingerprints with HMAC; or IDEM_SCOPE_SECRET")
+	fl.DurationVar(&f.readHeaderTimeout, "read-header-timeout", idemproxy.DefaultReadHeaderTimeout, "longest a client may take to send its request headers")
+	fl.DurationVar(&f.readTimeout, "read-timeout", idemproxy.DefaultReadTimeout, "longest a client may take to send its whole request, body included")
+	fl.DurationVar(&f.idleTimeout, "idle-timeout", idemproxy.DefaultIdleTimeout, "how long an idle keep-alive client connection is kept")
+	fl.IntVar(&f.maxHeaderBytes, "max-header-bytes", idemproxy.DefaultMaxHeaderBytes, "largest request headers accepted (larger get 431)")
 	fl.DurationVar(&f.wait, "wait", 0, "0: a concurrent duplicate gets 409 at once; >0: it waits up to this long, then replays")
 	fl.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	fl.DurationVar(&f.timeout, "upstream-timeout", 60*time.Second, "longest wait for the upstream's response headers (then 504, key needs review)")
@@ -146,8 +161,30 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	if set("optional-key") {
 		cfg.OptionalKey = &f.optionalKey
 	}
-	if set("scope-header") {
-		cfg.ScopeHeader = f.scopeHeader
+	if fl.Changed("scope-header") || fl.Changed("scope-cookie") {
+		cfg.ScopeHeader, cfg.ScopeCookie = f.scopeHeaders, f.scopeCookies
+	}
+	if set("anonymous") {
+		a, err := idemproxy.ParseAnonymous(f.anonymous)
+		if err != nil {
+			return cfg, fmt.Errorf("--anonymous: %w", err)
+		}
+		cfg.Anonymous = a
+	}
+	if set("scope-secret-file") {
+		cfg.ScopeSecretFile = f.scopeSecretFile
+	}
+	if set("read-header-timeout") {
+		cfg.ReadHeaderTimeout = idemproxy.Duration(f.readHeaderTimeout)
+	}
+	if set("read-timeout") {
+		cfg.ReadTimeout = idemproxy.Duration(f.readTimeout)
+	}
+	if set("idle-timeout") {
+		cfg.IdleTimeout = idemproxy.Duration(f.idleTimeout)
+	}
+	if set("max-header-bytes") {
+		cfg.MaxHeaderBytes = f.maxHeaderBytes
 	}
 	if set("shutdown-timeout") {
 		cfg.ShutdownTimeout = idemproxy.Duration(f.shutdownTimeout)
@@ -182,6 +219,14 @@ func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak
 	defer closeStore()
 	log.Info("store", slog.String("url", storeurl.Redact(cfg.Store)))
 	srv := &idemproxy.Server{Config: cfg, Store: store, Logger: log}
+	if env := os.Getenv("IDEM_SCOPE_SECRET"); env != "" {
+		if cfg.ScopeSecretFile != "" {
+			return usageError{errors.New("both IDEM_SCOPE_SECRET and a scope secret file are set; keep one")}
+		}
+		if srv.ScopeSecret, err = idemproxy.ParseSecret([]byte(env)); err != nil {
+			return usageError{fmt.Errorf("IDEM_SCOPE_SECRET: %w", err)}
+		}
+	}
 	if env := os.Getenv("IDEM_ADMIN_TOKEN"); env != "" {
 		if srv.AdminTokens, err = idemadmin.ParseTokens(env); err != nil {
 			return usageError{fmt.Errorf("IDEM_ADMIN_TOKEN: %w", err)}
