@@ -7,7 +7,6 @@ package main_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,52 +14,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/idem-dev/idem/internal/browsertest"
 )
-
-// chromiumPath finds Debian's chromium; without it the test skips, or
-// fails when CI=true (scripts/services.sh installs it).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{os.Getenv("IDEM_TEST_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if p == "" {
-			continue
-		}
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed and CI=true; run scripts/services.sh (it installs Debian's chromium)")
-	}
-	t.Skip("chromium is not installed; run scripts/services.sh (it installs Debian's chromium) to test the review page in a browser")
-	return ""
-}
-
-// newBrowser starts a headless Chromium with a fresh profile and nothing
-// that reaches the network on its own.
-func newBrowser(t *testing.T) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-		chromedp.WindowSize(1280, 900),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
-	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
-	return ctx
-}
 
 // screenshotDir is where screenshots go: IDEM_SCREENSHOT_DIR, or the
 // test's temporary directory.
@@ -120,7 +76,7 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 
 func TestReviewPageInChromium(t *testing.T) {
 	t.Parallel()
-	ctx := newBrowser(t)
+	ctx := browsertest.New(t, chromedp.WindowSize(1280, 900))
 	up := newUpstream(t)
 	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--admin", "127.0.0.1:0",
 		"--admin-token-file", tokenFile(t), "--store-request")

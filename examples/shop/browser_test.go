@@ -8,61 +8,15 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/browsertest"
 )
-
-// chromiumPath finds Debian's chromium; without it the test skips, or
-// fails when CI=true (scripts/services.sh installs it).
-func chromiumPath(t *testing.T) string {
-	t.Helper()
-	for _, p := range []string{os.Getenv("IDEM_TEST_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"} {
-		if p == "" {
-			continue
-		}
-		if path, err := exec.LookPath(p); err == nil {
-			return path
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("chromium is not installed and CI=true; run scripts/services.sh (it installs Debian's chromium)")
-	}
-	t.Skip("chromium is not installed; run scripts/services.sh (it installs Debian's chromium) to test the checkout page in a browser")
-	return ""
-}
-
-// newBrowser starts a headless Chromium with a fresh profile and nothing
-// that reaches the network on its own.
-func newBrowser(t *testing.T) context.Context {
-	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromiumPath(t)),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-extensions", true),
-	)
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	ctx, cancelTimeout := context.WithTimeout(ctx, 2*time.Minute)
-	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
-	if err := chromedp.Do(ctx); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
-	return ctx
-}
 
 // dropper serves the shop and records the Idempotency-Key of every POST.
 // With drop set, for the first POST to each path it runs the shop's
@@ -113,56 +67,57 @@ func (d *dropper) keysFor(path string) []string {
 	return append([]string(nil), d.keys[path]...)
 }
 
-// checkoutDone waits until the page shows the paid order and returns what
-// it shows.
-func checkoutDone(t *testing.T, ctx context.Context) string {
+// checkout opens the shop in a new tab of browser, buys with click, and
+// waits until the checkout ends. It fails the test unless the page shows
+// the order paid, and the shop holds one order and the provider one
+// charge. It returns the checkout's key, as the page shows it.
+func checkout(t *testing.T, browser context.Context, ts *testShop, click func(ctx context.Context) error) string {
 	t.Helper()
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#result.ok"))); err != nil {
-		t.Fatalf("the checkout never finished: %v", err)
-	}
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#result")))
-	if err != nil {
+	ctx, cancel := chromedp.NewContext(browser)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate(ts.srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("buy"))); err != nil {
 		t.Fatal(err)
 	}
-	return s
+	if err := click(ctx); err != nil {
+		t.Fatalf("clicking Buy: %v", err)
+	}
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#result.ok, #result.err"))); err != nil {
+		t.Fatalf("the checkout never finished: %v", err)
+	}
+	page, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(id => [id('result').textContent, id('result').className, id('key').textContent])(x => document.getElementById(x))`))
+	if err != nil || len(page) != 3 {
+		t.Fatalf("reading the page: %q, %v", page, err)
+	}
+	shown, cls, key := page[0], page[1], page[2]
+	ch := ts.charges()
+	if cls != "ok" || len(ch) != 1 || !strings.Contains(shown, "is paid") || !strings.Contains(shown, ch[0].ID) {
+		t.Fatalf("the page shows %q (%s); charges %v", shown, cls, ch)
+	}
+	if n := ts.count(`SELECT count(*) FROM orders`); n != 1 {
+		t.Fatalf("%d orders", n)
+	}
+	return key
 }
 
 func TestCheckoutPageInChromium(t *testing.T) {
 	t.Parallel()
-	browser := newBrowser(t)
+	browser := browsertest.New(t)
 
 	// Double-clicking "Buy" sends the checkout twice, with one key: one
 	// order, one charge, and the page shows it paid.
 	t.Run("double-click", func(t *testing.T) {
 		d := &dropper{dropped: map[string]bool{}, keys: map[string][]string{}}
 		ts := newTestShop(t, onSQLite, d.around)
-		ctx, cancel := chromedp.NewContext(browser)
-		defer cancel()
-		if err := chromedp.Do(ctx, chromedp.Navigate(ts.srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("buy"))); err != nil {
-			t.Fatal(err)
-		}
-		// A double click as a mouse makes it: press and release, then
-		// press and release again with a click count of 2; the page gets
-		// two clicks (and a dblclick).
-		at, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(r => [r.x + r.width / 2, r.y + r.height / 2])(document.getElementById('buy').getBoundingClientRect())`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := chromedp.Do(ctx, chromedp.MouseClickXY(at[0], at[1], chromedp.ClickCount(1)), chromedp.MouseClickXY(at[0], at[1], chromedp.ClickCount(2))); err != nil {
-			t.Fatal(err)
-		}
-		shown := checkoutDone(t, ctx)
-		key, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("key")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := ts.charges()
-		if len(ch) != 1 || !strings.Contains(shown, "is paid") || !strings.Contains(shown, ch[0].ID) {
-			t.Fatalf("the page shows %q; charges %v", shown, ch)
-		}
-		if n := ts.count(`SELECT count(*) FROM orders`); n != 1 {
-			t.Fatalf("%d orders", n)
-		}
+		key := checkout(t, browser, ts, func(ctx context.Context) error {
+			// A double click as a mouse makes it: press and release,
+			// then press and release again with a click count of 2; the
+			// page gets two clicks (and a dblclick).
+			at, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`(r => [r.x + r.width / 2, r.y + r.height / 2])(document.getElementById('buy').getBoundingClientRect())`))
+			if err != nil {
+				return err
+			}
+			return chromedp.Do(ctx, chromedp.MouseClickXY(at[0], at[1], chromedp.ClickCount(1)), chromedp.MouseClickXY(at[0], at[1], chromedp.ClickCount(2)))
+		})
 		sent := d.keysFor("/orders")
 		if len(sent) < 2 {
 			t.Fatalf("POST /orders came %d times: the double click did not send the checkout twice", len(sent))
@@ -183,24 +138,9 @@ func TestCheckoutPageInChromium(t *testing.T) {
 		// Without keep-alive Chromium does not resend a request whose
 		// connection dropped by itself: the page's own retry is tested.
 		ts.srv.Config.SetKeepAlivesEnabled(false)
-		ctx, cancel := chromedp.NewContext(browser)
-		defer cancel()
-		if err := chromedp.Do(ctx, chromedp.Navigate(ts.srv.URL+"/"), chromedp.WaitVisible(chromedp.ID("buy")),
-			chromedp.Click(chromedp.ID("buy"))); err != nil {
-			t.Fatal(err)
-		}
-		shown := checkoutDone(t, ctx)
-		key, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("key")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ch := ts.charges()
-		if len(ch) != 1 || !strings.Contains(shown, "is paid") || !strings.Contains(shown, ch[0].ID) {
-			t.Fatalf("the page shows %q; charges %v", shown, ch)
-		}
-		if n := ts.count(`SELECT count(*) FROM orders`); n != 1 {
-			t.Fatalf("%d orders", n)
-		}
+		key := checkout(t, browser, ts, func(ctx context.Context) error {
+			return chromedp.Do(ctx, chromedp.Click(chromedp.ID("buy")))
+		})
 		for _, path := range []string{"/orders", "/orders/1/pay"} {
 			if keys := d.keysFor(path); len(keys) != 2 || keys[0] != key || keys[1] != key {
 				t.Fatalf("POST %s came with keys %q; the page's key is %q", path, keys, key)

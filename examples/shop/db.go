@@ -48,6 +48,23 @@ type row interface {
 	Scan(dest ...any) error
 }
 
+// rows is *sql.Rows or pgx.Rows.
+type rows interface {
+	row
+	Next() bool
+	Err() error
+}
+
+// eachRow calls fn on each of rs, until it fails.
+func eachRow(rs rows, fn func(row) error) error {
+	for rs.Next() {
+		if err := fn(rs); err != nil {
+			return err
+		}
+	}
+	return rs.Err()
+}
+
 // errNoRows is what row.Scan returns for a query that found nothing, on
 // either database.
 var errNoRows = errors.New("no rows")

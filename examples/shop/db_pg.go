@@ -106,12 +106,7 @@ func (q pgQuerier) each(ctx context.Context, query string, args []any, fn func(r
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(rows, fn)
 }
 
 func isPgNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -95,12 +95,7 @@ func (q sqlQuerier) each(ctx context.Context, query string, args []any, fn func(
 		return err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		if err := fn(rows); err != nil {
-			return err
-		}
-	}
-	return rows.Err()
+	return eachRow(rows, fn)
 }
 
 func isSQLNoRows(err error) bool { return errors.Is(err, sql.ErrNoRows) }

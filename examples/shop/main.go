@@ -65,6 +65,8 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(shop, 
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	ctx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
@@ -107,7 +109,12 @@ func run(ctx context.Context, args []string, stderr io.Writer, ready func(shop, 
 		return err
 	}
 	srv := &http.Server{Handler: s.handler(), ReadHeaderTimeout: 10 * time.Second}
-	go s.recoverLoop(ctx, *recoverEvery)
+	recovering := make(chan struct{})
+	go func() {
+		defer close(recovering)
+		s.recoverLoop(ctx, *recoverEvery)
+	}()
+	defer func() { cancelRun(); <-recovering }() // before the database closes
 	log.Info("shop listening", "url", "http://"+ln.Addr().String()+"/", "provider", pay.base, "db", redactURL(*dbArg))
 	if ready != nil {
 		ready(ln.Addr().String(), provLn.Addr().String())

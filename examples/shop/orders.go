@@ -36,15 +36,13 @@ type order struct {
 	AmountCents   int64  `json:"amount_cents"`
 	State         string `json:"state"`
 	ChargeID      string `json:"charge_id,omitempty"`
-
-	paymentKey string // the payment attempt that holds the order, if any
 }
 
-const orderColumns = `id, client_order_id, sku, qty, amount_cents, state, COALESCE(charge_id, ''), COALESCE(payment_key, '')`
+const orderColumns = `id, client_order_id, sku, qty, amount_cents, state, COALESCE(charge_id, '')`
 
 func scanOrder(r row) (*order, error) {
 	var o order
-	if err := r.Scan(&o.ID, &o.ClientOrderID, &o.SKU, &o.Qty, &o.AmountCents, &o.State, &o.ChargeID, &o.paymentKey); err != nil {
+	if err := r.Scan(&o.ID, &o.ClientOrderID, &o.SKU, &o.Qty, &o.AmountCents, &o.State, &o.ChargeID); err != nil {
 		return nil, err
 	}
 	return &o, nil

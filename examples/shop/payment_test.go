@@ -164,7 +164,7 @@ func TestCrashDuringPayment(t *testing.T) {
 				idem.LeaseFrom(ctx).Abandon()
 				panic(http.ErrAbortHandler)
 			}
-			ts.shop.crashAt = tc.at
+			ts.shop.crashNext(tc.at)
 			if a := c.post(payPath(id), "pay", ""); a.err == nil {
 				t.Fatalf("the crashed payment answered %d %s", a.status, a.body)
 			}
@@ -205,7 +205,7 @@ func TestChargeThatCannotBeRecorded(t *testing.T) {
 				panic(err)
 			}
 		}
-		ts.shop.crashAt = crashAfterCharge
+		ts.shop.crashNext(crashAfterCharge)
 		want(t, "the payment", c.post(payPath(id), "pay", ""), http.StatusBadGateway, "payment-outcome-unknown")
 		want(t, "its retry", c.post(payPath(id), "pay", ""), http.StatusConflict, "needs_review")
 		if rep := ts.recover(); rep != (idem.RecoverReport{Unknown: 1}) {

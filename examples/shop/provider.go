@@ -182,14 +182,12 @@ func (p *provider) charges(ctx context.Context) ([]*charge, error) {
 		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		c, err := scanCharge(rows)
-		if err != nil {
-			return nil, err
-		}
+	err = eachRow(rows, func(r row) error {
+		c, err := scanCharge(r)
 		cs = append(cs, c)
-	}
-	return cs, rows.Err()
+		return err
+	})
+	return cs, err
 }
 
 // setFault answers POST /v1/faults {"next": "timeout"}: the next charge

@@ -116,10 +116,15 @@ func (s *shop) armCrash(w http.ResponseWriter, r *http.Request) {
 		probBadRequest.write(w, "at must be before-charge or after-charge")
 		return
 	}
+	s.crashNext(at)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// crashNext makes the next payment crash at at.
+func (s *shop) crashNext(at string) {
 	s.crashMu.Lock()
 	s.crashAt = at
 	s.crashMu.Unlock()
-	w.WriteHeader(http.StatusNoContent)
 }
 
 // maybeCrash crashes if the next payment was told to crash at.
