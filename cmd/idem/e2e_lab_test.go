@@ -15,22 +15,12 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/idemsqlite"
+	"github.com/idem-dev/idem/internal/lab"
 	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // labRow is one row of idem lab --format json.
-type labRow struct {
-	Strategy              string  `json:"strategy"`
-	Isolation             string  `json:"isolation"`
-	Rounds                int     `json:"rounds"`
-	MaxExecutionsPerKey   int     `json:"max_executions_per_key"`
-	Duplicates            int     `json:"duplicates"`
-	Deadlocks             int     `json:"deadlocks"`
-	SerializationFailures int     `json:"serialization_failures"`
-	UniqueViolations      int     `json:"unique_violations"`
-	OtherErrors           int     `json:"other_errors"`
-	RoundsPerSec          float64 `json:"rounds_per_sec"`
-}
+type labRow = lab.Result
 
 // runLab runs idem lab with args and --format json, checks that every row
 // has exactly the ten fields the issue names, and returns the rows by
@@ -67,7 +57,7 @@ func runLab(t *testing.T, args ...string) map[string]labRow {
 		if row.OtherErrors != 0 {
 			t.Errorf("%s at %s: %d other errors\n%s", row.Strategy, row.Isolation, row.OtherErrors, stderr.String())
 		}
-		byName[row.Strategy+"@"+row.Isolation] = row
+		byName[string(row.Strategy)+"@"+string(row.Isolation)] = row
 	}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -42,36 +42,29 @@ var Isolations = []Isolation{ReadCommitted, RepeatableRead, Serializable}
 // ParseIsolation reads an --isolation value: one level, a comma-separated
 // list, or "all".
 func ParseIsolation(s string) ([]Isolation, error) {
-	if strings.TrimSpace(s) == "all" {
-		return Isolations, nil
-	}
-	var out []Isolation
-	for _, part := range strings.Split(s, ",") {
-		lvl := Isolation(strings.TrimSpace(part))
-		if !contains(Isolations, lvl) {
-			return nil, fmt.Errorf("unknown isolation level %q: use read-committed, repeatable-read, serializable or all", part)
-		}
-		if !contains(out, lvl) {
-			out = append(out, lvl)
-		}
-	}
-	return out, nil
+	return parseList(s, Isolations, "isolation level", "read-committed, repeatable-read, serializable or all")
 }
 
 // ParseStrategy reads a --strategy value: one strategy, a comma-separated
 // list, or "all".
 func ParseStrategy(s string) ([]Strategy, error) {
+	return parseList(s, Strategies, "strategy", "check-then-insert, select-for-update, insert-first or all")
+}
+
+// parseList reads "all" as every value of all, or a comma-separated list
+// of them, each kept once, in the order given.
+func parseList[T ~string](s string, all []T, what, hint string) ([]T, error) {
 	if strings.TrimSpace(s) == "all" {
-		return Strategies, nil
+		return all, nil
 	}
-	var out []Strategy
+	var out []T
 	for _, part := range strings.Split(s, ",") {
-		st := Strategy(strings.TrimSpace(part))
-		if !contains(Strategies, st) {
-			return nil, fmt.Errorf("unknown strategy %q: use check-then-insert, select-for-update, insert-first or all", part)
+		v := T(strings.TrimSpace(part))
+		if !contains(all, v) {
+			return nil, fmt.Errorf("unknown %s %q: use %s", what, part, hint)
 		}
-		if !contains(out, st) {
-			out = append(out, st)
+		if !contains(out, v) {
+			out = append(out, v)
 		}
 	}
 	return out, nil

@@ -147,7 +147,7 @@ func TestShows(t *testing.T) {
 				"; 2 of the deadlocks were lock wait timeouts."}},
 		{"PostgreSQL", Result{Strategy: CheckThenInsert, Isolation: Serializable, Rounds: 10, MaxExecutionsPerKey: 1, SerializationFailures: 29, NoWinnerRounds: 1, UniqueViolations: 2},
 			[]string{"At most one execution per key, but 29 serialization failures and 2 unique violations reached the losers' clients; 1 keys ran nowhere",
-				"turned each would-be duplicate into an error"}},
+				"the unique constraint on the key refused each second row"}},
 		{"SQLite", Result{Strategy: InsertFirst, Isolation: Serializable, Rounds: 10, MaxExecutionsPerKey: 1, BarrierTimeouts: 1, OtherErrors: 1, FirstOtherError: "disk I/O error"},
 			[]string{"but 1 other errors reached", "in 1 rounds a worker did not reach the barrier in 5s", "first other error: disk I/O error."}},
 		{"SQLite", Result{Strategy: CheckThenInsert, Isolation: Serializable, Rounds: 3, Deadlocks: 12, NoWinnerRounds: 3},

@@ -12,7 +12,7 @@ var why = map[string]map[Strategy]map[Isolation]string{
 	"PostgreSQL": {
 		CheckThenInsert: {
 			ReadCommitted: "at READ COMMITTED each SELECT sees only rows committed before it began, so every worker that checks " +
-				"before the first insert commits finds nothing, and nothing stops a second row",
+				"before the first insert commits finds nothing and inserts",
 			RepeatableRead: "REPEATABLE READ only freezes each worker's snapshot: the others' inserts stay invisible to it, " +
 				"and PostgreSQL does not check at commit that what was read still holds",
 			Serializable: "SERIALIZABLE (SSI) sees that each worker read the key another inserted and aborts all but the first " +
@@ -39,8 +39,7 @@ var why = map[string]map[Strategy]map[Isolation]string{
 	},
 	"MySQL": {
 		CheckThenInsert: {
-			ReadCommitted: "a plain SELECT is a consistent read that takes no locks: every worker sees no row and inserts, " +
-				"and nothing stops a second row",
+			ReadCommitted: "a plain SELECT is a consistent read that takes no locks: every worker sees no row and inserts",
 			RepeatableRead: "a plain SELECT reads the snapshot without locks at REPEATABLE READ too: every worker sees " +
 				"no row and inserts",
 			Serializable: "at SERIALIZABLE InnoDB makes each plain SELECT a locking read: every worker takes a shared lock " +
@@ -129,7 +128,7 @@ func shows(db string, res Result, cfg Config) string {
 		b.WriteString(". Why: " + w)
 	}
 	if res.UniqueViolations > 0 && res.Strategy != InsertFirst {
-		b.WriteString("; the unique constraint on the key turned each would-be duplicate into an error")
+		b.WriteString("; the unique constraint on the key refused each second row, with an error the loser's client sees")
 	}
 	if res.LockTimeouts > 0 {
 		fmt.Fprintf(&b, "; %d of the deadlocks were lock wait timeouts", res.LockTimeouts)
