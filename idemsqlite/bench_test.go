@@ -15,7 +15,7 @@ import (
 )
 
 // benchConcurrency are the numbers of goroutines each benchmark runs at.
-var benchConcurrency = []int{1, 8}
+var benchConcurrency = []int{1, 8, 32}
 
 // benchResponse is the small JSON answer stored by the write benchmarks.
 var benchResponse = &idemstore.Response{
@@ -67,32 +67,37 @@ func reportPairs(b *testing.B) {
 }
 
 // BenchmarkReserveComplete measures Store.Reserve followed by
-// Store.Complete on a fresh key, the write path of every first request.
+// Store.Complete on a fresh key, the write path of every first request,
+// with group commit on (the default) and off. With batching on it also
+// reports the mean number of calls per batch.
 func BenchmarkReserveComplete(b *testing.B) {
-	for _, n := range benchConcurrency {
-		b.Run("c="+strconv.Itoa(n), func(b *testing.B) {
-			s, _ := newStore(b)
-			ctx := context.Background()
-			b.ReportAllocs()
-			b.ResetTimer()
-			runConcurrent(b, n, func(i int) error {
-				k := benchKey(i)
-				tok := "tok-" + strconv.Itoa(i)
-				_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
-					Key: k, Fingerprint: "fp", Token: tok, Lease: time.Minute,
+	for _, mode := range batchModes {
+		for _, n := range benchConcurrency {
+			b.Run(mode.name+"/c="+strconv.Itoa(n), func(b *testing.B) {
+				s, _ := newStoreWith(b, mode.cfg)
+				ctx := context.Background()
+				b.ReportAllocs()
+				b.ResetTimer()
+				runConcurrent(b, n, func(i int) error {
+					k := benchKey(i)
+					tok := "tok-" + strconv.Itoa(i)
+					_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
+						Key: k, Fingerprint: "fp", Token: tok, Lease: time.Minute,
+					})
+					if err != nil {
+						return err
+					}
+					if !created {
+						return errors.New("fresh key not created")
+					}
+					return s.Complete(ctx, idemstore.CompleteParams{
+						Key: k, Token: tok, Response: benchResponse, Retention: 24 * time.Hour,
+					})
 				})
-				if err != nil {
-					return err
-				}
-				if !created {
-					return errors.New("fresh key not created")
-				}
-				return s.Complete(ctx, idemstore.CompleteParams{
-					Key: k, Token: tok, Response: benchResponse, Retention: 24 * time.Hour,
-				})
+				reportPairs(b)
+				reportBatches(b, s)
 			})
-			reportPairs(b)
-		})
+		}
 	}
 }
 
@@ -179,6 +184,18 @@ func populate(b *testing.B, s *idemsqlite.Store, n int) {
 		if err := s.Complete(ctx, idemstore.CompleteParams{Key: benchKey(i), Token: tok, Response: benchResponse,
 			Retention: time.Hour}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// reportBatches adds the mean number of calls per batch (lone calls that
+// found the store idle count as batches of one), when s batches.
+func reportBatches(b *testing.B, s *idemsqlite.Store) {
+	if bt := s.Batcher(); bt != nil {
+		batches, calls := bt.Stats()
+		lone := uint64(2*b.N) - calls
+		if total := batches + lone; total > 0 {
+			b.ReportMetric(float64(2*b.N)/float64(total), "calls/batch")
 		}
 	}
 }

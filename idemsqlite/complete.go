@@ -5,20 +5,18 @@ import (
 	"database/sql"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
-
-// execer is what the fenced statements run on: the store's *sql.DB, or the
-// caller's *sql.Tx in CompleteTx.
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-}
 
 // Complete stores p.Response and moves the record to completed, if it is
 // still pending under p.Token; otherwise it returns idemstore.ErrLeaseLost
 // and changes nothing. The lease deadline is not checked: the token alone
 // fences.
 func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
-	return s.complete(ctx, s.db, p)
+	if s.batch != nil {
+		return s.do(ctx, groupcommit.CompleteOp(p))
+	}
+	return s.complete(ctx, s.q, p)
 }
 
 // CompleteTx completes the lease inside tx, the caller's own transaction on
@@ -42,7 +40,7 @@ func (s *Store) CompleteTx(ctx context.Context, tx *sql.Tx, lease idemstore.TxLe
 }
 
 // complete is the fenced completion shared by Complete and CompleteTx.
-func (s *Store) complete(ctx context.Context, ex execer, p idemstore.CompleteParams) error {
+func (s *Store) complete(ctx context.Context, ex querier, p idemstore.CompleteParams) error {
 	now := s.now()
 	res, err := ex.ExecContext(ctx, `UPDATE idem_records
 		SET state = 'completed', response = ?, expires_at = ?, updated_at = ?

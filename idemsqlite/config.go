@@ -15,6 +15,15 @@ type Config struct {
 	// one host, so every process sharing the file shares this clock.
 	// Defaults to time.Now; tests inject a fake clock here.
 	Now func() time.Time
+
+	// DisableBatch turns group commit off: every Reserve, Complete,
+	// Release, Escalate and Extend then runs as its own autocommit
+	// statement. With batching on, calls that arrive while another is
+	// being written queue up and the next batch writes them all in one
+	// transaction (see the package documentation); a call that finds the
+	// store idle runs alone, as without batching. The store URL parameter
+	// batch=off sets it. Defaults to false: batching on.
+	DisableBatch bool
 }
 
 // withDefaults returns c with its zero fields filled in.

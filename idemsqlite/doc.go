@@ -28,4 +28,38 @@
 // idemstore sentinels: SQLITE_BUSY and SQLITE_LOCKED (after busy_timeout
 // has waited) to idemstore.ErrRetryable, a closed database or an unusable
 // file to idemstore.ErrUnavailable.
+//
+// # Group commit
+//
+// SQLite writes one transaction at a time, and on a small machine the cost
+// of each commit, not the disk, bounds how many requests a second the
+// store takes: every request is two writes (reserve, then complete). So
+// Reserve, Complete, Release, Escalate and Extend (not CompleteTx, which
+// runs in the caller's transaction, nor Takeover, Resolve, Delete or the
+// IfExpired variants) go through a queue. A call that finds the store idle
+// runs at once, alone, as its own statement: a lone request pays nothing
+// extra. Calls that arrive while it runs queue up, and when it ends they
+// are written together, in one BEGIN IMMEDIATE transaction, each by the
+// same statement it would run alone, in key order; there is no timer, a
+// batch is what queued during the previous one.
+//
+// Every caller gets its own outcome: two Reserves of one key in one batch
+// see what they would see one after the other (one wins, the other gets
+// the pending record), and a fenced change that matches nothing returns
+// idemstore.ErrLeaseLost without touching the others. If a statement fails
+// otherwise, the transaction rolls back: a busy or unusable database fails
+// every member with the same idemstore.ErrRetryable or
+// idemstore.ErrUnavailable, and any other error (a value the database
+// refused, which may be one call's fault) makes each member run again
+// alone, so that one bad call cannot fail the rest. A failed COMMIT is
+// reported as idemstore.ErrUnavailable, never as ErrRetryable: nobody is
+// told "acquired" or "done" unless the batch committed, nor "nothing
+// changed" unless that is sure. A caller whose context ends while its
+// call is queued takes it out (nothing is written); once its batch has
+// started it gets the context's error, the batch goes on, and, as for any
+// failed Reserve, the caller releases its token: that release queues
+// behind the batch and finds the reservation if it was made.
+//
+// Config.DisableBatch (or batch=off in the idem CLI's store URL) turns
+// batching off.
 package idemsqlite

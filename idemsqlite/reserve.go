@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 // Reserve inserts a pending record for p.Key with INSERT … ON CONFLICT DO
@@ -15,15 +16,23 @@ import (
 // idemstore.MaxReserveAttempts times.
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	return idemstore.ReserveLoop("idemsqlite", 0, func() (*idemstore.Record, bool, error) {
-		return s.reserveOnce(ctx, p)
+		if s.batch == nil {
+			return s.reserveOnce(ctx, s.q, p)
+		}
+		op := groupcommit.ReserveOp(p)
+		if err := s.batch.Do(ctx, op); err != nil {
+			return nil, false, err
+		}
+		return op.Record, op.Created, op.Err
 	})
 }
 
-// reserveOnce makes one insert and, on conflict, one read. It returns a nil
-// record and nil error when the conflicting row was gone by the read.
-func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+// reserveOnce makes one insert and, on conflict, one read, through q (the
+// store's database or a batch's transaction). It returns a nil record and
+// nil error when the conflicting row was gone by the read.
+func (s *Store) reserveOnce(ctx context.Context, q querier, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	now := s.now()
-	res, err := s.db.ExecContext(ctx, `INSERT INTO idem_records
+	res, err := q.ExecContext(ctx, `INSERT INTO idem_records
 		(scope, operation, "key", fingerprint, state, token, lease_until, created_at, updated_at, request)
 		VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
 		ON CONFLICT (scope, operation, "key") DO NOTHING`,
@@ -39,7 +48,7 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 	if n == 1 {
 		return nil, true, nil
 	}
-	rec, err := s.Get(ctx, p.Key)
+	rec, err := s.get(ctx, q, p.Key)
 	if errors.Is(err, idemstore.ErrNotFound) {
 		return nil, false, nil // released between the insert and the read
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 var _ idemstore.Store = (*Store)(nil)
@@ -15,8 +16,10 @@ var _ idemstore.Store = (*Store)(nil)
 // for concurrent use by many goroutines and by several processes sharing the
 // file (open it with Open in each).
 type Store struct {
-	db  *sql.DB
-	cfg Config
+	db    *sql.DB
+	q     dbQuerier // db, through prepared statements
+	cfg   Config
+	batch *groupcommit.Batcher // nil with Config.DisableBatch
 }
 
 // New returns a Store over db, which the caller opened (preferably with
@@ -35,7 +38,11 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{db: db, cfg: cfg}, nil
+	s := &Store{db: db, q: dbQuerier{&stmtCache{db: db}}, cfg: cfg}
+	if !cfg.DisableBatch {
+		s.batch = groupcommit.New(groupcommit.Config{Single: s.single, Batch: s.runBatch})
+	}
+	return s, nil
 }
 
 // Capabilities reports that the store offers CompleteTx. It cannot wake
@@ -88,8 +95,14 @@ func scanRecord(r rowScanner, now time.Time) (*idemstore.Record, error) {
 
 // Get returns the record for key, or idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	return s.get(ctx, s.q, key)
+}
+
+// get reads the record for key through q: the store's database, or a
+// batch's transaction.
+func (s *Store) get(ctx context.Context, q querier, key idemstore.Key) (*idemstore.Record, error) {
 	now := s.now() // taken before the read: a lease expiring meanwhile still counts as alive
-	row := s.db.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM idem_records
+	row := q.QueryRowContext(ctx, `SELECT `+recordColumns+` FROM idem_records
 		WHERE scope = ? AND operation = ? AND "key" = ?`, key.Scope, key.Operation, key.Key)
 	rec, err := scanRecord(row, now)
 	if errors.Is(err, sql.ErrNoRows) {

@@ -27,35 +27,56 @@ func openDB(t testing.TB, opts idemsqlite.OpenOptions) *sql.DB {
 // newStore returns a migrated store over a fresh database file.
 func newStore(t testing.TB) (*idemsqlite.Store, *sql.DB) {
 	t.Helper()
+	return newStoreWith(t, idemsqlite.Config{})
+}
+
+// newStoreWith is newStore with cfg.
+func newStoreWith(t testing.TB, cfg idemsqlite.Config) (*idemsqlite.Store, *sql.DB) {
+	t.Helper()
 	db := openDB(t, idemsqlite.OpenOptions{})
-	s, err := idemsqlite.New(db, idemsqlite.Config{})
+	s, err := idemsqlite.New(db, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, db
 }
 
+// batchModes are the two ways the store runs, each of which the
+// conformance suite checks: group commit on (the default) and off.
+var batchModes = []struct {
+	name string
+	cfg  idemsqlite.Config
+}{
+	{"batch=on", idemsqlite.Config{}},
+	{"batch=off", idemsqlite.Config{DisableBatch: true}},
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	idemstoretest.Exercise(t, idemstoretest.Harness{
-		New: func(t *testing.T) idemstore.Store {
-			s, _ := newStore(t)
-			return s
-		},
-		Unavailable: func(t *testing.T) idemstore.Store {
-			s, db := newStore(t)
-			db.Close()
-			return s
-		},
-		Tx: txHarness,
-	})
+	for _, mode := range batchModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			idemstoretest.Exercise(t, idemstoretest.Harness{
+				New: func(t *testing.T) idemstore.Store {
+					s, _ := newStoreWith(t, mode.cfg)
+					return s
+				},
+				Unavailable: func(t *testing.T) idemstore.Store {
+					s, db := newStoreWith(t, mode.cfg)
+					db.Close()
+					return s
+				},
+				Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, mode.cfg) },
+			})
+		})
+	}
 }
 
 // txHarness runs business transactions on a table beside the records. The
 // store's Open makes every transaction BEGIN IMMEDIATE, so no other
 // connection writes while one is open: between runs before it begins.
-func txHarness(t *testing.T) idemstoretest.TxHarness {
-	s, db := newStore(t)
+func txHarness(t *testing.T, cfg idemsqlite.Config) idemstoretest.TxHarness {
+	s, db := newStoreWith(t, cfg)
 	if _, err := db.Exec(`CREATE TABLE business (id TEXT PRIMARY KEY)`); err != nil {
 		t.Fatal(err)
 	}

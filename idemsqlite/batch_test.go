@@ -1,0 +1,224 @@
+package idemsqlite_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemsqlite"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// batchResult is what one call of a batch returned.
+type batchResult struct {
+	rec     *idemstore.Record
+	created bool
+	err     error
+}
+
+// inOneBatch makes the calls, each from its own goroutine, while the
+// store's batcher is paused, so that they all run in one batch, and
+// returns what each got.
+func inOneBatch(t *testing.T, s *idemsqlite.Store, calls ...func() batchResult) []batchResult {
+	t.Helper()
+	p := s.Batcher().Pause()
+	out := make([]batchResult, len(calls))
+	var wg sync.WaitGroup
+	for i, call := range calls {
+		wg.Go(func() { out[i] = call() })
+		p.Wait(i + 1)
+	}
+	p.Resume()
+	wg.Wait()
+	return out
+}
+
+func reserveCall(ctx context.Context, s *idemsqlite.Store, k idemstore.Key, tok string) func() batchResult {
+	return func() batchResult {
+		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: time.Minute})
+		return batchResult{rec, created, err}
+	}
+}
+
+func completeCall(ctx context.Context, s *idemsqlite.Store, k idemstore.Key, tok string) func() batchResult {
+	return func() batchResult {
+		return batchResult{err: s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: benchResponse, Retention: time.Hour})}
+	}
+}
+
+func testKey(name string) idemstore.Key {
+	return idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: name}
+}
+
+// TestBatchSameKeyOneWinner: two Reserves of one key in one batch, as if
+// one came after the other: the first wins, the second sees its pending
+// record. Calls on other keys in the batch get their own outcomes.
+func TestBatchSameKeyOneWinner(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := t.Context()
+	done := testKey("done")
+	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: done, Fingerprint: "fp", Token: "old", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	k := testKey("contended")
+	got := inOneBatch(t, s,
+		reserveCall(ctx, s, k, "first"),
+		reserveCall(ctx, s, k, "second"),
+		completeCall(ctx, s, done, "old"),
+		completeCall(ctx, s, done, "stranger"),
+	)
+	if got[0].err != nil || !got[0].created {
+		t.Fatalf("first Reserve: %+v, want created", got[0])
+	}
+	if got[1].err != nil || got[1].created || got[1].rec == nil || got[1].rec.Token != "first" || got[1].rec.State != idemstore.StatePending {
+		t.Fatalf("second Reserve: %+v, want the first's pending record", got[1])
+	}
+	if got[2].err != nil {
+		t.Fatalf("Complete by the holder: %v", got[2].err)
+	}
+	if !errors.Is(got[3].err, idemstore.ErrLeaseLost) {
+		t.Fatalf("Complete by a stranger: %v, want ErrLeaseLost", got[3].err)
+	}
+	if rec, err := s.Get(ctx, done); err != nil || rec.State != idemstore.StateCompleted {
+		t.Fatalf("completed key: %+v, %v", rec, err)
+	}
+	if batches, calls := s.Batcher().Stats(); batches != 1 || calls != 4 {
+		t.Fatalf("Stats() = %d batches, %d calls; want the four calls in one batch", batches, calls)
+	}
+}
+
+// TestBatchPoisonCallRunsAlone: a call the database refuses (here a
+// trigger refuses one key) fails alone; the others in its batch succeed.
+func TestBatchPoisonCallRunsAlone(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := t.Context()
+	if _, err := db.ExecContext(ctx, `CREATE TRIGGER refuse_poison BEFORE INSERT ON idem_records
+		WHEN NEW."key" = 'poison' BEGIN SELECT RAISE(ABORT, 'poison key refused'); END`); err != nil {
+		t.Fatal(err)
+	}
+	got := inOneBatch(t, s,
+		reserveCall(ctx, s, testKey("a"), "a"),
+		reserveCall(ctx, s, testKey("poison"), "p"),
+		reserveCall(ctx, s, testKey("z"), "z"),
+	)
+	if got[1].err == nil || errors.Is(got[1].err, idemstore.ErrRetryable) || errors.Is(got[1].err, idemstore.ErrUnavailable) {
+		t.Fatalf("poison Reserve: %+v, want the database's refusal", got[1])
+	}
+	for _, i := range []int{0, 2} {
+		if got[i].err != nil || !got[i].created {
+			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
+		}
+	}
+	if _, err := s.Get(ctx, testKey("poison")); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Fatalf("poison key stored: %v", err)
+	}
+}
+
+// TestBatchFailureFailsEveryMember: a batch that cannot take the write lock
+// fails every member with ErrRetryable and writes nothing.
+func TestBatchFailureFailsEveryMember(t *testing.T) {
+	t.Parallel()
+	db, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), idemsqlite.OpenOptions{BusyTimeout: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s, err := idemsqlite.New(db, idemsqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	blocker, err := db.BeginTx(ctx, nil) // BEGIN IMMEDIATE: holds the write lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := inOneBatch(t, s, reserveCall(ctx, s, testKey("a"), "a"), reserveCall(ctx, s, testKey("b"), "b"))
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range got {
+		if !errors.Is(r.err, idemstore.ErrRetryable) || r.created {
+			t.Fatalf("member %d: %+v, want ErrRetryable and nothing created", i, r)
+		}
+	}
+	for _, name := range []string{"a", "b"} {
+		if _, err := s.Get(ctx, testKey(name)); !errors.Is(err, idemstore.ErrNotFound) {
+			t.Fatalf("key %s after the failed batch: %v", name, err)
+		}
+	}
+}
+
+// TestBatchMemberLeavesThenReleases: a Reserve whose context ends while its
+// batch waits for the write lock returns the context's error; the batch
+// still commits it (and the other member's). The release the contract asks
+// for then queues behind that batch and finds the reservation.
+func TestBatchMemberLeavesThenReleases(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t)
+	ctx := t.Context()
+	leaving, leave := context.WithCancel(ctx)
+	blocker, err := db.BeginTx(ctx, nil) // the batch waits for this lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := s.Batcher().Pause()
+	results := make(chan batchResult, 2)
+	go func() { results <- reserveCall(leaving, s, testKey("left"), "left")() }()
+	p.Wait(1)
+	go func() { results <- reserveCall(ctx, s, testKey("stayed"), "stayed")() }()
+	p.Wait(2)
+	p.Resume() // both are taken: the batch is waiting on the lock
+	leave()
+	left := <-results
+	if !errors.Is(left.err, context.Canceled) {
+		t.Fatalf("member that left: %+v, want context.Canceled", left)
+	}
+	released := make(chan error)
+	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: testKey("left"), Token: "left"}) }()
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if stayed := <-results; stayed.err != nil || !stayed.created {
+		t.Fatalf("member that stayed: %+v", stayed)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
+	}
+	if _, err := s.Get(ctx, testKey("left")); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Fatalf("released key: %v", err)
+	}
+}
+
+// TestBatchCancelledWhileQueuedWritesNothing: a Reserve whose context ends
+// before its batch starts is not written.
+func TestBatchCancelledWhileQueuedWritesNothing(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	p := s.Batcher().Pause()
+	res := make(chan batchResult)
+	go func() { res <- reserveCall(ctx, s, testKey("k"), "t")() }()
+	p.Wait(1)
+	cancel()
+	if r := <-res; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("Reserve: %+v, want context.Canceled", r)
+	}
+	p.Resume()
+	if _, err := s.Get(t.Context(), testKey("k")); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Fatalf("key after a Reserve cancelled while queued: %v", err)
+	}
+}
+
+// TestBatchDisabled: with DisableBatch the store has no batcher.
+func TestBatchDisabled(t *testing.T) {
+	t.Parallel()
+	s, _ := newStoreWith(t, idemsqlite.Config{DisableBatch: true})
+	if s.Batcher() != nil {
+		t.Fatal("DisableBatch: the store still batches")
+	}
+}
