@@ -53,6 +53,9 @@ type testShop struct {
 
 	// wrap, if set, wraps the shop's handler in its server.
 	wrap func(http.Handler) http.Handler
+	// events receives what the middleware reports of every protected
+	// request, once it is settled.
+	events chan idem.Event
 
 	prov    *provider
 	provSrv *httptest.Server
@@ -63,7 +66,7 @@ type testShop struct {
 
 func newTestShop(t *testing.T, backend string, opts ...func(*testShop)) *testShop {
 	t.Helper()
-	ts := &testShop{t: t, backend: backend, clk: newFakeClock(), logs: &syncBuffer{}, dir: t.TempDir()}
+	ts := &testShop{t: t, backend: backend, clk: newFakeClock(), logs: &syncBuffer{}, dir: t.TempDir(), events: make(chan idem.Event, 1024)}
 	for _, o := range opts {
 		o(ts)
 	}
@@ -113,7 +116,13 @@ func (ts *testShop) start() {
 		}
 	})
 	pay := &payments{base: ts.provSrv.URL, hc: ts.provSrv.Client(), timeout: 10 * time.Second, clk: ts.clk}
-	ts.shop, err = newShop(t.Context(), shopConfig{DB: db, Payments: pay, Clock: ts.clk, Logger: ts.log, Lease: 30 * time.Second})
+	ts.shop, err = newShop(t.Context(), shopConfig{DB: db, Payments: pay, Clock: ts.clk, Logger: ts.log, Lease: 30 * time.Second,
+		OnOutcome: func(ev idem.Event) {
+			select {
+			case ts.events <- ev:
+			default: // a test that does not read them
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,6 +189,18 @@ func (ts *testShop) orders(user string) int {
 
 func (ts *testShop) stock(sku string) int {
 	return ts.count(`SELECT stock FROM products WHERE sku = ?`, sku)
+}
+
+// settled waits for the event of the next protected request to op and
+// returns it; the events of other operations are passed over.
+func (ts *testShop) settled(op string) idem.Event {
+	ts.t.Helper()
+	for ev := range ts.events {
+		if ev.Operation == op {
+			return ev
+		}
+	}
+	panic("unreachable")
 }
 
 // recover runs one recovery pass and returns its report.

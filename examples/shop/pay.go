@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/idem-dev/idem"
 )
@@ -36,14 +37,20 @@ func (s *shop) pay(w http.ResponseWriter, r *http.Request) {
 		s.answerTxError(w, r, err)
 		return
 	}
+	// From the claim on, the payment is the shop's business: a client that
+	// hangs up must not abandon a charge halfway, nor leave one
+	// unrecorded. The provider's calls have their own timeout; recording
+	// has this bound.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
 	s.maybeCrash(ctx, crashBeforeCharge)
 	outcome, ch, err := s.payments.charge(ctx, key, o)
 	switch outcome {
 	case declined:
-		s.finishUnpaid(w, r, user, id, key, declinedResponse(ch))
+		s.finishUnpaid(ctx, w, user, id, key, declinedResponse(ch))
 		return
 	case rejected:
-		s.finishUnpaid(w, r, user, id, key, problemResponse(probPaymentRejected, err.Error()))
+		s.finishUnpaid(ctx, w, user, id, key, problemResponse(probPaymentRejected, err.Error()))
 		return
 	case unavailable:
 		// Nothing was charged: release the claim and the key (503).
@@ -53,7 +60,7 @@ func (s *shop) pay(w http.ResponseWriter, r *http.Request) {
 		probTryAgain.write(w, "Nothing was charged: "+err.Error()+". Retry with the same Idempotency-Key.")
 		return
 	case unknown:
-		s.outcomeUnknown(w, r, lease, "the payment provider gave no clear answer: "+err.Error())
+		s.outcomeUnknown(ctx, w, lease, "the payment provider gave no clear answer: "+err.Error())
 		return
 	}
 	s.maybeCrash(ctx, crashAfterCharge)
@@ -67,11 +74,15 @@ func (s *shop) pay(w http.ResponseWriter, r *http.Request) {
 		return tx.completeTx(ctx, lease, resp)
 	})
 	if err != nil {
-		s.outcomeUnknown(w, r, lease, fmt.Sprintf("charge %s went through but recording it failed: %v", ch.ID, err))
+		s.outcomeUnknown(ctx, w, lease, fmt.Sprintf("charge %s went through but recording it failed: %v", ch.ID, err))
 		return
 	}
 	writeResponse(w, resp)
 }
+
+// recordTimeout bounds the recording of a payment once its charge was
+// asked for.
+const recordTimeout = 30 * time.Second
 
 // claim makes attempt key the one that may charge user's order id, if the
 // order is pending and no other attempt holds it. The same key may claim
@@ -128,8 +139,7 @@ func markPaid(ctx context.Context, q querier, now int64, user string, id int64, 
 
 // finishUnpaid ends a payment that charged nothing: the claim goes, and the
 // answer is stored, in one transaction.
-func (s *shop) finishUnpaid(w http.ResponseWriter, r *http.Request, user string, id int64, key string, resp *idem.Response) {
-	ctx := r.Context()
+func (s *shop) finishUnpaid(ctx context.Context, w http.ResponseWriter, user string, id int64, key string, resp *idem.Response) {
 	err := s.db.inTx(ctx, func(tx txQuerier) error {
 		if _, err := s.unclaim(ctx, tx, user, id, key); err != nil {
 			return err
@@ -149,8 +159,7 @@ func (s *shop) finishUnpaid(w http.ResponseWriter, r *http.Request, user string,
 // committed: the middleware reads that back and escalates if it did not),
 // where the resolver asks the provider; retries get 409 until then, and
 // the answer once it is settled.
-func (s *shop) outcomeUnknown(w http.ResponseWriter, r *http.Request, lease *idem.Lease, reason string) {
-	ctx := r.Context()
+func (s *shop) outcomeUnknown(ctx context.Context, w http.ResponseWriter, lease *idem.Lease, reason string) {
 	if _, prepared := lease.PreparedTx(); !prepared {
 		if err := lease.Escalate(ctx, reason); err != nil {
 			// Not recorded: leave the key pending; once its lease expires,

@@ -221,3 +221,40 @@ func TestChargeThatCannotBeRecorded(t *testing.T) {
 		}
 	})
 }
+
+// A client that hangs up while the provider is slow abandons nothing: the
+// charge goes on, and the shop records it with its answer for the retry.
+func TestClientLeavesDuringPayment(t *testing.T) {
+	t.Parallel()
+	onEach(t, func(t *testing.T, backend string) {
+		ts := newTestShop(t, backend)
+		c := ts.visitor()
+		id := placeOrder(t, c)
+		ts.settled(opCreate)
+		hanging := make(chan struct{}, 1)
+		ts.prov.mu.Lock()
+		ts.prov.hanging = func() { hanging <- struct{}{} }
+		ts.prov.mu.Unlock()
+		ts.prov.setNextFault(faultTimeout)
+
+		ctx, cancel := context.WithCancel(t.Context())
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, ts.srv.URL+payPath(id), nil)
+		req.Header.Set(idem.HeaderName, "pay")
+		res := make(chan answer, 1)
+		go func() { res <- c.do(req) }()
+		<-hanging // charged; the provider has not answered yet
+		cancel()
+		if a := <-res; a.err == nil {
+			t.Fatalf("the client that hung up got %d", a.status)
+		}
+		ts.prov.resume <- struct{}{} // the provider answers after all
+		if ev := ts.settled(opPay); ev.Settlement != "completed_tx" {
+			t.Fatalf("the payment settled as %q (%s)", ev.Settlement, ev.Outcome)
+		}
+		paid := c.post(payPath(id), "pay", "")
+		want(t, "the retry", paid, http.StatusOK, "replayed")
+		if ch := ts.charges(); len(ch) != 1 || paid.order.ChargeID != ch[0].ID {
+			t.Fatalf("paid %s; charges %v", paid.body, ch)
+		}
+	})
+}

@@ -28,8 +28,10 @@ type provider struct {
 	mu    sync.Mutex
 	fault string // the next charge's fault, or ""
 	// hanging, if set, is called when a charge recorded under the
-	// "timeout" fault starts to hang (tests wait for it).
+	// "timeout" fault starts to hang (tests wait for it); a value on
+	// resume then makes it answer after all (a slow provider).
 	hanging func()
+	resume  chan struct{}
 	stop    chan struct{} // closed by close: hanging charges give up
 }
 
@@ -58,7 +60,7 @@ func openProvider(path string, clk clock, log *slog.Logger) (*provider, error) {
 		db.Close()
 		return nil, err
 	}
-	return &provider{db: db, clk: clk, log: log, stop: make(chan struct{})}, nil
+	return &provider{db: db, clk: clk, log: log, stop: make(chan struct{}), resume: make(chan struct{})}, nil
 }
 
 func (p *provider) close() {
@@ -137,9 +139,11 @@ func (p *provider) createCharge(w http.ResponseWriter, r *http.Request) {
 		}
 		select { // until the client gives up
 		case <-r.Context().Done():
+			return
 		case <-p.stop:
+			return
+		case <-p.resume:
 		}
-		return
 	case faultAfterCharge:
 		jsonError(w, http.StatusInternalServerError, "internal")
 		return

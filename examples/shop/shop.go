@@ -20,8 +20,9 @@ type shop struct {
 	payments *payments
 	clk      clock
 	log      *slog.Logger
-	faults   bool          // POST /debug/crash is served
-	reviewed chan struct{} // a key went to review: run the resolver
+	faults    bool          // POST /debug/crash is served
+	onOutcome func(idem.Event)
+	reviewed  chan struct{} // a key went to review: run the resolver
 
 	crashMu sync.Mutex
 	crashAt string // where the next payment crashes: "", crashBeforeCharge or crashAfterCharge
@@ -42,6 +43,10 @@ type shopConfig struct {
 	// Faults serves POST /debug/crash, which makes the next payment crash
 	// the process at a chosen point.
 	Faults bool
+	// OnOutcome, if set, is told about every protected request once it is
+	// answered and its key settled (idem.Config.OnOutcome): the place for
+	// metrics.
+	OnOutcome func(idem.Event)
 }
 
 // newShop creates the tables (on a new database, with the catalogue) and
@@ -55,7 +60,7 @@ func newShop(ctx context.Context, cfg shopConfig) (*shop, error) {
 		return nil, err
 	}
 	s := &shop{db: cfg.DB, sessions: sess, payments: cfg.Payments, clk: cfg.Clock, log: cfg.Logger,
-		faults: cfg.Faults, reviewed: make(chan struct{}, 1)}
+		faults: cfg.Faults, onOutcome: cfg.OnOutcome, reviewed: make(chan struct{}, 1)}
 	s.crash = func(context.Context) {
 		s.log.Error("shop: crashing as asked by POST /debug/crash")
 		os.Exit(3)
@@ -76,7 +81,8 @@ func (s *shop) handler() http.Handler {
 		Routes: map[string]idem.Policy{
 			opPay: {Kind: idem.External, MaxRequestBody: 4 << 10},
 		},
-		Logger: s.log,
+		Logger:    s.log,
+		OnOutcome: s.onOutcome,
 	})
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.page)
