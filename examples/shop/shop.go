@@ -14,13 +14,13 @@ import (
 // shop is the example shop: its handlers, its database (with idem's
 // records in it), the engine and the payment provider's client.
 type shop struct {
-	db       database
-	engine   *idem.Engine
-	sessions *sessions
-	payments *payments
-	clk      clock
-	log      *slog.Logger
-	faults    bool          // POST /debug/crash is served
+	db        database
+	engine    *idem.Engine
+	sessions  *sessions
+	payments  *payments
+	clk       clock
+	log       *slog.Logger
+	faults    bool // POST /debug/crash is served
 	onOutcome func(idem.Event)
 	reviewed  chan struct{} // a key went to review: run the resolver
 
