@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemstore"
@@ -27,17 +27,14 @@ var pairWorkers = []int{16, 50}
 // and a busy server.
 var latencyWorkers = []int{1, 32}
 
-// topology is one Redis setup to benchmark, with a client for a given
-// number of concurrent callers.
+// topology is one Redis setup to benchmark. One client serves every
+// worker: rueidis pipelines the concurrent calls on its connections.
 type topology struct {
 	name   string
-	client func(b *testing.B, workers int) redis.UniversalClient
+	client func(testing.TB) rueidis.Client
 }
 
-var topologies = []topology{
-	{"standalone", func(b *testing.B, w int) redis.UniversalClient { return standaloneClient(b, w) }},
-	{"cluster", func(b *testing.B, w int) redis.UniversalClient { return clusterClient(b, w) }},
-}
+var topologies = []topology{{"standalone", standaloneClient}, {"cluster", clusterClient}}
 
 // BenchmarkReserveComplete measures the engine's common path at the store,
 // a reserve followed by a complete of a fresh key (two scripts), from 16
@@ -47,21 +44,20 @@ func BenchmarkReserveComplete(b *testing.B) {
 	for _, topo := range topologies {
 		for _, w := range pairWorkers {
 			b.Run(fmt.Sprintf("%s/workers=%d", topo.name, w), func(b *testing.B) {
-				benchReserveComplete(b, topo.client(b, w), w)
+				benchReserveComplete(b, topo.client(b), w)
 			})
 		}
 	}
 }
 
 // BenchmarkSetNX is the client-side baseline for BenchmarkReserveComplete:
-// the client's own SET key v NX on fresh keys from 50 goroutines. A pair is
-// two round trips; without pipelining, half of this rate is what a store on
-// the same client could reach.
+// the client's own SET key v NX PX 60000 on fresh keys from 50 goroutines,
+// auto-pipelined like the store's scripts.
 func BenchmarkSetNX(b *testing.B) {
 	const workers = 50
 	for _, topo := range topologies {
 		b.Run(fmt.Sprintf("%s/workers=%d", topo.name, workers), func(b *testing.B) {
-			benchSetNX(b, topo.client(b, workers), workers)
+			benchSetNX(b, topo.client(b), workers)
 		})
 	}
 }
@@ -73,21 +69,21 @@ func BenchmarkEngine(b *testing.B) {
 	for _, topo := range topologies {
 		for _, w := range latencyWorkers {
 			b.Run(fmt.Sprintf("%s/workers=%d", topo.name, w), func(b *testing.B) {
-				benchEngine(b, topo.client(b, w), w)
+				benchEngine(b, topo.client(b), w)
 			})
 		}
 	}
 }
 
-func benchSetNX(b *testing.B, client redis.UniversalClient, workers int) {
+func benchSetNX(b *testing.B, client rueidis.Client, workers int) {
 	prefix := testPrefix()
 	// The keys expire on their own; deleting them one by one on a Cluster
 	// would take longer than the run.
 	const ttl = time.Minute
 	runWorkers(b, workers, "ops/s", func(ctx context.Context, n int64) error {
 		key := fmt.Sprintf("%s:setnx:%d", prefix, n)
-		ok, err := client.SetNX(ctx, key, "v", ttl).Result()
-		if err == nil && !ok {
+		err := client.Do(ctx, client.B().Set().Key(key).Value("v").Nx().Px(ttl).Build()).Error()
+		if rueidis.IsRedisNil(err) {
 			err = fmt.Errorf("SET NX %s: key exists", key)
 		}
 		return err
@@ -97,7 +93,7 @@ func benchSetNX(b *testing.B, client redis.UniversalClient, workers int) {
 // benchStore returns a store under a fresh prefix whose completed records
 // (retention zero) live for RetentionGrace only, so a long run does not
 // leave its keys behind.
-func benchStore(b *testing.B, client redis.UniversalClient) *Store {
+func benchStore(b *testing.B, client rueidis.Client) *Store {
 	s, err := New(client, Config{Prefix: testPrefix(), RetentionGrace: time.Minute})
 	if err != nil {
 		b.Fatal(err)
@@ -106,7 +102,7 @@ func benchStore(b *testing.B, client redis.UniversalClient) *Store {
 	return s
 }
 
-func benchReserveComplete(b *testing.B, client redis.UniversalClient, workers int) {
+func benchReserveComplete(b *testing.B, client rueidis.Client, workers int) {
 	s := benchStore(b, client)
 	resp := &idemstore.Response{Status: 201, Body: []byte(`{"id":"ch_1"}`)}
 	runWorkers(b, workers, "pairs/s", func(ctx context.Context, n int64) error {
@@ -125,7 +121,7 @@ func benchReserveComplete(b *testing.B, client redis.UniversalClient, workers in
 	})
 }
 
-func benchEngine(b *testing.B, client redis.UniversalClient, workers int) {
+func benchEngine(b *testing.B, client rueidis.Client, workers int) {
 	eng, err := idem.NewEngine(benchStore(b, client), idem.EngineConfig{Retention: time.Second})
 	if err != nil {
 		b.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -55,7 +55,7 @@ func clusterRecords(t *testing.T, s *Store, n int) []*idemstore.Record {
 // master and that each record's keys (hash and channel) sit in one slot.
 func TestClusterRecordsOnEveryMaster(t *testing.T) {
 	t.Parallel()
-	cc := clusterClient(t, 0)
+	cc := clusterClient(t)
 	s := newTestStore(t, cc)
 	ctx := t.Context()
 	masters, err := s.masters(ctx)
@@ -69,27 +69,16 @@ func TestClusterRecordsOnEveryMaster(t *testing.T) {
 	onMaster := map[string]int{}
 	for _, rec := range recs {
 		rk, ch := s.recordKey(rec.Key), s.channel(rec.Key)
-		slot, err := cc.ClusterKeySlot(ctx, rk).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		chSlot, err := cc.ClusterKeySlot(ctx, ch).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if slot != chSlot {
+		if slot, chSlot := keySlot(t, cc, rk), keySlot(t, cc, ch); slot != chSlot {
 			t.Errorf("%v: record in slot %d, channel in slot %d", rec.Key, slot, chSlot)
 		}
-		m, err := cc.MasterForKey(ctx, rk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := masterFor(t, s, rk)
 		// The hash lives on the master that owns its slot, whole.
-		n, err := m.HLen(ctx, rk).Result()
+		n, err := m.client.Do(ctx, m.client.B().Hlen().Key(rk).Build()).AsInt64()
 		if err != nil || n < 8 {
-			t.Errorf("%v: HLEN on %s = %d, %v", rec.Key, m.Options().Addr, n, err)
+			t.Errorf("%v: HLEN on %s = %d, %v", rec.Key, m.addr, n, err)
 		}
-		onMaster[m.Options().Addr]++
+		onMaster[m.addr]++
 	}
 	if len(onMaster) != len(masters) {
 		t.Fatalf("records landed on %d of %d masters: %v", len(onMaster), len(masters), onMaster)
@@ -109,40 +98,35 @@ func TestClusterRecordsOnEveryMaster(t *testing.T) {
 // state. It fails back afterwards. It does not call t.Parallel, so it runs
 // before the parallel tests of this package start.
 func TestClusterFailover(t *testing.T) {
-	cc := clusterClient(t, 0)
+	cc := clusterClient(t)
 	s := newTestStore(t, cc)
 	ctx := t.Context()
 	recs := clusterRecords(t, s, 30)
 
-	master, err := cc.MasterForKey(ctx, s.recordKey(recs[0].Key))
+	master := masterFor(t, s, s.recordKey(recs[0].Key))
+	id, err := master.client.Do(ctx, master.client.B().ClusterMyid().Build()).ToString()
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := master.ClusterMyID(ctx).Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	replicas, err := clusterReplicas(ctx, master, id)
+	replicas, err := master.client.Do(ctx, master.client.B().ClusterReplicas().NodeId(id).Build()).AsStrSlice()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(replicas) == 0 {
-		msg := "master " + master.Options().Addr + " has no replica; scripts/redis.sh adds one per master"
+		msg := "master " + master.addr + " has no replica; scripts/redis.sh adds one per master"
 		if os.Getenv("CI") == "true" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
 	}
 	replicaAddr, _, _ := strings.Cut(strings.Fields(replicas[0])[1], "@")
-	oldAddr := master.Options().Addr
-	replica := redis.NewClient(&redis.Options{Addr: replicaAddr})
-	t.Cleanup(func() { _ = replica.Close() })
-	old := redis.NewClient(&redis.Options{Addr: oldAddr})
-	t.Cleanup(func() { _ = old.Close() })
+	oldAddr := master.addr
+	replica := nodeClient(t, replicaAddr)
+	old := nodeClient(t, oldAddr)
 
-	failover(t, cc, replica, s.recordKey(recs[0].Key))
+	failover(t, s, replica, replicaAddr, s.recordKey(recs[0].Key))
 	// Fail back, so the cluster keeps the layout scripts/redis.sh made.
-	t.Cleanup(func() { failover(t, cc, old, s.recordKey(recs[0].Key)) })
+	t.Cleanup(func() { failover(t, s, old, oldAddr, s.recordKey(recs[0].Key)) })
 
 	moved := 0
 	for _, want := range recs {
@@ -154,18 +138,14 @@ func TestClusterFailover(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Fatalf("after failover, %v changed:\n got %+v\nwant %+v", want.Key, got, want)
 		}
-		m, err := cc.MasterForKey(ctx, s.recordKey(want.Key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if m.Options().Addr == replicaAddr {
+		if m := masterFor(t, s, s.recordKey(want.Key)); m.addr == replicaAddr {
 			moved++
-			ttl, err := m.PTTL(ctx, s.recordKey(want.Key)).Result()
+			ms, err := m.client.Do(ctx, m.client.B().Pttl().Key(s.recordKey(want.Key)).Build()).AsInt64()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if (want.State == idemstore.StateCompleted) != (ttl > 0) {
-				t.Errorf("after failover, %v (%s) has PTTL %v", want.Key, want.State, ttl)
+			if (want.State == idemstore.StateCompleted) != (ms > 0) {
+				t.Errorf("after failover, %v (%s) has PTTL %dms", want.Key, want.State, ms)
 			}
 		}
 	}
@@ -188,38 +168,40 @@ func TestClusterFailover(t *testing.T) {
 	}
 }
 
-// failover asks the replica node to take over its master (CLUSTER
-// FAILOVER) and waits until the cluster client routes key to it. A replica
-// that was a master a moment ago may not be known as a replica by its new
+// failover asks the replica node at addr to take over its master (CLUSTER
+// FAILOVER) and waits until the cluster serves key from it. A replica that
+// was a master a moment ago may not be known as a replica by its new
 // master yet, which then ignores the request (it times out after 5s), so
 // the request is repeated. The waits are bounded so a broken cluster fails
 // the test instead of hanging it.
-func failover(t *testing.T, cc *redis.ClusterClient, node *redis.Client, key string) {
+func failover(t *testing.T, s *Store, node rueidis.Client, addr, key string) {
 	t.Helper()
 	ctx := context.Background()
-	addr := node.Options().Addr
-	role := func() []any {
-		r, _ := node.Do(ctx, "ROLE").Slice()
-		return r
+	role := func() []string {
+		r, _ := node.Do(ctx, node.B().Role().Build()).ToArray()
+		out := make([]string, len(r))
+		for i := range r {
+			out[i], _ = r[i].ToString()
+		}
+		return out
 	}
 	for attempt := 0; attempt < 5; attempt++ {
 		// Wait until the replica's link to its master is up and every
 		// master counts it as a replica.
 		for range 100 {
-			if r := role(); len(r) >= 4 && (r[0] == "master" || r[3] == "connected" && knownReplica(ctx, cc, node)) {
+			if r := role(); len(r) >= 4 && (r[0] == "master" || r[3] == "connected" && knownReplica(ctx, s, node)) {
 				break
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 		if r := role(); len(r) == 0 || r[0] != "master" {
-			if err := node.ClusterFailover(ctx).Err(); err != nil {
+			if err := node.Do(ctx, node.B().ClusterFailover().Build()).Error(); err != nil {
 				t.Fatalf("CLUSTER FAILOVER on %s: %v", addr, err)
 			}
 		}
 		for range 150 {
 			if r := role(); len(r) > 0 && r[0] == "master" {
-				cc.ReloadState(ctx)
-				if m, err := cc.MasterForKey(ctx, key); err == nil && m.Options().Addr == addr {
+				if m, err := masterOf(ctx, s, key); err == nil && m.addr == addr {
 					return
 				}
 			}
@@ -234,31 +216,90 @@ func failover(t *testing.T, cc *redis.ClusterClient, node *redis.Client, key str
 // masters vote in the failover election and refuse a node they still take
 // for a master, and a refused election can only be retried after twice
 // the cluster node timeout.
-func knownReplica(ctx context.Context, cc *redis.ClusterClient, node *redis.Client) bool {
-	id, err := node.ClusterMyID(ctx).Result()
+func knownReplica(ctx context.Context, s *Store, node rueidis.Client) bool {
+	id, err := node.Do(ctx, node.B().ClusterMyid().Build()).ToString()
 	if err != nil {
 		return false
 	}
-	err = cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		nodes, err := m.ClusterNodes(ctx).Result()
+	masters, err := s.masters(ctx)
+	if err != nil {
+		return false
+	}
+	for _, m := range masters {
+		nodes, err := m.client.Do(ctx, m.client.B().ClusterNodes().Build()).ToString()
 		if err != nil {
-			return err
+			return false
 		}
+		seen := false
 		for _, line := range strings.Split(nodes, "\n") {
 			if f := strings.Fields(line); len(f) > 2 && f[0] == id {
-				if strings.Contains(f[2], "slave") {
-					return nil
-				}
+				seen = strings.Contains(f[2], "slave")
 				break
 			}
 		}
-		return fmt.Errorf("%s does not see %s as a replica yet", m.Options().Addr, id)
-	})
-	return err == nil
+		if !seen {
+			return false
+		}
+	}
+	return true
 }
 
-// clusterReplicas runs CLUSTER REPLICAS (go-redis only has the deprecated
-// CLUSTER SLAVES).
-func clusterReplicas(ctx context.Context, c *redis.Client, id string) ([]string, error) {
-	return c.Do(ctx, "CLUSTER", "REPLICAS", id).StringSlice()
+// keySlot returns the Cluster hash slot of key, by CLUSTER KEYSLOT.
+func keySlot(t *testing.T, c rueidis.Client, key string) int64 {
+	t.Helper()
+	slot, err := c.Do(t.Context(), c.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slot
+}
+
+// masterOf returns the master that serves key by CLUSTER SLOTS.
+func masterOf(ctx context.Context, s *Store, key string) (node, error) {
+	slot, err := s.client.Do(ctx, s.client.B().ClusterKeyslot().Key(key).Build()).AsInt64()
+	if err != nil {
+		return node{}, err
+	}
+	masters, err := s.masters(ctx)
+	if err != nil {
+		return node{}, err
+	}
+	for _, m := range masters {
+		for _, r := range m.slots {
+			if r[0] <= slot && slot <= r[1] {
+				return m, nil
+			}
+		}
+	}
+	return node{}, fmt.Errorf("no master serves slot %d", slot)
+}
+
+// masterFor is masterOf for tests.
+func masterFor(t *testing.T, s *Store, key string) node {
+	t.Helper()
+	m, err := masterOf(t.Context(), s, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestKeyInSlot checks the store's slot hash against the Cluster's own
+// CLUSTER KEYSLOT, and that keyInSlot finds a key for slots at both ends
+// and in between.
+func TestKeyInSlot(t *testing.T) {
+	t.Parallel()
+	cc := clusterClient(t)
+	if got := crc16("123456789"); got != 0x31c3 {
+		t.Fatalf("crc16(123456789) = %#x, want 0x31c3 (CRC-16/XMODEM)", got)
+	}
+	for _, slot := range []int64{0, 1, 866, 8191, 12182, 16383} {
+		k := keyInSlot(slot)
+		if k == "" {
+			t.Fatalf("keyInSlot(%d) found no key", slot)
+		}
+		if got := keySlot(t, cc, k); got != slot {
+			t.Errorf("keyInSlot(%d) = %q, which the Cluster puts in slot %d", slot, k, got)
+		}
+	}
 }

@@ -1,9 +1,14 @@
 package idemredis
 
 import (
+	"context"
+	"crypto/tls"
+	"net"
+	"strings"
+	"sync"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/idemstore/idemstoretest"
@@ -11,26 +16,24 @@ import (
 
 func TestConformanceStandalone(t *testing.T) {
 	t.Parallel()
-	client := standaloneClient(t, 0)
+	client := standaloneClient(t)
+	url := requireEnv(t, "IDEM_TEST_REDIS_URL")
 	idemstoretest.Exercise(t, idemstoretest.Harness{
 		New: func(t *testing.T) idemstore.Store { return newTestStore(t, client) },
 		Unavailable: func(t *testing.T) idemstore.Store {
-			c := redis.NewClient(&redis.Options{Addr: closedAddr(t), MaxRetries: -1})
-			t.Cleanup(func() { _ = c.Close() })
-			return newUncleanedStore(t, c)
+			return newUncleanedStore(t, cutOff(t, rueidis.MustParseURL(url)))
 		},
 	})
 }
 
 func TestConformanceCluster(t *testing.T) {
 	t.Parallel()
-	client := clusterClient(t, 0)
+	client := clusterClient(t)
+	seeds := strings.Split(requireEnv(t, "IDEM_TEST_REDIS_CLUSTER"), ",")
 	idemstoretest.Exercise(t, idemstoretest.Harness{
 		New: func(t *testing.T) idemstore.Store { return newTestStore(t, client) },
 		Unavailable: func(t *testing.T) idemstore.Store {
-			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{closedAddr(t)}, MaxRetries: -1})
-			t.Cleanup(func() { _ = c.Close() })
-			return newUncleanedStore(t, c)
+			return newUncleanedStore(t, cutOff(t, rueidis.ClientOption{InitAddress: seeds}))
 		},
 	})
 }
@@ -39,8 +42,43 @@ func TestConformanceCluster(t *testing.T) {
 // (and so over every master) of the Cluster.
 func TestConcurrencyCluster(t *testing.T) {
 	t.Parallel()
-	client := clusterClient(t, 0)
+	client := clusterClient(t)
 	idemstoretest.ExerciseConcurrency(t, idemstoretest.Harness{
 		New: func(t *testing.T) idemstore.Store { return newTestStore(t, client) },
 	})
+}
+
+// cutOff returns a client made with opt that has lost its servers: it
+// connects (rueidis dials when it is made), then every connection it holds
+// is closed and every later dial goes to a loopback port nothing listens
+// on, as after a crash of every node. The client does not retry.
+func cutOff(t *testing.T, opt rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	var (
+		mu    sync.Mutex
+		down  bool
+		conns []net.Conn
+	)
+	refused := closedAddr(t)
+	opt.DisableRetry = true
+	opt.DialCtxFn = func(ctx context.Context, addr string, d *net.Dialer, _ *tls.Config) (net.Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			addr = refused
+		}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			conns = append(conns, c)
+		}
+		return c, err
+	}
+	c := newClient(t, opt)
+	mu.Lock()
+	down = true
+	for _, conn := range conns {
+		_ = conn.Close()
+	}
+	mu.Unlock()
+	return c
 }

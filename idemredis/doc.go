@@ -1,20 +1,49 @@
 // Package idemredis keeps idem's idempotency records in Redis, on a single
-// node or a Redis Cluster, through go-redis v9.
+// node or a Redis Cluster, through rueidis (github.com/redis/rueidis),
+// whose auto-pipelining sends the scripts of concurrent requests together.
 //
 // # Where to start
 //
-// Pass your own client and a Config to [New]; the same Store works with a
-// *redis.Client and a *redis.ClusterClient:
+// Pass your own rueidis client and a Config to [New]. rueidis finds out
+// whether InitAddress names Cluster nodes or a single node:
 //
-//	rdb := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-//	store, err := idemredis.New(rdb, idemredis.Config{Prefix: "payments"})
+//	client, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: addrs})
+//	...
+//	store, err := idemredis.New(client, idemredis.Config{Prefix: "payments"})
 //
-// then hand the store to the engine (idem.NewEngine). Every command goes to
-// the master that owns the record's slot: New refuses a ClusterClient set to
-// read from replicas (ReadOnly, RouteByLatency, RouteRandomly), whose
-// answers can lag behind a completed record. The rest of this
-// comment explains how records are kept, what listing costs, and, before you
-// put payments on it, how durable Redis is.
+// then hand the store to the engine (idem.NewEngine). Every state change
+// and every read by key is a script, which goes to the master that owns the
+// record's slot. The rest of this comment explains how records are kept,
+// what listing costs, and, before you put payments on it, how durable
+// Redis is.
+//
+// # Coming from go-redis
+//
+// The redis:// and rediss:// URLs that go-redis's redis.ParseURL reads
+// ([user:pass@]host:port/db) become a rueidis.ClientOption with
+// rueidis.ParseURL (or rueidis.MustParseURL):
+//
+//	opt, err := rueidis.ParseURL("redis://:secret@10.0.0.5:6379/0")
+//	...
+//	client, err := rueidis.NewClient(opt)
+//
+// rueidis.ParseURL knows db, dial_timeout, write_timeout, protocol,
+// client_name, skip_verify, addr (more seed addresses) and max_retries=0
+// (which turns off rueidis's own retries of read-only commands; the
+// store's resends of scripts are Config.Resends). It ignores go-redis's
+// pool and read-timeout parameters, which have no counterpart: rueidis
+// pipelines over a few connections per node instead of keeping a pool. For a Cluster, where go-redis takes
+// ClusterOptions{Addrs: addrs}, set ClientOption{InitAddress: addrs}, with
+// the same Username, Password and TLSConfig. Set ForceSingleClient to keep
+// a redis:// client on one node even when that node is a Cluster member,
+// and DisableCache for servers older than Redis 6 (this package never
+// uses client-side caching). idem's own store URLs (internal/storeurl,
+// behind idem serve --store) are still read by go-redis's parsers, with
+// every parameter they accept, and turned into a ClientOption: host, port
+// and seeds, user, password, db, TLS, dial_timeout, the larger of
+// read_timeout and write_timeout (ConnWriteTimeout), client_name,
+// protocol, and max_retries, which also sets Config.Resends; the pool
+// parameters have no effect.
 //
 // # Layout
 //
@@ -66,18 +95,19 @@
 // Records written before updated_at and the request were kept read with
 // UpdatedAt equal to CreatedAt and no Request; Redis needs no migration.
 //
-// A reserve and a complete are two round trips and two scripts. On the
-// server a script costs more than a plain command (the reserve script runs
-// at about 0.7 of the SET NX rate under redis-benchmark), so a single Redis
-// node completes roughly a third as many reserve+complete pairs per second
-// as it answers SET NX. From a Go client on the same machine, expect about
-// 0.35-0.45 of the rate at which go-redis itself sends SET NX, against a
-// ceiling of 0.5 for two round trips; see BENCHMARKS.md.
+// A reserve and a complete are two round trips and two scripts. rueidis
+// pipelines the scripts that concurrent requests send at the same moment
+// into one write and one read per connection, which spares the server (and
+// the client) most of the system calls a round trip costs; see
+// BENCHMARKS.md and scripts/bench-redis.sh for the pair rate against
+// redis-benchmark's SET NX on the same servers. A lone request pays one
+// round trip per script, as without pipelining.
 //
 // # Listing and its cost
 //
-// List, ListExpiredLeases and Purge SCAN every master (ForEachMaster on a
-// Cluster) with MATCH "<prefix>:{*}:r" and TYPE hash. The listings read each
+// List, ListExpiredLeases and Purge SCAN every master (on a Cluster, the
+// masters that CLUSTER SLOTS names, each through the client's own
+// connection to it) with MATCH "<prefix>:{*}:r" and TYPE hash. The listings read each
 // batch's states, lease deadlines and operations (the filters) with one
 // pipelined HMGET per key after the node's TIME, and whole records
 // (responses and requests included) only for those they return; Purge
@@ -110,7 +140,10 @@
 // channel with SPUBLISH (sharded pub/sub, Redis 7.0 or later), so on a
 // Cluster the message travels only within the shard that owns the record;
 // [Config.ClassicPubSub] switches to PUBLISH/SUBSCRIBE for older servers
-// (5.0 or later, see Time). A notification is a hint: waiters still poll.
+// (5.0 or later, see Time). Each subscription holds a dedicated
+// connection while it lasts; when that connection breaks, the subscription
+// ends and its channel is closed. A notification is a hint: waiters still
+// poll.
 //
 // # Durability: read this before storing payments
 //
@@ -158,16 +191,22 @@
 // reached a demoted master) and similar are idemstore.ErrUnavailable.
 // Context cancellation and deadlines remain recognisable with errors.Is.
 //
-// go-redis resends a command when the connection breaks before the reply
-// arrives (Options.MaxRetries, 3 by default), so a script can run twice for
-// one call. Every changing script recognises its own earlier run and
-// reports success instead of a lost lease or a missing record: Reserve by
-// its unique token, the others by a random call id that the script stores
-// in the record (Complete, Escalate, Takeover, Resolve) or, when it deletes
-// the record (Release, Resolve with release, Delete), in the record's
-// tombstone, which expires after five minutes. This covers Release and
-// Escalate with IfExpired too. Only a resend that finds the record changed
-// again by someone else since its first run (released and reserved anew,
-// for instance) reports what it finds. Set MaxRetries to -1 on the client to
-// get ErrUnavailable instead of a resend.
+// # Lost replies
+//
+// When the connection breaks or times out after a script was sent, its
+// reply is lost and the script may or may not have run. The store sends it
+// again on a new connection, up to Config.Resends times (3 by default),
+// pausing 8ms and doubling up to 512ms between attempts, while ctx lasts;
+// rueidis itself retries only read-only commands (the SCAN and HMGET of
+// listings), and never a script. So a script can run twice for one call.
+// Every changing script recognises its own earlier run and reports success
+// instead of a lost lease or a missing record: Reserve by its unique token,
+// the others by a random call id that the script stores in the record
+// (Complete, Escalate, Takeover, Resolve) or, when it deletes the record
+// (Release, Resolve with release, Delete), in the record's tombstone, which
+// expires after five minutes. This covers Release and Escalate with
+// IfExpired too. Only a resend that finds the record changed again by
+// someone else since its first run (released and reserved anew, for
+// instance) reports what it finds. Set Config.Resends to -1 to get
+// ErrUnavailable instead of a resend.
 package idemredis

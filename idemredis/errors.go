@@ -6,27 +6,33 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// interpretError turns an error from go-redis into one that callers can test
+// unavailablePrefixes start the error replies of a server that cannot
+// serve the call now: the Cluster has lost slots, a replica's master is
+// down, the node is loading its data set, a write reached a demoted master
+// (READONLY), the node is full (OOM) or at its client limit (rueidis drops
+// the "ERR " that starts that reply).
+var unavailablePrefixes = []string{"CLUSTERDOWN", "MASTERDOWN", "LOADING", "READONLY", "OOM", "max number of clients"}
+
+// interpretError turns an error from rueidis into one that callers can test
 // with errors.Is against the idemstore sentinels, keeping the original error
 // in the chain. It is the only place where native errors are classified.
 //
 //   - context cancellation and deadlines stay recognisable as such, even when
-//     go-redis reports them as a network timeout on a connection whose
-//     deadline came from ctx;
-//   - redis.Nil becomes idemstore.ErrNotFound;
+//     the connection reports them as a network timeout at ctx's deadline;
+//   - a Redis nil reply becomes idemstore.ErrNotFound;
 //   - TRYAGAIN (a slot being migrated) becomes idemstore.ErrRetryable;
-//   - a closed client, a refused or dropped connection, a pool timeout and
-//     the server states CLUSTERDOWN, MASTERDOWN, LOADING, READONLY (a write
-//     that reached a demoted master), max clients and OOM become
-//     idemstore.ErrUnavailable;
+//   - a closed client (rueidis.ErrClosing), a refused or dropped
+//     connection, a slot no node serves (rueidis.ErrNoSlot) and the server
+//     replies in unavailablePrefixes become idemstore.ErrUnavailable;
 //   - anything else (a script error, a wrong type) is returned wrapped but
 //     unclassified.
 func interpretError(ctx context.Context, err error) error {
@@ -39,38 +45,55 @@ func interpretError(ctx context.Context, err error) error {
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("idemredis: %w: %w", ctxErr, err)
 	}
-	// go-redis sets the connection deadline from ctx, so the read can time
-	// out a moment before ctx reports its own expiry.
+	// The connection's deadline can come from ctx, so a read can time out
+	// a moment before ctx reports its own expiry.
 	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) && isNetError(err) {
 		return fmt.Errorf("idemredis: %w: %w", context.DeadlineExceeded, err)
 	}
-	switch {
-	case errors.Is(err, redis.Nil):
+	if errors.Is(err, rueidis.Nil) {
 		return fmt.Errorf("idemredis: %w", idemstore.ErrNotFound)
-	case redis.IsTryAgainError(err):
-		return fmt.Errorf("idemredis: %w: %w", idemstore.ErrRetryable, err)
-	case errors.Is(err, redis.ErrClosed),
-		errors.Is(err, redis.ErrPoolTimeout),
-		errors.Is(err, redis.ErrPoolExhausted),
-		errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNRESET),
-		errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed),
-		redis.IsClusterDownError(err),
-		redis.IsMasterDownError(err),
-		redis.IsLoadingError(err),
-		redis.IsReadOnlyError(err),
-		redis.IsMaxClientsError(err),
-		redis.IsOOMError(err),
-		isNetError(err):
+	}
+	var re *rueidis.RedisError
+	if errors.As(err, &re) {
+		if re.IsTryAgain() {
+			return fmt.Errorf("idemredis: %w: %w", idemstore.ErrRetryable, err)
+		}
+		if re.IsClusterDown() || re.IsLoading() || hasAnyPrefix(re.Error(), unavailablePrefixes) {
+			return fmt.Errorf("idemredis: %w: %w", idemstore.ErrUnavailable, err)
+		}
+		return fmt.Errorf("idemredis: %w", err)
+	}
+	if isConnError(err) {
 		return fmt.Errorf("idemredis: %w: %w", idemstore.ErrUnavailable, err)
 	}
 	return fmt.Errorf("idemredis: %w", err)
 }
 
+// isConnError reports whether err says that the server could not be
+// reached or the connection broke: what a resend may cure, and what
+// callers see as idemstore.ErrUnavailable.
+func isConnError(err error) bool {
+	return errors.Is(err, rueidis.ErrClosing) ||
+		errors.Is(err, rueidis.ErrNoSlot) ||
+		errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, net.ErrClosed) ||
+		isNetError(err)
+}
+
 func isNetError(err error) bool {
 	var netErr net.Error
 	return errors.As(err, &netErr)
+}
+
+func hasAnyPrefix(s string, prefixes []string) bool {
+	for _, p := range prefixes {
+		if strings.HasPrefix(s, p) {
+			return true
+		}
+	}
+	return false
 }

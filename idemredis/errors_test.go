@@ -7,14 +7,29 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
+
+// errorCase is one input of interpretError and what the result must and
+// must not wrap.
+type errorCase struct {
+	name string
+	ctx  context.Context
+	err  error
+	want []error // every error the result must wrap
+	not  []error // errors it must not wrap
+}
+
+// unclassified are the sentinels an error that is not the store's fault
+// or the network's must not wrap.
+var unclassified = []error{idemstore.ErrUnavailable, idemstore.ErrNotFound, idemstore.ErrRetryable, idemstore.ErrLeaseLost}
 
 func TestInterpretError(t *testing.T) {
 	t.Parallel()
@@ -22,34 +37,61 @@ func TestInterpretError(t *testing.T) {
 	timeout := &net.OpError{Op: "read", Net: "tcp", Err: os.ErrDeadlineExceeded}
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
-	cases := []struct {
-		name string
-		ctx  context.Context
-		err  error
-		want []error // every error the result must wrap
-		not  []error // errors it must not wrap
-	}{
-		{"nil", context.Background(), nil, nil, nil},
-		{"redis nil", context.Background(), redis.Nil, []error{idemstore.ErrNotFound}, []error{idemstore.ErrUnavailable}},
-		{"client closed", context.Background(), redis.ErrClosed, []error{idemstore.ErrUnavailable, redis.ErrClosed}, nil},
-		{"pool timeout", context.Background(), redis.ErrPoolTimeout, []error{idemstore.ErrUnavailable}, nil},
-		{"connection refused", context.Background(), refused, []error{idemstore.ErrUnavailable, syscall.ECONNREFUSED}, nil},
-		{"connection reset", context.Background(), fmt.Errorf("read: %w", syscall.ECONNRESET), []error{idemstore.ErrUnavailable}, nil},
-		{"eof", context.Background(), io.EOF, []error{idemstore.ErrUnavailable}, nil},
-		{"network timeout", context.Background(), timeout, []error{idemstore.ErrUnavailable}, []error{context.DeadlineExceeded}},
-		{"clusterdown", context.Background(), errors.New("CLUSTERDOWN The cluster is down"), []error{idemstore.ErrUnavailable}, nil},
-		{"masterdown", context.Background(), errors.New("MASTERDOWN Link with MASTER is down"), []error{idemstore.ErrUnavailable}, nil},
-		{"loading", context.Background(), errors.New("LOADING Redis is loading the dataset in memory"), []error{idemstore.ErrUnavailable}, nil},
-		{"readonly", context.Background(), errors.New("READONLY You can't write against a read only replica."), []error{idemstore.ErrUnavailable}, nil},
-		{"oom", context.Background(), errors.New("OOM command not allowed when used memory > 'maxmemory'."), []error{idemstore.ErrUnavailable}, nil},
-		{"tryagain", context.Background(), errors.New("TRYAGAIN Multiple keys request during rehashing of slot"), []error{idemstore.ErrRetryable}, []error{idemstore.ErrUnavailable}},
-		{"canceled", context.Background(), context.Canceled, []error{context.Canceled}, []error{idemstore.ErrUnavailable}},
-		{"deadline", context.Background(), fmt.Errorf("dial: %w", context.DeadlineExceeded), []error{context.DeadlineExceeded}, []error{idemstore.ErrUnavailable}},
+	bg := context.Background()
+	checkErrors(t, []errorCase{
+		{"nil", bg, nil, nil, nil},
+		{"redis nil", bg, rueidis.Nil, []error{idemstore.ErrNotFound}, []error{idemstore.ErrUnavailable}},
+		{"client closed", bg, rueidis.ErrClosing, []error{idemstore.ErrUnavailable, rueidis.ErrClosing}, nil},
+		{"no node for the slot", bg, rueidis.ErrNoSlot, []error{idemstore.ErrUnavailable}, nil},
+		{"connection refused", bg, refused, []error{idemstore.ErrUnavailable, syscall.ECONNREFUSED}, nil},
+		{"connection reset", bg, fmt.Errorf("read: %w", syscall.ECONNRESET), []error{idemstore.ErrUnavailable}, nil},
+		{"eof", bg, io.EOF, []error{idemstore.ErrUnavailable}, nil},
+		{"network timeout", bg, timeout, []error{idemstore.ErrUnavailable}, []error{context.DeadlineExceeded}},
+		{"canceled", bg, context.Canceled, []error{context.Canceled}, []error{idemstore.ErrUnavailable}},
+		{"deadline", bg, fmt.Errorf("dial: %w", context.DeadlineExceeded), []error{context.DeadlineExceeded}, []error{idemstore.ErrUnavailable}},
 		{"timeout after cancel", cancelled, timeout, []error{context.Canceled}, []error{idemstore.ErrUnavailable}},
-		{"timeout at the deadline", pastDeadline{context.Background()}, timeout, []error{context.DeadlineExceeded}, []error{idemstore.ErrUnavailable}},
-		{"script error", context.Background(), errors.New("ERR user_script:1: Script attempted to access nonexistent global variable"), nil,
-			[]error{idemstore.ErrUnavailable, idemstore.ErrNotFound, idemstore.ErrRetryable, idemstore.ErrLeaseLost}},
+		{"timeout at the deadline", pastDeadline{bg}, timeout, []error{context.DeadlineExceeded}, []error{idemstore.ErrUnavailable}},
+		{"other", bg, errors.New("something else"), nil, unclassified},
+	})
+}
+
+// TestInterpretServerError classifies error replies as a real server sends
+// them: the Redis states are raised by a script (redis.error_reply), the
+// script error and the nil reply are real.
+func TestInterpretServerError(t *testing.T) {
+	t.Parallel()
+	c := standaloneClient(t)
+	ctx := t.Context()
+	reply := func(msg string) error {
+		t.Helper()
+		err := c.Do(ctx, c.B().Eval().Script("return redis.error_reply(ARGV[1])").Numkeys(0).Arg(msg).Build()).Error()
+		// rueidis drops a leading "ERR ".
+		if re, ok := rueidis.IsRedisErr(err); !ok || re.Error() != strings.TrimPrefix(msg, "ERR ") {
+			t.Fatalf("error_reply(%q) came back as %#v", msg, err)
+		}
+		return err
 	}
+	unavailable := []error{idemstore.ErrUnavailable}
+	cases := []errorCase{
+		{"clusterdown", ctx, reply("CLUSTERDOWN The cluster is down"), unavailable, nil},
+		{"masterdown", ctx, reply("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), unavailable, nil},
+		{"loading", ctx, reply("LOADING Redis is loading the dataset in memory"), unavailable, nil},
+		{"readonly", ctx, reply("READONLY You can't write against a read only replica."), unavailable, nil},
+		{"oom", ctx, reply("OOM command not allowed when used memory > 'maxmemory'."), unavailable, nil},
+		{"max clients", ctx, reply("ERR max number of clients reached"), unavailable, nil},
+		{"tryagain", ctx, reply("TRYAGAIN Multiple keys request during rehashing of slot"), []error{idemstore.ErrRetryable}, []error{idemstore.ErrUnavailable}},
+	}
+	scriptErr := c.Do(ctx, c.B().Eval().Script("return nosuchglobal.x").Numkeys(0).Build()).Error()
+	nilErr := c.Do(ctx, c.B().Get().Key(testPrefix()).Build()).Error()
+	cases = append(cases,
+		errorCase{"script error", ctx, scriptErr, nil, unclassified},
+		errorCase{"nil reply", ctx, nilErr, []error{idemstore.ErrNotFound}, []error{idemstore.ErrUnavailable}},
+	)
+	checkErrors(t, cases)
+}
+
+func checkErrors(t *testing.T, cases []errorCase) {
+	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemredis"
@@ -17,7 +17,9 @@ import (
 
 // A store on a Redis Cluster guarding a payment, tried twice with the same
 // key: the first attempt charges and stores the answer, the retry gets it
-// back. The same code works with redis.NewClient for a single node.
+// back. rueidis finds out by itself whether InitAddress names Cluster nodes
+// or a single node, so the same code works with one address; a redis://
+// URL becomes a ClientOption with rueidis.ParseURL.
 //
 // It needs a Cluster (REDIS_ADDRS, such as
 // 127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002), so go test compiles it
@@ -28,12 +30,15 @@ import (
 //	replayed: 201 {"id":"pay_1"}
 func ExampleNew() {
 	ctx := context.Background()
-	rdb := redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs: strings.Split(os.Getenv("REDIS_ADDRS"), ","),
+	client, err := rueidis.NewClient(rueidis.ClientOption{
+		InitAddress: strings.Split(os.Getenv("REDIS_ADDRS"), ","),
 	})
-	defer rdb.Close()
+	if err != nil {
+		log.Fatal(err) // rueidis connects at once
+	}
+	defer client.Close()
 
-	store, err := idemredis.New(rdb, idemredis.Config{Prefix: "payments"})
+	store, err := idemredis.New(client, idemredis.Config{Prefix: "payments"})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -21,13 +21,13 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 		return errNilResponse
 	}
 	return s.fenced(ctx, completeScript, p.Key, p.Token, false,
-		idemstore.EncodeResponse(p.Response), durMicros(p.Retention), s.ttlMillis(p.Retention))
+		rueidis.BinaryString(idemstore.EncodeResponse(p.Response)), durMicros(p.Retention), s.ttlMillis(p.Retention))
 }
 
 // Release deletes the record if it is still pending under p.Token (and,
 // with p.IfExpired, its lease has expired by the server's TIME).
 func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
-	return s.fenced(ctx, releaseScript, p.Key, p.Token, p.IfExpired, tombstoneTTL.Milliseconds())
+	return s.fenced(ctx, releaseScript, p.Key, p.Token, p.IfExpired, tombstoneMillis)
 }
 
 // Escalate moves a pending record to needs_review (with p.IfExpired, only
@@ -50,18 +50,22 @@ func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error 
 
 // fenced runs one of the token-fenced scripts (see fence in scripts.go)
 // with a fresh call id and maps its 0 to ErrLeaseLost.
-func (s *Store) fenced(ctx context.Context, script *redis.Script, key idemstore.Key, token string, ifExpired bool, args ...any) error {
+func (s *Store) fenced(ctx context.Context, script *rueidis.Lua, key idemstore.Key, token string, ifExpired bool, args ...string) error {
 	names := s.keys(key)
 	expired := ""
 	if ifExpired {
 		expired = "1"
 	}
-	argv := make([]any, 0, 5+len(args))
+	argv := make([]string, 0, 5+len(args))
 	argv = append(argv, names.channel, s.publishCmd(), token, s.callID(), expired)
 	argv = append(argv, args...)
-	n, err := script.Run(ctx, s.client, []string{names.record, names.tombstone}, argv...).Int64()
+	msg, err := s.run(ctx, script, []string{names.record, names.tombstone}, argv)
 	if err != nil {
-		return interpretError(ctx, err)
+		return err
+	}
+	n, err := msg.AsInt64()
+	if err != nil {
+		return fmt.Errorf("idemredis: unexpected reply to a state change: %w", err)
 	}
 	if n != 1 {
 		return fmt.Errorf("idemredis: %w", idemstore.ErrLeaseLost)

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/idem-dev/idem/internal/testenv"
+	"github.com/redis/rueidis"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // requireEnv returns the server address the test needs; see testenv.Getenv.
@@ -19,28 +19,38 @@ func requireEnv(t testing.TB, name string) string {
 	return testenv.Getenv(t, name)
 }
 
-// standaloneClient connects to IDEM_TEST_REDIS_URL.
-func standaloneClient(t testing.TB, poolSize int) *redis.Client {
+// standaloneClient connects to IDEM_TEST_REDIS_URL, a redis:// URL that
+// rueidis.ParseURL reads as go-redis's ParseURL would.
+func standaloneClient(t testing.TB) rueidis.Client {
 	t.Helper()
-	opts, err := redis.ParseURL(requireEnv(t, "IDEM_TEST_REDIS_URL"))
+	opt, err := rueidis.ParseURL(requireEnv(t, "IDEM_TEST_REDIS_URL"))
 	if err != nil {
 		t.Fatalf("IDEM_TEST_REDIS_URL: %v", err)
 	}
-	if poolSize > 0 {
-		opts.PoolSize = poolSize
-	}
-	c := redis.NewClient(opts)
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return newClient(t, opt)
 }
 
 // clusterClient connects to the Cluster seeds in IDEM_TEST_REDIS_CLUSTER.
-func clusterClient(t testing.TB, poolSize int) *redis.ClusterClient {
+func clusterClient(t testing.TB) rueidis.Client {
 	t.Helper()
-	addrs := strings.Split(requireEnv(t, "IDEM_TEST_REDIS_CLUSTER"), ",")
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, PoolSize: poolSize})
-	t.Cleanup(func() { _ = c.Close() })
+	return newClient(t, rueidis.ClientOption{InitAddress: strings.Split(requireEnv(t, "IDEM_TEST_REDIS_CLUSTER"), ",")})
+}
+
+// newClient makes a client with opt, closed when the test ends.
+func newClient(t testing.TB, opt rueidis.ClientOption) rueidis.Client {
+	t.Helper()
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		t.Fatalf("connecting to %v: %v", opt.InitAddress, err)
+	}
+	t.Cleanup(c.Close)
 	return c
+}
+
+// nodeClient connects to the one node at addr, Cluster member or not.
+func nodeClient(t testing.TB, addr string) rueidis.Client {
+	t.Helper()
+	return newClient(t, rueidis.ClientOption{InitAddress: []string{addr}, ForceSingleClient: true})
 }
 
 // testPrefix returns a key prefix no other test uses.
@@ -52,7 +62,7 @@ func testPrefix() string {
 
 // newTestStore returns a store under a fresh prefix whose keys are deleted
 // when the test ends.
-func newTestStore(t testing.TB, client redis.UniversalClient) *Store {
+func newTestStore(t testing.TB, client rueidis.Client) *Store {
 	t.Helper()
 	s := newUncleanedStore(t, client)
 	t.Cleanup(func() { deletePrefix(t, s) })
@@ -61,7 +71,7 @@ func newTestStore(t testing.TB, client redis.UniversalClient) *Store {
 
 // newUncleanedStore returns a store under a fresh prefix and leaves its keys
 // behind (for clients that cannot reach a server).
-func newUncleanedStore(t testing.TB, client redis.UniversalClient) *Store {
+func newUncleanedStore(t testing.TB, client rueidis.Client) *Store {
 	t.Helper()
 	s, err := New(client, Config{Prefix: testPrefix()})
 	if err != nil {
@@ -82,21 +92,21 @@ func deletePrefix(t testing.TB, s *Store) {
 	for _, n := range nodes {
 		var cursor uint64
 		for {
-			keys, next, err := n.client.Scan(ctx, cursor, globEscape(s.cfg.Prefix)+":*", 1000).Result()
+			e, err := n.client.Do(ctx, n.client.B().Scan().Cursor(cursor).Match(globEscape(s.cfg.Prefix)+":*").Count(1000).Build()).AsScanEntry()
 			if err != nil {
 				t.Logf("cleanup of %s: %v", s.cfg.Prefix, err)
 				return
 			}
 			// One key per command: a Cluster node refuses multi-key
 			// commands across slots.
-			pipe := n.client.Pipeline()
-			for _, k := range keys {
-				pipe.Unlink(ctx, k)
+			cmds := make(rueidis.Commands, len(e.Elements))
+			for i, k := range e.Elements {
+				cmds[i] = n.client.B().Unlink().Key(k).Build()
 			}
-			if _, err := pipe.Exec(ctx); err != nil && len(keys) > 0 {
+			if err := firstError(n.client.DoMulti(ctx, cmds...)); err != nil {
 				t.Logf("cleanup of %s: %v", s.cfg.Prefix, err)
 			}
-			if cursor = next; cursor == 0 {
+			if cursor = e.Cursor; cursor == 0 {
 				break
 			}
 		}

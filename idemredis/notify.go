@@ -4,7 +4,7 @@ import (
 	"context"
 	"sync"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -16,53 +16,65 @@ import (
 // so on a Cluster only the node that owns the record's slot carries the
 // message.
 //
-// Subscribe returns once the subscription is confirmed, so a change made
-// after it returns is not missed while the connection stays up. Messages
-// sent while a connection is being re-established can be lost: a
-// notification is a hint, and waiters keep polling as well. The channel is
-// closed when ctx ends or cancel is called; cancel waits for the
-// subscription's goroutine to stop.
+// The subscription holds a dedicated connection of its own (rueidis
+// Dedicate, to the master of the record's slot on a Cluster), taken from
+// the client's pool of blocking connections, and closed by cancel.
+// Subscribe returns once the server confirmed the subscription, so a change
+// made after it returns is not missed while the connection stays up. When
+// the connection breaks, the channel is closed: a notification is a hint,
+// and waiters keep polling. The channel is also closed when ctx ends or
+// cancel is called; cancel waits for the subscription's goroutine to stop.
 func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct{}, func(), error) {
-	var ps *redis.PubSub
+	dc, release := s.client.Dedicate()
+	var (
+		mu     sync.Mutex
+		closed bool
+	)
+	out := make(chan struct{}, 1)
+	hookErrs := dc.SetPubSubHooks(rueidis.PubSubHooks{
+		OnMessage: func(rueidis.PubSubMessage) {
+			mu.Lock()
+			defer mu.Unlock()
+			if closed {
+				return
+			}
+			select {
+			case out <- struct{}{}:
+			default: // a wake-up is already pending
+			}
+		},
+	})
+	sub := dc.B().Ssubscribe().Channel(s.channel(key)).Build()
 	if s.cfg.ClassicPubSub {
-		ps = s.client.Subscribe(ctx, s.channel(key))
-	} else {
-		ps = s.client.SSubscribe(ctx, s.channel(key))
+		sub = dc.B().Subscribe().Channel(s.channel(key)).Build()
 	}
-	if _, err := ps.Receive(ctx); err != nil {
-		_ = ps.Close()
+	// The reply to SUBSCRIBE and SSUBSCRIBE is the server's confirmation.
+	if err := dc.Do(ctx, sub).Error(); err != nil {
+		dc.Close()
+		release()
 		return nil, nil, interpretError(ctx, err)
 	}
-	msgs := ps.Channel()
-	out := make(chan struct{}, 1)
 	done := make(chan struct{})
 	stopped := make(chan struct{})
 	go func() {
 		defer close(stopped)
-		defer close(out)
-		for {
-			select {
-			case _, ok := <-msgs:
-				if !ok {
-					return
-				}
-				select {
-				case out <- struct{}{}:
-				default: // a wake-up is already pending
-				}
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			}
+		select {
+		case <-hookErrs: // the connection broke or was closed
+		case <-done:
+		case <-ctx.Done():
 		}
+		mu.Lock()
+		closed = true
+		close(out)
+		mu.Unlock()
 	}()
 	var once sync.Once
 	cancel := func() {
 		once.Do(func() {
 			close(done)
-			_ = ps.Close()
 			<-stopped
+			dc.Close()
+			release()
 		})
 	}
 	return out, cancel, nil

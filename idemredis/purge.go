@@ -4,7 +4,7 @@ import (
 	"context"
 	"slices"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -22,14 +22,11 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 	}
 	total := 0
 	for _, n := range nodes {
-		if err := purgeScript.Load(ctx, n.client).Err(); err != nil {
-			return total, interpretError(ctx, err)
-		}
 		var cursor uint64
 		for {
-			keys, next, err := n.client.ScanType(ctx, cursor, s.match, int64(s.cfg.ScanCount), "hash").Result()
+			keys, next, err := s.scan(ctx, n.client, cursor)
 			if err != nil {
-				return total, interpretError(ctx, err)
+				return total, err
 			}
 			for chunk := range slices.Chunk(keys, p.BatchSize) {
 				deleted, err := s.purgeBatch(ctx, n.client, chunk)
@@ -47,20 +44,23 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 	return total, nil
 }
 
-// purgeBatch runs the purge script on keys in one pipeline and counts the
-// records it deleted.
-func (s *Store) purgeBatch(ctx context.Context, c redis.Cmdable, keys []string) (int, error) {
-	pipe := c.Pipeline()
-	cmds := make([]*redis.Cmd, len(keys))
+// purgeBatch runs the purge script on keys in one pipeline (after loading
+// it on the node) and counts the records it deleted.
+func (s *Store) purgeBatch(ctx context.Context, c rueidis.Client, keys []string) (int, error) {
+	execs := make([]rueidis.LuaExec, len(keys))
 	for i, k := range keys {
-		cmds[i] = purgeScript.EvalSha(ctx, pipe, []string{k})
+		execs[i] = rueidis.LuaExec{Keys: []string{k}}
 	}
-	_, err := pipe.Exec(ctx)
 	deleted := 0
-	for _, cmd := range cmds {
-		if n, _ := cmd.Int64(); n == 1 {
+	var firstErr error
+	for _, res := range purgeScript.ExecMulti(ctx, c, execs...) {
+		n, err := res.AsInt64()
+		switch {
+		case err == nil && n == 1:
 			deleted++
+		case err != nil && firstErr == nil:
+			firstErr = err
 		}
 	}
-	return deleted, interpretError(ctx, err)
+	return deleted, interpretError(ctx, firstErr)
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/idem-dev/idem/idemstore"
 )
 
@@ -89,22 +91,24 @@ func parseMicros(s string) (time.Time, error) {
 // completed record therefore stays at least RetentionGrace, long enough for
 // Purge to find one whose retention is already over. The TTL is relative
 // (PEXPIRE), so Redis's clock only measures a duration.
-func (s *Store) ttlMillis(retention time.Duration) int64 {
+func (s *Store) ttlMillis(retention time.Duration) string {
 	d := max(retention, 0) + s.cfg.RetentionGrace
-	return (d + time.Millisecond - 1).Milliseconds()
+	return strconv.FormatInt((d + time.Millisecond - 1).Milliseconds(), 10)
 }
 
 // decodeRecord turns the values read in fieldNames order into a Record
 // read at readAt. It returns (nil, nil) when the hash does not exist.
-func decodeRecord(vals []any, readAt time.Time) (*idemstore.Record, error) {
+func decodeRecord(vals []rueidis.RedisMessage, readAt time.Time) (*idemstore.Record, error) {
 	if len(vals) != numFields {
 		return nil, fmt.Errorf("idemredis: record has %d fields, want %d", len(vals), numFields)
 	}
-	if vals[fState] == nil {
+	// A missing field comes back as a nil, or, from a script on a RESP3
+	// connection, as false (Lua's nil): anything but a string.
+	if !vals[fState].IsString() {
 		return nil, nil
 	}
 	str := func(i int) string {
-		s, _ := vals[i].(string)
+		s, _ := vals[i].ToString() // "" for a missing field
 		return s
 	}
 	rec := &idemstore.Record{
@@ -146,11 +150,11 @@ func decodeRecord(vals []any, readAt time.Time) (*idemstore.Record, error) {
 
 // decodeRead decodes the reply of the get and reserve scripts: the server's
 // TIME in Unix microseconds, then the fields in fieldNames order.
-func decodeRead(vals []any) (*idemstore.Record, error) {
+func decodeRead(vals []rueidis.RedisMessage) (*idemstore.Record, error) {
 	if len(vals) != 1+numFields {
 		return nil, fmt.Errorf("idemredis: read returned %d values, want %d", len(vals), 1+numFields)
 	}
-	now, _ := vals[0].(string)
+	now, _ := vals[0].ToString()
 	readAt, err := parseMicros(now)
 	if err != nil || readAt.IsZero() {
 		return nil, fmt.Errorf("idemredis: bad server time %q", now)

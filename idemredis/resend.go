@@ -1,18 +1,24 @@
 package idemredis
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"math/rand/v2"
+	"strconv"
 	"time"
+
+	"github.com/redis/rueidis"
 )
 
-// go-redis resends a command when the connection breaks before the reply
-// arrives (Options.MaxRetries, 3 by default), so a script can run twice for
-// one call, the second time on a record its first run already changed. To
-// tell that second run from a new call (a second Complete with the same
-// token must fail), every changing script after Reserve carries a call id,
-// random per call and the same in a resend:
+// A script whose reply is lost (the connection breaks or times out after
+// the script was sent) may or may not have run. The store sends it again,
+// up to Config.Resends times (see run), so a script can run twice for one
+// call, the second time on a record its first run already changed. To tell
+// that second run from a new call (a second Complete with the same token
+// must fail), every changing script after Reserve carries a call id, random
+// per call and the same in a resend:
 //
 //   - Complete, Escalate, Takeover and Resolve (complete) store it in the
 //     record's lc field. A run whose fence fails on a record whose lc is its
@@ -35,10 +41,19 @@ import (
 // tombstone's life, or took over and completed the record) still reports
 // ErrLeaseLost, truthfully about the record as it now is.
 
-// tombstoneTTL is how long a tombstone stays: far longer than go-redis
-// spends on its retries (dial and read timeouts plus backoff), yet short
-// enough that tombstones of released keys do not pile up.
+// tombstoneTTL is how long a tombstone stays: far longer than the resends
+// take (backoff and the connection's timeouts), yet short enough that
+// tombstones of released keys do not pile up.
 const tombstoneTTL = 5 * time.Minute
+
+// tombstoneMillis is tombstoneTTL as the scripts take it.
+var tombstoneMillis = strconv.FormatInt(tombstoneTTL.Milliseconds(), 10)
+
+// Backoff between resends: minResendWait, doubling up to maxResendWait.
+const (
+	minResendWait = 8 * time.Millisecond
+	maxResendWait = 512 * time.Millisecond
+)
 
 // newCallID returns 128 random bits in hex. The id only has to differ from
 // every other call's on the same record, so the runtime's fast generator
@@ -48,4 +63,30 @@ func newCallID() string {
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
 	return hex.EncodeToString(b[:])
+}
+
+// run executes script (EVALSHA, then EVAL if the node does not have it)
+// and returns its reply. When the reply is lost to a broken or timed-out
+// connection, it sends the same script with the same arguments again, up to
+// Config.Resends times, pausing between attempts, while ctx lasts. Errors
+// come back interpreted (see interpretError).
+func (s *Store) run(ctx context.Context, script *rueidis.Lua, keys, args []string) (rueidis.RedisMessage, error) {
+	wait := minResendWait
+	for resends := 0; ; resends++ {
+		msg, err := script.Exec(ctx, s.client, keys, args).ToMessage()
+		if err == nil {
+			return msg, nil
+		}
+		if resends >= s.cfg.Resends || !isConnError(err) || errors.Is(err, rueidis.ErrClosing) || ctx.Err() != nil {
+			return msg, interpretError(ctx, err)
+		}
+		t := time.NewTimer(rand.N(wait/2) + wait/2)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return msg, interpretError(ctx, err)
+		case <-t.C:
+		}
+		wait = min(2*wait, maxResendWait)
+	}
 }

@@ -1,20 +1,24 @@
 package idemredis
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/dropproxy"
 )
 
 // resending returns a store on the standalone server whose calls all carry
-// the same call id, as a script resent by go-redis after a broken
-// connection does: calling a method twice runs its script twice as one
-// call.
+// the same call id, as a script the store resends after a lost reply does:
+// calling a method twice runs its script twice as one call.
 func resending(t *testing.T) *Store {
 	t.Helper()
-	s := newTestStore(t, standaloneClient(t, 0))
+	s := newTestStore(t, standaloneClient(t))
 	s.callID = func() string { return "resent" }
 	return s
 }
@@ -163,5 +167,126 @@ func TestResentAfterAnotherChange(t *testing.T) {
 	}
 	if rec, err := s.Get(ctx, k); err != nil || rec.Token != "tok-2" {
 		t.Fatalf("Get = %+v, %v; want the new reservation", rec, err)
+	}
+}
+
+// lostReplyOp is a call whose reply TestLostReplies drops: setup brings a
+// fresh key to the state the call needs, call makes it, and check tells
+// whether the change is in the store.
+type lostReplyOp struct {
+	name  string
+	setup func(t *testing.T, s *Store, k idemstore.Key)
+	call  func(ctx context.Context, s *Store, k idemstore.Key) error
+	check func(t *testing.T, s *Store, k idemstore.Key)
+}
+
+// TestLostReplies runs every script through a TCP proxy that lets the
+// script reach the server and drops the connection instead of the reply
+// (internal/dropproxy). The store sends the script again on a new
+// connection, and the script recognises its own earlier run: the call
+// succeeds and the change is made once. With Resends -1 the same call
+// fails with ErrUnavailable, and the change is in the store all the same.
+func TestLostReplies(t *testing.T) {
+	t.Parallel()
+	opt := rueidis.MustParseURL(requireEnv(t, "IDEM_TEST_REDIS_URL"))
+	proxy := dropproxy.New(t, opt.InitAddress[0])
+	opt.InitAddress = []string{proxy.Addr()}
+	opt.ForceSingleClient = true
+	client := newClient(t, opt)
+
+	reserved := func(lease time.Duration) func(t *testing.T, s *Store, k idemstore.Key) {
+		return func(t *testing.T, s *Store, k idemstore.Key) { reserve(t, s, k.Key, "tok", lease) }
+	}
+	then := func(first func(*testing.T, *Store, idemstore.Key), next func(context.Context, *Store, idemstore.Key) error) func(*testing.T, *Store, idemstore.Key) {
+		return func(t *testing.T, s *Store, k idemstore.Key) {
+			first(t, s, k)
+			if err := next(t.Context(), s, k); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	state := func(want idemstore.State, token string) func(*testing.T, *Store, idemstore.Key) {
+		return func(t *testing.T, s *Store, k idemstore.Key) {
+			t.Helper()
+			rec, err := s.Get(t.Context(), k)
+			if err != nil || rec.State != want || rec.Token != token {
+				t.Fatalf("Get = %+v, %v; want %s under %s", rec, err, want, token)
+			}
+		}
+	}
+	gone := func(t *testing.T, s *Store, k idemstore.Key) {
+		t.Helper()
+		if rec, err := s.Get(t.Context(), k); !errors.Is(err, idemstore.ErrNotFound) {
+			t.Fatalf("Get = %+v, %v; want ErrNotFound", rec, err)
+		}
+	}
+	complete := func(ctx context.Context, s *Store, k idemstore.Key) error {
+		return s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "tok", Response: &idemstore.Response{Status: 201}, Retention: time.Hour})
+	}
+	escalate := func(ctx context.Context, s *Store, k idemstore.Key) error {
+		return s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: "tok", Reason: "unknown"})
+	}
+	ops := []lostReplyOp{
+		{"Reserve", func(*testing.T, *Store, idemstore.Key) {}, func(ctx context.Context, s *Store, k idemstore.Key) error {
+			_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok", Lease: time.Minute})
+			if err == nil && !created {
+				err = errors.New("not created")
+			}
+			return err
+		}, state(idemstore.StatePending, "tok")},
+		{"Complete", reserved(time.Minute), complete, state(idemstore.StateCompleted, "tok")},
+		{"Release", reserved(time.Minute), func(ctx context.Context, s *Store, k idemstore.Key) error {
+			return s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: "tok"})
+		}, gone},
+		{"Escalate", reserved(time.Minute), escalate, state(idemstore.StateNeedsReview, "tok")},
+		{"Extend", reserved(time.Minute), func(ctx context.Context, s *Store, k idemstore.Key) error {
+			return s.Extend(ctx, idemstore.ExtendParams{Key: k, Token: "tok", Lease: 24 * time.Hour})
+		}, func(t *testing.T, s *Store, k idemstore.Key) {
+			if rec, err := s.Get(t.Context(), k); err != nil || rec.LeaseUntil.Sub(rec.ReadAt) < time.Hour {
+				t.Fatalf("Get = %+v, %v; want the lease extended by a day", rec, err)
+			}
+		}},
+		{"Takeover", reserved(-time.Second), func(ctx context.Context, s *Store, k idemstore.Key) error {
+			return s.Takeover(ctx, idemstore.TakeoverParams{Key: k, OldToken: "tok", NewToken: "tok-2", Lease: time.Minute})
+		}, state(idemstore.StatePending, "tok-2")},
+		{"ResolveComplete", then(reserved(time.Minute), escalate), func(ctx context.Context, s *Store, k idemstore.Key) error {
+			return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveComplete, Response: &idemstore.Response{Status: 200}, Retention: time.Hour})
+		}, state(idemstore.StateCompleted, "tok")},
+		{"ResolveRelease", then(reserved(time.Minute), escalate), func(ctx context.Context, s *Store, k idemstore.Key) error {
+			return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveRelease})
+		}, gone},
+		{"Delete", then(reserved(time.Minute), complete), func(ctx context.Context, s *Store, k idemstore.Key) error {
+			return s.Delete(ctx, k)
+		}, gone},
+	}
+	// The first pass drops nothing: it checks the calls and gets every
+	// script cached on the server, so that the dropped command is the
+	// script's EVALSHA and not a NOSCRIPT reply.
+	for _, mode := range []struct {
+		name    string
+		drop    bool
+		resends int
+	}{{"no drop", false, 0}, {"resent", true, 0}, {"not resent", true, -1}} {
+		s := newTestStore(t, client)
+		s.cfg.Resends = cmp.Or(mode.resends, s.cfg.Resends)
+		for _, op := range ops {
+			k := idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: op.name}
+			op.setup(t, s, k)
+			if mode.drop {
+				proxy.DropNext([]byte("EVALSHA"))
+			}
+			err := op.call(t.Context(), s, k)
+			if proxy.Armed() {
+				t.Fatalf("%s, %s: the proxy dropped no reply", mode.name, op.name)
+			}
+			if mode.resends == -1 {
+				if !errors.Is(err, idemstore.ErrUnavailable) {
+					t.Fatalf("%s, %s: %v, want ErrUnavailable", mode.name, op.name, err)
+				}
+			} else if err != nil {
+				t.Fatalf("%s, %s: %v", mode.name, op.name, err)
+			}
+			op.check(t, s, k)
+		}
 	}
 }

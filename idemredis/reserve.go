@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -17,22 +17,22 @@ import (
 // the contract's retry loop. A completed record whose retention is over but
 // which Purge (or its TTL) has not removed yet is returned like any other.
 //
-// go-redis resends a command whose connection broke before the reply came
-// back, so the script may run twice for one call. An existing pending record
-// that carries p.Token and p.Fingerprint can only be this call's own insert
-// (tokens are unique per attempt), and Reserve reports it as created.
+// The script is sent again when its reply is lost (see Config.Resends), so
+// it may run twice for one call. An existing pending record that carries
+// p.Token and p.Fingerprint can only be this call's own insert (tokens are
+// unique per attempt), and Reserve reports it as created.
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
-	res, err := reserveScript.Run(ctx, s.client, []string{s.recordKey(p.Key)},
+	msg, err := s.run(ctx, reserveScript, []string{s.recordKey(p.Key)}, []string{
 		p.Key.Scope, p.Key.Operation, p.Key.Key, p.Fingerprint, p.Token,
-		durMicros(p.Lease), idemstore.EncodeRequest(p.Request)).Result()
+		durMicros(p.Lease), rueidis.BinaryString(idemstore.EncodeRequest(p.Request)),
+	})
 	if err != nil {
-		return nil, false, interpretError(ctx, err)
+		return nil, false, err
 	}
-	vals, ok := res.([]any)
-	if !ok {
+	if msg.IsInt64() {
 		return nil, true, nil
 	}
-	rec, err := s.checked(p.Key, vals)
+	rec, err := s.checked(p.Key, msg)
 	if err != nil {
 		return nil, false, err
 	}
@@ -40,7 +40,7 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 		return nil, false, errors.New("idemredis: reserve found a record without state")
 	}
 	if p.Token != "" && rec.Token == p.Token && rec.Fingerprint == p.Fingerprint && rec.State == idemstore.StatePending {
-		return nil, true, nil // ours: a resent command whose first attempt went in
+		return nil, true, nil // ours: a resent script whose first run went in
 	}
 	return rec, false, nil
 }
@@ -48,16 +48,16 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 // Get returns the record for key, read together with the server's TIME
 // (its ReadAt) in one script, or an error wrapping idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
-	vals, err := getScript.Run(ctx, s.client, []string{s.recordKey(key)}).Slice()
+	msg, err := s.run(ctx, getScript, []string{s.recordKey(key)}, nil)
 	if err != nil {
-		return nil, interpretError(ctx, err)
+		return nil, err
 	}
-	rec, err := s.checked(key, vals)
+	rec, err := s.checked(key, msg)
 	if err != nil {
 		return nil, err
 	}
 	if rec == nil {
-		return nil, interpretError(ctx, redis.Nil)
+		return nil, interpretError(ctx, rueidis.Nil)
 	}
 	return rec, nil
 }
@@ -65,7 +65,11 @@ func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, 
 // checked decodes the reply of the get or reserve script for key and makes
 // sure the record is that key's: two keys can only share a hash if SHA-256
 // collides, but a record must never be served to the wrong caller.
-func (s *Store) checked(key idemstore.Key, vals []any) (*idemstore.Record, error) {
+func (s *Store) checked(key idemstore.Key, msg rueidis.RedisMessage) (*idemstore.Record, error) {
+	vals, err := msg.ToArray()
+	if err != nil {
+		return nil, fmt.Errorf("idemredis: unexpected reply to a read: %w", err)
+	}
 	rec, err := decodeRead(vals)
 	if err != nil || rec == nil {
 		return nil, err

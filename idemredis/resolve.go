@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -26,35 +26,41 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		return fmt.Errorf("idemredis: unknown resolve action %d", p.Action)
 	}
 	names := s.keys(p.Key)
-	n, err := resolveScript.Run(ctx, s.client, []string{names.record, names.tombstone},
-		names.channel, s.publishCmd(), s.callID(), action, idemstore.EncodeResponse(p.Response),
-		durMicros(p.Retention), s.ttlMillis(p.Retention), p.Reason, tombstoneTTL.Milliseconds(), p.Token).Int64()
+	msg, err := s.run(ctx, resolveScript, []string{names.record, names.tombstone}, []string{
+		names.channel, s.publishCmd(), s.callID(), action, rueidis.BinaryString(idemstore.EncodeResponse(p.Response)),
+		durMicros(p.Retention), s.ttlMillis(p.Retention), p.Reason, tombstoneMillis, p.Token,
+	})
 	if err != nil {
-		return interpretError(ctx, err)
+		return err
 	}
-	return s.stateResult(ctx, n, idemstore.ErrNotNeedsReview)
+	return s.stateResult(ctx, msg, idemstore.ErrNotNeedsReview)
 }
 
 // Delete removes a completed record before its retention ends.
 func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
 	names := s.keys(key)
-	n, err := deleteScript.Run(ctx, s.client, []string{names.record, names.tombstone},
-		names.channel, s.publishCmd(), s.callID(), tombstoneTTL.Milliseconds()).Int64()
+	msg, err := s.run(ctx, deleteScript, []string{names.record, names.tombstone}, []string{
+		names.channel, s.publishCmd(), s.callID(), tombstoneMillis,
+	})
 	if err != nil {
-		return interpretError(ctx, err)
+		return err
 	}
-	return s.stateResult(ctx, n, idemstore.ErrNotCompleted)
+	return s.stateResult(ctx, msg, idemstore.ErrNotCompleted)
 }
 
 // stateResult maps the reply of the resolve and delete scripts: 1 success,
 // -1 missing record, -2 a record in another state (wrong), -3 a record in
 // review under another token.
-func (s *Store) stateResult(ctx context.Context, n int64, wrong error) error {
+func (s *Store) stateResult(ctx context.Context, msg rueidis.RedisMessage, wrong error) error {
+	n, err := msg.AsInt64()
+	if err != nil {
+		return fmt.Errorf("idemredis: unexpected reply to a state change: %w", err)
+	}
 	switch n {
 	case 1:
 		return nil
 	case -1:
-		return interpretError(ctx, redis.Nil)
+		return interpretError(ctx, rueidis.Nil)
 	case -3:
 		return fmt.Errorf("idemredis: escalated again under another token: %w", idemstore.ErrLeaseLost)
 	default:

@@ -6,19 +6,20 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
 
 // Listing works by SCAN with MATCH "<prefix>:{*}:r" and TYPE hash on every
-// master (on a Cluster, the masters from ForEachMaster, in address order),
+// master (on a Cluster, the masters by CLUSTER SLOTS, in address order),
 // followed by one pipeline per SCAN batch of TIME and an HMGET of state,
 // lease and operation per key, and one pipeline of TIME and the whole
 // records for those returned. TIME comes from the node that holds the
@@ -31,30 +32,151 @@ import (
 // node is one master that holds part of the keyspace.
 type node struct {
 	addr   string
-	client redis.Cmdable
+	client rueidis.Client
+	// slots are the hash slots the master serves, as [first, last] ranges
+	// (on a Cluster only).
+	slots [][2]int64
 }
 
-// masters returns the nodes to scan, in a stable order.
+// masters returns the nodes to scan, in a stable order: the client itself
+// when it is not a Cluster client; on a Cluster, every master that serves
+// slots by CLUSTER SLOTS, each through the client's own connection to it.
+// A master the client does not know yet (promoted since the client last
+// refreshed its view of the Cluster) is introduced to it by a command for a
+// key in one of its slots, which the old owner answers with MOVED.
 func (s *Store) masters(ctx context.Context) ([]node, error) {
-	cc, ok := s.client.(*redis.ClusterClient)
-	if !ok {
+	if s.client.Mode() != rueidis.ClientModeCluster {
 		return []node{{client: s.client}}, nil
 	}
-	var (
-		mu    sync.Mutex
-		nodes []node
-	)
-	err := cc.ForEachMaster(ctx, func(_ context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		nodes = append(nodes, node{addr: c.Options().Addr, client: c})
-		return nil
-	})
-	if err != nil {
-		return nil, interpretError(ctx, err)
+	for introduced := false; ; introduced = true {
+		nodes, err := s.clusterMasters(ctx)
+		if err != nil {
+			return nil, err
+		}
+		unknown := slices.DeleteFunc(slices.Clone(nodes), func(n node) bool { return n.client != nil })
+		if len(unknown) == 0 {
+			return nodes, nil
+		}
+		if introduced {
+			return nil, fmt.Errorf("idemredis: master %s is not known to the Cluster client yet: %w", unknown[0].addr, idemstore.ErrRetryable)
+		}
+		for _, n := range unknown {
+			_ = s.client.Do(ctx, s.client.B().Exists().Key(keyInSlot(n.slots[0][0])).Build()).Error()
+		}
 	}
-	slices.SortFunc(nodes, func(a, b node) int { return cmp.Compare(a.addr, b.addr) })
+}
+
+// clusterMasters asks CLUSTER SLOTS of the first node (by address) that
+// answers and returns the masters it names, sorted by address, with the
+// client's connection to each (nil for one the client does not know).
+func (s *Store) clusterMasters(ctx context.Context) ([]node, error) {
+	known := s.client.Nodes()
+	err := errors.New("idemredis: the Cluster client knows no node")
+	for _, addr := range slices.Sorted(maps.Keys(known)) {
+		c := known[addr]
+		var entries []rueidis.RedisMessage
+		if entries, err = c.Do(ctx, c.B().ClusterSlots().Build()).ToArray(); err == nil {
+			return parseClusterSlots(entries, addr, known)
+		}
+	}
+	return nil, interpretError(ctx, err)
+}
+
+// parseClusterSlots reads a CLUSTER SLOTS reply, given by the node at
+// asked, into the masters it names, sorted by address, with the clients of
+// known.
+func parseClusterSlots(entries []rueidis.RedisMessage, asked string, known map[string]rueidis.Client) ([]node, error) {
+	bad := func(err error) error { return fmt.Errorf("idemredis: unexpected CLUSTER SLOTS reply: %w", err) }
+	byAddr := map[string]*node{}
+	for _, e := range entries {
+		f, err := e.ToArray()
+		if err == nil && len(f) < 3 {
+			err = errors.New("short entry")
+		}
+		if err != nil {
+			return nil, bad(err)
+		}
+		first, err1 := f[0].AsInt64()
+		last, err2 := f[1].AsInt64()
+		m, err3 := f[2].ToArray()
+		if err := errors.Join(err1, err2, err3); err != nil || len(m) < 2 {
+			return nil, bad(cmp.Or(err, errors.New("short node")))
+		}
+		host, _ := m[0].ToString()
+		port, err := m[1].AsInt64()
+		if err != nil {
+			return nil, bad(err)
+		}
+		if host == "" { // the node that answered
+			host, _, _ = net.SplitHostPort(asked)
+		}
+		addr := net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		n := byAddr[addr]
+		if n == nil {
+			n = &node{addr: addr, client: known[addr]}
+			byAddr[addr] = n
+		}
+		n.slots = append(n.slots, [2]int64{first, last})
+	}
+	nodes := make([]node, 0, len(byAddr))
+	for _, addr := range slices.Sorted(maps.Keys(byAddr)) {
+		nodes = append(nodes, *byAddr[addr])
+	}
 	return nodes, nil
+}
+
+// keyInSlot returns a short key in the Cluster hash slot, "" if it finds
+// none (every slot has one of at most six digits: 0 to 109757 cover them
+// all).
+func keyInSlot(slot int64) string {
+	for i := range 1_000_000 {
+		if k := strconv.Itoa(i); int64(crc16(k)%16384) == slot {
+			return k
+		}
+	}
+	return ""
+}
+
+// crc16 is the Cluster's key hash, CRC-16/XMODEM (polynomial 0x1021).
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// scan runs one SCAN step of this store's record keys on the node c.
+func (s *Store) scan(ctx context.Context, c rueidis.Client, cursor uint64) (keys []string, next uint64, err error) {
+	e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(s.match).Count(int64(s.cfg.ScanCount)).Type("hash").Build()).AsScanEntry()
+	if err != nil {
+		return nil, 0, interpretError(ctx, err)
+	}
+	return e.Elements, e.Cursor, nil
+}
+
+// serverTime decodes a TIME reply.
+func serverTime(res rueidis.RedisResult) (time.Time, error) {
+	v, err := res.AsStrSlice()
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(v) != 2 {
+		return time.Time{}, fmt.Errorf("idemredis: TIME returned %d values", len(v))
+	}
+	sec, err1 := strconv.ParseInt(v[0], 10, 64)
+	usec, err2 := strconv.ParseInt(v[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return time.Time{}, fmt.Errorf("idemredis: bad TIME %q: %w", v, err)
+	}
+	return time.Unix(sec, usec*1000).UTC(), nil
 }
 
 // position says where a record was found: the node, the SCAN cursor that
@@ -106,7 +228,7 @@ type summary struct {
 // hit is a record the first pass selected.
 type hit struct {
 	pos        position
-	node       redis.Cmdable
+	node       rueidis.Client
 	leaseUntil time.Time
 }
 
@@ -128,9 +250,9 @@ func (s *Store) walk(ctx context.Context, from position, keep func(summary) bool
 			cursor, after = from.cursor, from.key
 		}
 		for {
-			keys, next, err := nodes[i].client.ScanType(ctx, cursor, s.match, int64(s.cfg.ScanCount), "hash").Result()
+			keys, next, err := s.scan(ctx, nodes[i].client, cursor)
 			if err != nil {
-				return interpretError(ctx, err)
+				return err
 			}
 			slices.Sort(keys)
 			keys = slices.Compact(keys)
@@ -166,36 +288,53 @@ func (s *Store) walk(ctx context.Context, from position, keep func(summary) bool
 // summaries reads the state, lease deadline and operation of the records
 // under keys, after the node's TIME, in one pipeline; a key that vanished
 // since the SCAN yields nil.
-func (s *Store) summaries(ctx context.Context, c redis.Cmdable, keys []string) ([]*summary, error) {
+func (s *Store) summaries(ctx context.Context, c rueidis.Client, keys []string) ([]*summary, error) {
 	if len(keys) == 0 {
 		return nil, nil
 	}
-	pipe := c.Pipeline()
-	clock := pipe.Time(ctx)
-	cmds := make([]*redis.SliceCmd, len(keys))
-	for i, k := range keys {
-		cmds[i] = pipe.HMGet(ctx, k, fieldNames[fState], fieldNames[fLeaseUntil], fieldNames[fOperation])
+	cmds := make(rueidis.Commands, 0, 1+len(keys))
+	cmds = append(cmds, c.B().Time().Build())
+	for _, k := range keys {
+		cmds = append(cmds, c.B().Hmget().Key(k).Field(fieldNames[fState], fieldNames[fLeaseUntil], fieldNames[fOperation]).Build())
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
+	res := c.DoMulti(ctx, cmds...)
+	if err := firstError(res); err != nil {
 		return nil, interpretError(ctx, err)
 	}
-	now := clock.Val().UTC()
+	now, err := serverTime(res[0])
+	if err != nil {
+		return nil, err
+	}
 	out := make([]*summary, len(keys))
-	for i, cmd := range cmds {
-		v := cmd.Val()
-		st, ok := v[0].(string)
-		if !ok {
-			continue
+	for i, r := range res[1:] {
+		v, err := r.ToArray()
+		if err != nil || len(v) != 3 {
+			return nil, fmt.Errorf("idemredis: unexpected HMGET reply for %s: %v", keys[i], err)
 		}
-		lu, _ := v[1].(string)
+		st, err := v[0].ToString()
+		if err != nil {
+			continue // gone since the SCAN
+		}
+		lu, _ := v[1].ToString()
 		lease, err := parseMicros(lu)
 		if err != nil {
 			return nil, fmt.Errorf("idemredis: bad lease_until in %s: %w", keys[i], err)
 		}
-		op, _ := v[2].(string)
+		op, _ := v[2].ToString()
 		out[i] = &summary{state: idemstore.State(st), operation: op, leaseUntil: lease, now: now}
 	}
 	return out, nil
+}
+
+// firstError returns the first error among the results of a pipeline
+// other than a nil reply.
+func firstError(res []rueidis.RedisResult) error {
+	for _, r := range res {
+		if err := r.Error(); err != nil && !rueidis.IsRedisNil(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // fetch reads the whole records of hits, one pipeline (the node's TIME,
@@ -209,24 +348,30 @@ func (s *Store) fetch(ctx context.Context, hits []hit, keep func(summary) bool) 
 		if done[first] {
 			continue
 		}
-		node := hits[first].pos.node
-		pipe := hits[first].node.Pipeline()
-		clock := pipe.Time(ctx)
+		node, c := hits[first].pos.node, hits[first].node
+		cmds := rueidis.Commands{c.B().Time().Build()}
 		var idx []int
-		var cmds []*redis.SliceCmd
 		for i := first; i < len(hits); i++ {
 			if !done[i] && hits[i].pos.node == node {
 				done[i] = true
 				idx = append(idx, i)
-				cmds = append(cmds, pipe.HMGet(ctx, hits[i].pos.key, fieldNames[:]...))
+				cmds = append(cmds, c.B().Hmget().Key(hits[i].pos.key).Field(fieldNames[:]...).Build())
 			}
 		}
-		if _, err := pipe.Exec(ctx); err != nil {
+		res := c.DoMulti(ctx, cmds...)
+		if err := firstError(res); err != nil {
 			return nil, interpretError(ctx, err)
 		}
-		now := clock.Val().UTC()
-		for j, cmd := range cmds {
-			rec, err := decodeRecord(cmd.Val(), now)
+		now, err := serverTime(res[0])
+		if err != nil {
+			return nil, err
+		}
+		for j, r := range res[1:] {
+			vals, err := r.ToArray()
+			if err != nil {
+				return nil, fmt.Errorf("idemredis: unexpected HMGET reply for %s: %w", hits[idx[j]].pos.key, err)
+			}
+			rec, err := decodeRecord(vals, now)
 			if err != nil {
 				return nil, fmt.Errorf("%w (key %s)", err, hits[idx[j]].pos.key)
 			}

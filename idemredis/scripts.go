@@ -3,7 +3,7 @@ package idemredis
 import (
 	"strings"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 )
 
 // Each read and each state change is one script, run with EVALSHA (EVAL
@@ -34,7 +34,7 @@ local function us(n) return string.format('%.0f', n) end
 // record's ReadAt comes from the clock that wrote its deadlines. It returns
 // the time, then the fields in fieldNames order (all nil when the record
 // does not exist).
-var getScript = redis.NewScript(clock + `
+var getScript = rueidis.NewLuaScript(clock + `
 local v = redis.call('HMGET', KEYS[1], ` + recordFields + `)
 table.insert(v, 1, us(now))
 return v
@@ -46,7 +46,7 @@ return v
 //
 // ARGV: scope, operation, key, fingerprint, token, lease in microseconds,
 // encoded request (empty for none).
-var reserveScript = redis.NewScript(clock + `
+var reserveScript = rueidis.NewLuaScript(clock + `
 if redis.call('EXISTS', KEYS[1]) == 1 then
   local v = redis.call('HMGET', KEYS[1], ` + recordFields + `)
   table.insert(v, 1, us(now))
@@ -77,7 +77,7 @@ end
 
 // completeScript stores the answer. ARGV[6] response, ARGV[7] retention in
 // microseconds, ARGV[8] TTL in milliseconds.
-var completeScript = redis.NewScript(fence + `
+var completeScript = rueidis.NewLuaScript(fence + `
 redis.call('HSET', KEYS[1], 'st', 'completed', 'resp', ARGV[6], 'ea', us(now + tonumber(ARGV[7])),
   'ua', us(now), 'lc', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[8])
@@ -87,7 +87,7 @@ return 1
 
 // releaseScript deletes a pending record, leaving a tombstone with the call
 // id. ARGV[6] tombstone TTL in milliseconds.
-var releaseScript = redis.NewScript(fence + `
+var releaseScript = rueidis.NewLuaScript(fence + `
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[4], 'PX', ARGV[6])
 redis.call(ARGV[2], ARGV[1], 'released')
@@ -95,7 +95,7 @@ return 1
 `)
 
 // escalateScript marks the record needs_review. ARGV[6] reason.
-var escalateScript = redis.NewScript(fence + `
+var escalateScript = rueidis.NewLuaScript(fence + `
 redis.call('HSET', KEYS[1], 'st', 'needs_review', 'rsn', ARGV[6], 'ua', us(now), 'lc', ARGV[4])
 redis.call(ARGV[2], ARGV[1], 'needs_review')
 return 1
@@ -104,7 +104,7 @@ return 1
 // extendScript moves the lease deadline to now + ARGV[6] microseconds. A
 // resent Extend passes the fence again and renews from a later now, which
 // is what the caller asked for.
-var extendScript = redis.NewScript(fence + `
+var extendScript = rueidis.NewLuaScript(fence + `
 redis.call('HSET', KEYS[1], 'lu', us(now + tonumber(ARGV[6])), 'ua', us(now))
 return 1
 `)
@@ -112,7 +112,7 @@ return 1
 // takeoverScript gives a record whose lease has expired (run with ARGV[5]
 // "1") a new token and lease. ARGV[6] new token, ARGV[7] lease in
 // microseconds.
-var takeoverScript = redis.NewScript(fence + `
+var takeoverScript = rueidis.NewLuaScript(fence + `
 redis.call('HSET', KEYS[1], 'tok', ARGV[6], 'lu', us(now + tonumber(ARGV[7])), 'ua', us(now), 'lc', ARGV[4])
 redis.call(ARGV[2], ARGV[1], 'taken_over')
 return 1
@@ -126,7 +126,7 @@ return 1
 // "release", ARGV[5] response, ARGV[6] retention in microseconds, ARGV[7]
 // TTL in milliseconds, ARGV[8] reason (kept unless empty), ARGV[9]
 // tombstone TTL in milliseconds, ARGV[10] token.
-var resolveScript = redis.NewScript(clock + `
+var resolveScript = rueidis.NewLuaScript(clock + `
 local v = redis.call('HMGET', KEYS[1], 'st', 'lc', 'tok')
 if not v[1] then
   if redis.call('GET', KEYS[2]) == ARGV[3] then return 1 end
@@ -156,7 +156,7 @@ return 1
 // when the record is missing and -2 when it is not completed. ARGV[1]
 // channel, ARGV[2] publish command, ARGV[3] call id, ARGV[4] tombstone TTL
 // in milliseconds.
-var deleteScript = redis.NewScript(`
+var deleteScript = rueidis.NewLuaScript(`
 local st = redis.call('HGET', KEYS[1], 'st')
 if not st then
   if redis.call('GET', KEYS[2]) == ARGV[3] then return 1 end
@@ -171,7 +171,7 @@ return 1
 
 // purgeScript deletes a completed record whose expires_at is at or before
 // the server's TIME. It returns 1 when it deleted the record.
-var purgeScript = redis.NewScript(clock + `
+var purgeScript = rueidis.NewLuaScript(clock + `
 local v = redis.call('HMGET', KEYS[1], 'st', 'ea')
 local ea = tonumber(v[2])
 if v[1] == 'completed' and ea and ea <= now then

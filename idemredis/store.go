@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -37,6 +37,17 @@ type Config struct {
 	// ScanCount is the COUNT hint of the SCAN calls behind List,
 	// ListExpiredLeases and Purge. Defaults to 500.
 	ScanCount int
+
+	// Resends is how many times a script whose reply was lost (the
+	// connection broke or timed out after it was sent) is sent again. A
+	// resent script recognises its own earlier run by the call's token or
+	// call id and reports success (see "Lost replies" in the package
+	// documentation). The store resends with its own backoff of 8ms
+	// doubling to 512ms, within ctx; the client's own retries (rueidis
+	// retries only read-only commands) are not used for scripts. Defaults
+	// to 3; -1 sends each script once and reports a lost reply as
+	// idemstore.ErrUnavailable.
+	Resends int
 }
 
 func (c Config) withDefaults() Config {
@@ -48,6 +59,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ScanCount == 0 {
 		c.ScanCount = 500
+	}
+	if c.Resends == 0 {
+		c.Resends = 3
 	}
 	return c
 }
@@ -62,13 +76,16 @@ func (c Config) validate() error {
 	if c.ScanCount < 1 {
 		return fmt.Errorf("idemredis: ScanCount %d must be positive", c.ScanCount)
 	}
+	if c.Resends < -1 {
+		return fmt.Errorf("idemredis: Resends %d must be -1 (none) or more", c.Resends)
+	}
 	return nil
 }
 
 // Store is an idemstore.Store kept in Redis, standalone or Cluster. It is
 // safe for concurrent use.
 type Store struct {
-	client redis.UniversalClient
+	client rueidis.Client
 	cfg    Config
 	// match is the SCAN pattern that selects this store's record keys.
 	match string
@@ -82,22 +99,18 @@ var (
 	_ idemstore.Notifier = (*Store)(nil)
 )
 
-// New returns a Store that keeps its records through client, which may be a
-// *redis.Client, a *redis.ClusterClient or a failover client. The caller
+// New returns a Store that keeps its records through client, a rueidis
+// client for a single node, a Cluster or a Sentinel-managed master (see the
+// package documentation for building one from a redis:// URL). The caller
 // keeps ownership of client and closes it after the last use of the Store.
-// A *redis.Ring is refused (a record's scripts need one node), and so is a
-// ClusterClient that reads from replicas, which lag behind their master.
-func New(client redis.UniversalClient, cfg Config) (*Store, error) {
+//
+// Every read by key and every state change is a script (EVALSHA), which
+// rueidis always sends to the master that owns the record's slot, whatever
+// ClientOption.SendToReplicas says. Do not build the client with
+// ReplicaOnly: its scripts would reach replicas, which refuse them.
+func New(client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("idemredis: nil client")
-	}
-	if _, ok := client.(*redis.Ring); ok {
-		return nil, errors.New("idemredis: *redis.Ring is not supported; use a Cluster")
-	}
-	if cc, ok := client.(*redis.ClusterClient); ok {
-		if o := cc.Options(); o.ReadOnly || o.RouteByLatency || o.RouteRandomly {
-			return nil, errors.New("idemredis: the ClusterClient must not route reads to replicas (ReadOnly, RouteByLatency, RouteRandomly): a replica can return a stale record")
-		}
 	}
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

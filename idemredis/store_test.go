@@ -2,11 +2,12 @@ package idemredis
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -30,7 +31,7 @@ func TestHashTagIsCollisionFreeAndSafe(t *testing.T) {
 		{Scope: "", Operation: "\x00", Key: ""},
 		{},
 	}
-	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Config{Prefix: "p"})
+	s, err := New(unusedClient, Config{Prefix: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,14 +52,18 @@ func TestHashTagIsCollisionFreeAndSafe(t *testing.T) {
 	}
 }
 
+// unusedClient stands for a client in tests of what New and the key
+// functions do without a server; calling it panics.
+var unusedClient rueidis.Client = struct{ rueidis.Client }{}
+
 func TestConfig(t *testing.T) {
 	t.Parallel()
-	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	client := unusedClient
 	s, err := New(client, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.cfg.Prefix != "idem" || s.cfg.RetentionGrace != time.Hour || s.cfg.ScanCount != 500 || s.cfg.ClassicPubSub {
+	if s.cfg.Prefix != "idem" || s.cfg.RetentionGrace != time.Hour || s.cfg.ScanCount != 500 || s.cfg.ClassicPubSub || s.cfg.Resends != 3 {
 		t.Errorf("defaults = %+v", s.cfg)
 	}
 	if s.match != `idem:{*}:r` {
@@ -76,6 +81,7 @@ func TestConfig(t *testing.T) {
 		{Prefix: "a}b"},
 		{RetentionGrace: -time.Second},
 		{ScanCount: -1},
+		{Resends: -2},
 	} {
 		if _, err := New(client, bad); err == nil {
 			t.Errorf("New(%+v) accepted", bad)
@@ -84,21 +90,14 @@ func TestConfig(t *testing.T) {
 	if _, err := New(nil, Config{}); err == nil {
 		t.Error("New(nil) accepted")
 	}
-	replicaReads := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1"}, ReadOnly: true})
-	defer replicaReads.Close()
-	if _, err := New(replicaReads, Config{}); err == nil {
-		t.Error("New(ClusterClient with ReadOnly) accepted")
-	}
-	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
-	defer ring.Close()
-	if _, err := New(ring, Config{}); err == nil {
-		t.Error("New(*redis.Ring) accepted")
+	if s, err := New(client, Config{Resends: -1}); err != nil || s.cfg.Resends != -1 {
+		t.Errorf("New(Resends: -1) = %+v, %v", s, err)
 	}
 }
 
 func TestTTL(t *testing.T) {
 	t.Parallel()
-	s, err := New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Config{RetentionGrace: time.Minute})
+	s, err := New(unusedClient, Config{RetentionGrace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,8 +111,8 @@ func TestTTL(t *testing.T) {
 		{-time.Hour, time.Minute.Milliseconds()}, // already purgeable: grace only
 	}
 	for _, c := range cases {
-		if got := s.ttlMillis(c.retention); got != c.want {
-			t.Errorf("ttlMillis(%v) = %d, want %d", c.retention, got, c.want)
+		if got := s.ttlMillis(c.retention); got != strconv.FormatInt(c.want, 10) {
+			t.Errorf("ttlMillis(%v) = %s, want %d", c.retention, got, c.want)
 		}
 	}
 }
@@ -173,16 +172,16 @@ func TestPositionRoundTrip(t *testing.T) {
 // after the call that set it, wherever the test's own clock is.
 func TestTimesAreTheServers(t *testing.T) {
 	t.Parallel()
-	client := standaloneClient(t, 0)
+	client := standaloneClient(t)
 	s := newTestStore(t, client)
 	ctx := t.Context()
 	serverNow := func() time.Time {
 		t.Helper()
-		now, err := client.Time(ctx).Result()
+		now, err := serverTime(client.Do(ctx, client.B().Time().Build()))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return now.Truncate(time.Microsecond)
+		return now
 	}
 	within := func(what string, got, before, after time.Time, offset time.Duration) {
 		t.Helper()
@@ -226,9 +225,9 @@ func TestTimesAreTheServers(t *testing.T) {
 	rec, _ = s.Get(ctx, k)
 	within("ExpiresAt", rec.ExpiresAt, before, after, 2*time.Hour)
 	within("UpdatedAt after Complete", rec.UpdatedAt, before, after, 0)
-	ttl, err := client.PTTL(ctx, s.recordKey(k)).Result()
-	if err != nil || ttl <= 2*time.Hour || ttl > 2*time.Hour+s.cfg.RetentionGrace {
-		t.Errorf("PTTL after Complete = %v, %v; want retention + grace", ttl, err)
+	ms, err := client.Do(ctx, client.B().Pttl().Key(s.recordKey(k)).Build()).AsInt64()
+	if ttl := time.Duration(ms) * time.Millisecond; err != nil || ttl <= 2*time.Hour || ttl > 2*time.Hour+s.cfg.RetentionGrace {
+		t.Errorf("PTTL after Complete = %dms, %v; want retention + grace", ms, err)
 	}
 }
 
@@ -237,12 +236,14 @@ func TestTimesAreTheServers(t *testing.T) {
 // Request is nil, and the record can still be completed.
 func TestRecordsWithoutNewFields(t *testing.T) {
 	t.Parallel()
-	client := standaloneClient(t, 0)
+	client := standaloneClient(t)
 	s := newTestStore(t, client)
 	ctx := t.Context()
 	k := idemstore.Key{Scope: "tenant", Operation: "POST /x", Key: "old"}
-	if err := client.HSet(ctx, s.recordKey(k), "s", k.Scope, "o", k.Operation, "k", k.Key, "fp", "fp",
-		"st", "pending", "tok", "t1", "lu", "4102444800000000", "ca", "1700000000123456").Err(); err != nil {
+	hset := client.B().Hset().Key(s.recordKey(k)).FieldValue().FieldValue("s", k.Scope).FieldValue("o", k.Operation).
+		FieldValue("k", k.Key).FieldValue("fp", "fp").FieldValue("st", "pending").FieldValue("tok", "t1").
+		FieldValue("lu", "4102444800000000").FieldValue("ca", "1700000000123456").Build()
+	if err := client.Do(ctx, hset).Error(); err != nil {
 		t.Fatal(err)
 	}
 	rec, err := s.Get(ctx, k)

@@ -19,7 +19,7 @@ import (
 type Proxy struct {
 	ln    net.Listener
 	addr  string
-	armed atomic.Bool
+	armed atomic.Pointer[[]byte] // the pattern to drop the answer to, nil when disarmed
 	wg    sync.WaitGroup
 }
 
@@ -44,7 +44,15 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // DropNextCommit arms the proxy: the next chunk a client sends that holds
 // COMMIT reaches the server, and the server's answer is dropped with the
 // connection.
-func (p *Proxy) DropNextCommit() { p.armed.Store(true) }
+func (p *Proxy) DropNextCommit() { p.DropNext([]byte("COMMIT")) }
+
+// DropNext arms the proxy like DropNextCommit for the next chunk that
+// holds pattern (compared in upper case): a Redis script, for instance.
+func (p *Proxy) DropNext(pattern []byte) { p.armed.Store(&pattern) }
+
+// Armed reports whether the proxy is still waiting for the chunk to drop
+// the answer to.
+func (p *Proxy) Armed() bool { return p.armed.Load() != nil }
 
 func (p *Proxy) serve() {
 	defer p.wg.Done()
@@ -69,11 +77,10 @@ func (p *Proxy) serve() {
 				n, err := client.Read(buf)
 				if n > 0 {
 					chunk := buf[:n]
-					if p.armed.Load() && bytes.Contains(bytes.ToUpper(chunk), []byte("COMMIT")) {
+					if pat := p.armed.Load(); pat != nil && bytes.Contains(bytes.ToUpper(chunk), *pat) && p.armed.CompareAndSwap(pat, nil) {
 						// Leave the connection open: the server must
 						// receive and run the COMMIT; the other
 						// direction closes it once the answer comes.
-						p.armed.Store(false)
 						close(commitSent)
 						_, _ = server.Write(chunk)
 						return

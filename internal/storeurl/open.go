@@ -10,7 +10,6 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem/idemmem"
 	"github.com/idem-dev/idem/idempg"
@@ -86,7 +85,7 @@ func (t *Target) Connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, func() error, error) {
 	switch t.Kind {
 	case KindMemory:
-		s, err := idemmem.New(idemmem.Config{})
+		s, err := idemmem.New(t.mem)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -96,7 +95,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 		if err != nil {
 			return nil, nil, err
 		}
-		s, err := idemsqlite.New(db, idemsqlite.Config{SkipMigrate: !migrate})
+		s, err := idemsqlite.New(db, idemsqlite.Config{SkipMigrate: !migrate, DisableBatch: t.batchOff})
 		if err != nil {
 			db.Close()
 			return nil, nil, err
@@ -111,7 +110,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 			pool.Close()
 			return nil, nil, err
 		}
-		cfg := idempg.Config{Schema: t.pgSchema}
+		cfg := idempg.Config{Schema: t.pgSchema, DisableBatch: t.batchOff}
 		if migrate {
 			if err := idempg.Migrate(ctx, pool, cfg); err != nil {
 				pool.Close()
@@ -137,22 +136,16 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 		}
 		return s, db.Close, nil
 	case KindRedis, KindRedisCluster:
-		var c redis.UniversalClient
-		if t.Kind == KindRedis {
-			c = redis.NewClient(t.redis)
-		} else {
-			c = redis.NewClusterClient(t.cluster)
-		}
-		if err := c.Ping(ctx).Err(); err != nil {
-			c.Close()
+		c, cfg, err := t.redisClient()
+		if err != nil {
 			return nil, nil, err
 		}
-		s, err := idemredis.New(c, idemredis.Config{Prefix: t.redisPfx})
+		s, err := idemredis.New(c, cfg)
 		if err != nil {
 			c.Close()
 			return nil, nil, err
 		}
-		return s, c.Close, nil
+		return s, func() error { c.Close(); return nil }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown store kind %q", t.Kind)
 }
