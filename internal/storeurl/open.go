@@ -85,7 +85,7 @@ func (t *Target) Connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, func() error, error) {
 	switch t.Kind {
 	case KindMemory:
-		s, err := idemmem.New(t.mem)
+		s, err := idemmem.New(idemmem.Config{})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -95,7 +95,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 		if err != nil {
 			return nil, nil, err
 		}
-		s, err := idemsqlite.New(db, idemsqlite.Config{SkipMigrate: !migrate, DisableBatch: t.batchOff})
+		s, err := idemsqlite.New(db, idemsqlite.Config{SkipMigrate: !migrate})
 		if err != nil {
 			db.Close()
 			return nil, nil, err
@@ -110,7 +110,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 			pool.Close()
 			return nil, nil, err
 		}
-		cfg := idempg.Config{Schema: t.pgSchema, DisableBatch: t.batchOff}
+		cfg := idempg.Config{Schema: t.pgSchema}
 		if migrate {
 			if err := idempg.Migrate(ctx, pool, cfg); err != nil {
 				pool.Close()
