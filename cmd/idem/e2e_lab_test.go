@@ -255,3 +255,50 @@ func TestLabUsage(t *testing.T) {
 		t.Errorf("idem lab --help: %v\n%s", err, out)
 	}
 }
+
+// TestLabClosedPipe: piped into a reader that quits early (idem lab | head
+// -1), the lab still finishes its run and drops its tables instead of
+// dying on SIGPIPE.
+func TestLabClosedPipe(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := idemsqlite.Open(path, idemsqlite.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec("CREATE TABLE orders (id INTEGER PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(binary, "lab", "--store", "sqlite://"+path, "--rounds", "20", "--concurrency", "2")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	first, err := bufio.NewReader(stderr).ReadString('\n')
+	if err != nil || !strings.HasPrefix(first, "idem lab: SQLite") {
+		t.Fatalf("first line %q, %v", first, err)
+	}
+	stderr.Close()
+	stdout.Close()
+	err = cmd.Wait()
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		t.Fatalf("idem lab died of %v", ws.Signal())
+	}
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	var n int
+	if err := db.QueryRow("SELECT count(*) FROM sqlite_master WHERE name LIKE 'idem_lab_%'").Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d scratch tables or indexes left (%v)", n, err)
+	}
+}

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"fmt"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -94,6 +96,11 @@ func runLab(cmd *cobra.Command, f labFlags) error {
 	if f.rounds < 1 || f.rounds > lab.MaxRounds {
 		return usageError{fmt.Errorf("--rounds must be between 1 and %d, got %d", lab.MaxRounds, f.rounds)}
 	}
+	// Piped into head or less that quits early, a write to a closed pipe
+	// would kill the process before it drops its tables; ignored, the write
+	// fails instead and the run ends cleanly.
+	signal.Ignore(syscall.SIGPIPE)
+	defer signal.Reset(syscall.SIGPIPE)
 	rep, err := lab.Run(cmd.Context(), lab.Config{
 		Store:            f.store,
 		Isolations:       levels,
