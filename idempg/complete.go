@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 // dbtx is what the statements need from a pool or a transaction, so that
@@ -23,6 +24,9 @@ type dbtx interface {
 // idemstore.ErrLeaseLost when the record is no longer pending under that
 // token.
 func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	if s.batch != nil && p.Response != nil {
+		return s.do(ctx, groupcommit.CompleteOp(p))
+	}
 	return s.complete(ctx, s.pool, s.q.complete, p)
 }
 
@@ -86,13 +90,19 @@ func updateConflict(err error) *pgconn.PgError {
 	return nil
 }
 
-// fenced runs one of the settling CTE statements and maps "no row" to
-// idemstore.ErrLeaseLost.
-func (s *Store) fenced(ctx context.Context, db dbtx, sql string, k idemstore.Key, args ...any) error {
+// notifyArgs appends to args, the arguments of a settling statement for k,
+// the channel and payload it notifies waiters with, if notifications are on.
+func (s *Store) notifyArgs(k idemstore.Key, args []any) []any {
 	if !s.cfg.DisableNotify {
 		args = append(args, s.cfg.Channel, notifyPayload(k))
 	}
-	err := db.QueryRow(ctx, sql, args...).Scan(nil)
+	return args
+}
+
+// fenced runs one of the settling CTE statements and maps "no row" to
+// idemstore.ErrLeaseLost.
+func (s *Store) fenced(ctx context.Context, db dbtx, sql string, k idemstore.Key, args ...any) error {
+	err := db.QueryRow(ctx, sql, s.notifyArgs(k, args)...).Scan(nil)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return idemstore.ErrLeaseLost
 	}

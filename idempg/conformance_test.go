@@ -13,27 +13,42 @@ import (
 	"github.com/idem-dev/idem/idemstore/idemstoretest"
 )
 
+// batchModes are the two ways the store runs, each of which the
+// conformance suite checks: group commit on (the default) and off.
+var batchModes = []struct {
+	name string
+	cfg  idempg.Config
+}{
+	{"batch=on", idempg.Config{}},
+	{"batch=off", idempg.Config{DisableBatch: true}},
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t, "")
-	idemstoretest.Exercise(t, idemstoretest.Harness{
-		New: func(t *testing.T) idemstore.Store { return newStore(t, pool, idempg.Config{}) },
-		Unavailable: func(t *testing.T) idemstore.Store {
-			s, err := idempg.New(closedPortPool(t), idempg.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = s.Close() })
-			return s
-		},
-		Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, pool) },
-	})
+	for _, mode := range batchModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			idemstoretest.Exercise(t, idemstoretest.Harness{
+				New: func(t *testing.T) idemstore.Store { return newStore(t, pool, mode.cfg) },
+				Unavailable: func(t *testing.T) idemstore.Store {
+					s, err := idempg.New(closedPortPool(t), mode.cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { _ = s.Close() })
+					return s
+				},
+				Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, pool, mode.cfg) },
+			})
+		})
+	}
 }
 
 // txHarness runs the suite's business transactions on pool: a table of
 // business rows next to a store's records, in the store's own schema.
-func txHarness(t *testing.T, pool *pgxpool.Pool) idemstoretest.TxHarness {
-	s, schema := newStoreIn(t, pool, idempg.Config{})
+func txHarness(t *testing.T, pool *pgxpool.Pool, cfg idempg.Config) idemstoretest.TxHarness {
+	s, schema := newStoreIn(t, pool, cfg)
 	table := pgx.Identifier{schema, "business"}.Sanitize()
 	if _, err := pool.Exec(t.Context(), "CREATE TABLE "+table+" (id text PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
@@ -80,9 +95,13 @@ func TestConcurrencyIsolationLevels(t *testing.T) {
 		t.Run(level, func(t *testing.T) {
 			t.Parallel()
 			pool := testPool(t, level)
-			idemstoretest.ExerciseConcurrency(t, idemstoretest.Harness{
-				New: func(t *testing.T) idemstore.Store { return newStore(t, pool, idempg.Config{}) },
-			})
+			for _, mode := range batchModes {
+				t.Run(mode.name, func(t *testing.T) {
+					idemstoretest.ExerciseConcurrency(t, idemstoretest.Harness{
+						New: func(t *testing.T) idemstore.Store { return newStore(t, pool, mode.cfg) },
+					})
+				})
+			}
 		})
 	}
 }

@@ -75,6 +75,45 @@
 // record settled. A CompleteTx at REPEATABLE READ or SERIALIZABLE cannot see
 // a waiter that subscribed after its snapshot, so it always notifies.
 //
+// # Group commit
+//
+// Every request is two writes (reserve, then complete), each with its own
+// commit, and on a small machine that per-transaction cost bounds the
+// store. So Reserve, Complete, Release, Escalate and Extend (not
+// CompleteTx, which runs in the caller's transaction, nor Takeover,
+// Resolve, Delete or the IfExpired variants, which lock first in a
+// transaction of their own) go through a queue. A call that finds the
+// store idle runs at once, alone, as without batching: a lone request pays
+// nothing extra. Calls that arrive while it runs queue up, and when it
+// ends they are sent together as one pipeline (pgx SendBatch: one round
+// trip), which PostgreSQL runs as one implicit transaction, committed at
+// its end. Each call runs the statement it would run alone, in key order
+// (so that batches from several processes lock rows in one order), except
+// that a Reserve reads a conflicting record in the same statement as its
+// INSERT … ON CONFLICT DO NOTHING. There is no timer: a batch is what
+// queued during the previous one.
+//
+// Every caller gets its own outcome: two Reserves of one key in one batch
+// see what they would see one after the other (one wins, the other gets
+// the pending record), and a fenced change that matches nothing returns
+// idemstore.ErrLeaseLost without touching the others. A statement the
+// server refuses rolls the whole batch back: a conflict or an unusable
+// connection fails every member with the same idemstore.ErrRetryable or
+// idemstore.ErrUnavailable, and any other refusal (a value the server does
+// not take, which may be one call's fault) makes each member run again
+// alone. A batch whose outcome is unknown (the connection broke after it
+// was sent) fails every member with idemstore.ErrUnavailable, never
+// ErrRetryable: nobody is told "acquired" or "done" unless the batch
+// committed, nor "nothing changed" unless that is sure. A caller whose
+// context ends while its call is queued takes it out (nothing is written);
+// once its batch has been sent it gets the context's error, the batch goes
+// on, and, as for any failed Reserve, the caller releases its token: that
+// release queues behind the batch and finds the reservation if it was
+// made.
+//
+// Config.DisableBatch (or batch=off in the idem CLI's store URL) turns
+// batching off.
+//
 // Native errors become the idemstore sentinels: serialization failures and
 // deadlocks are idemstore.ErrRetryable, connection failures
 // idemstore.ErrUnavailable, context errors stay context errors.

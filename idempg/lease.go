@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 // Release deletes the record, and its heartbeat and waiter rows, if it is
@@ -19,6 +20,14 @@ func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
 	if p.IfExpired {
 		return s.ifExpired(ctx, s.q.releaseExpired, k, p.Token, k.Scope, k.Operation, k.Key, p.Token)
 	}
+	if s.batch != nil {
+		return s.do(ctx, groupcommit.ReleaseOp(p))
+	}
+	return s.release(ctx, p)
+}
+
+func (s *Store) release(ctx context.Context, p idemstore.ReleaseParams) error {
+	k := p.Key
 	return s.fenced(ctx, s.pool, s.q.release, k, k.Scope, k.Operation, k.Key, p.Token)
 }
 
@@ -30,6 +39,14 @@ func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error 
 	if p.IfExpired {
 		return s.ifExpired(ctx, s.q.escalateExpired, k, p.Token, k.Scope, k.Operation, k.Key, p.Token, p.Reason)
 	}
+	if s.batch != nil {
+		return s.do(ctx, groupcommit.EscalateOp(p))
+	}
+	return s.escalate(ctx, p)
+}
+
+func (s *Store) escalate(ctx context.Context, p idemstore.EscalateParams) error {
+	k := p.Key
 	return s.fenced(ctx, s.pool, s.q.escalate, k, k.Scope, k.Operation, k.Key, p.Token, p.Reason)
 }
 
@@ -38,6 +55,13 @@ func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error 
 // the record's row, so that a CompleteTx in a transaction whose snapshot
 // predates the heartbeat can still update the record.
 func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
+	if s.batch != nil {
+		return s.do(ctx, groupcommit.ExtendOp(p))
+	}
+	return s.extend(ctx, p)
+}
+
+func (s *Store) extend(ctx context.Context, p idemstore.ExtendParams) error {
 	k := p.Key
 	tag, err := s.pool.Exec(ctx, s.q.extend, k.Scope, k.Operation, k.Key, p.Token, p.Lease)
 	if err != nil {

@@ -50,7 +50,7 @@ AND l.token = r.token AND r.state = 'pending'`
 // that changed nothing returns no row, which is how the callers detect a
 // lost lease.
 type queries struct {
-	reserve, get, pending, state                     string
+	reserve, reserveRead, get, pending, state        string
 	complete, completeTx                             string
 	release, escalate, extend                        string
 	lock, releaseExpired, escalateExpired, takeover  string
@@ -104,6 +104,16 @@ WHERE {fence}%s` + returning
 		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
 VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
 ON CONFLICT (scope, operation, key) DO NOTHING`),
+		// reserveRead is reserve for a batch, where a second round trip
+		// to read a conflicting record costs the whole batch a wait: it
+		// returns one row, whether the insert went in and, when it did
+		// not, the existing record (NULLs if it vanished meanwhile). The
+		// read is skipped when the insert went in.
+		reserveRead: r.Replace(`WITH ins AS (INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
+VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
+ON CONFLICT (scope, operation, key) DO NOTHING RETURNING 1)
+SELECT EXISTS (SELECT FROM ins), rec.* FROM (SELECT) one LEFT JOIN (
+    SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key} AND NOT EXISTS (SELECT FROM ins)) rec ON true`),
 		get:     r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key}`),
 		pending: r.Replace(`SELECT FROM {t} r WHERE {fence}`),
 		state:   r.Replace(`SELECT r.state, r.token FROM {t} r WHERE {key}`),

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 // Reserve inserts a pending record with INSERT … ON CONFLICT DO NOTHING, in
@@ -20,7 +21,14 @@ import (
 // contention (up to Config.ReserveRetries).
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	return idemstore.ReserveLoop("idempg", s.cfg.ReserveRetries, func() (*idemstore.Record, bool, error) {
-		return s.reserveOnce(ctx, p)
+		if s.batch == nil {
+			return s.reserveOnce(ctx, p)
+		}
+		op := groupcommit.ReserveOp(p)
+		if err := s.batch.Do(ctx, op); err != nil {
+			return nil, false, interpretError(ctx, err)
+		}
+		return op.Record, op.Created, op.Err
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 var (
@@ -57,6 +58,16 @@ type Config struct {
 	// ListenerRetry is the longest pause between attempts to re-establish
 	// the listening connection after it dropped. Defaults to 5s.
 	ListenerRetry time.Duration
+
+	// DisableBatch turns group commit off: every Reserve, Complete,
+	// Release, Escalate and Extend then runs as its own autocommit
+	// statement. With batching on, calls that arrive while others are
+	// being written queue up, and the next batch sends them all in one
+	// pipeline that runs as one transaction (see the package
+	// documentation); a call that finds the store idle runs alone, as
+	// without batching. The store URL parameter batch=off sets it.
+	// Defaults to false: batching on.
+	DisableBatch bool
 }
 
 func (c Config) withDefaults() Config {
@@ -96,10 +107,11 @@ func (c Config) validate() error {
 
 // Store is the PostgreSQL idemstore.Store. It is safe for concurrent use.
 type Store struct {
-	pool *pgxpool.Pool
-	cfg  Config
-	q    queries
-	l    *listener
+	pool  *pgxpool.Pool
+	cfg   Config
+	q     queries
+	l     *listener
+	batch *groupcommit.Batcher // nil with Config.DisableBatch
 }
 
 // New returns a Store that keeps its records in cfg.Schema through pool. The
@@ -126,6 +138,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		q:    buildQueries(cfg.Schema, !cfg.DisableNotify),
 	}
 	s.l = newListener(pool, cfg.Channel, cfg.ListenerRetry)
+	if !cfg.DisableBatch {
+		s.batch = groupcommit.New(groupcommit.Config{Single: s.single, Batch: s.runBatch})
+	}
 	return s, nil
 }
 
