@@ -132,6 +132,8 @@ type Config struct {
 	// with them).
 	afterRound func(cell, round int)
 	onArrive   func(cell, round, worker int)
+	// tableBase, when set, replaces the random idem_lab_<hex> name.
+	tableBase string
 }
 
 func (c Config) withDefaults() Config {

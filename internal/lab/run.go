@@ -117,7 +117,10 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	}
 
 	r := &run{cfg: cfg, d: d, db: db, rep: rep}
-	base := "idem_lab_" + randomHex(4)
+	base := cfg.tableBase
+	if base == "" {
+		base = "idem_lab_" + randomHex(4)
+	}
 	r.checkTable, r.insertTable = base+"_check", base+"_insert"
 	defer func() {
 		derr := r.dropTables()
@@ -195,11 +198,15 @@ func (r *run) createTables(ctx context.Context) error {
 		{r.checkTable, r.d.createCheck(r.checkTable, r.cfg.UniqueCheckTable)},
 		{r.insertTable, r.d.createInsert(r.insertTable)},
 	} {
-		r.created = append(r.created, tbl.name) // dropped even if creating it failed half-way
 		r.rep.Tables = append(r.rep.Tables, tbl.name)
-		for _, stmt := range tbl.stmts {
+		for i, stmt := range tbl.stmts {
 			if _, err := r.db.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("lab: creating the scratch table %s: %w", tbl.name, err)
+			}
+			if i == 0 {
+				// Dropped from now on, even if its index fails; never
+				// before, so that a name that was taken is not dropped.
+				r.created = append(r.created, tbl.name)
 			}
 		}
 	}

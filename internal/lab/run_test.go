@@ -177,6 +177,32 @@ func TestCancelDropsTables(t *testing.T) {
 	}
 }
 
+// TestTakenNameKept: a table that has the name the lab chose (another
+// run's, by a one in four billion chance) is an error, and is not dropped.
+func TestTakenNameKept(t *testing.T) {
+	t.Parallel()
+	path := existingSQLite(t)
+	db, err := idemsqlite.Open(path, idemsqlite.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Exec(`CREATE TABLE idem_lab_taken_insert (k TEXT PRIMARY KEY, worker INTEGER); INSERT INTO idem_lab_taken_insert VALUES ('mine', 1)`); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Run(t.Context(), Config{Store: "sqlite://" + path, tableBase: "idem_lab_taken"})
+	if err == nil || !strings.Contains(err.Error(), "creating the scratch table idem_lab_taken_insert") {
+		t.Fatalf("Run = %v; want an error creating idem_lab_taken_insert", err)
+	}
+	if got := strings.Join(sqliteTables(t, path), ","); got != "idem_lab_taken_insert,orders" {
+		t.Fatalf("tables after the run: %s; want the taken one kept and the lab's own dropped", got)
+	}
+	var k string
+	if err := db.QueryRow("SELECT k FROM idem_lab_taken_insert").Scan(&k); err != nil || k != "mine" {
+		t.Fatalf("the taken table's row: %q, %v", k, err)
+	}
+}
+
 // TestSQLiteNotWritable: a file the lab cannot write is an error, not a
 // report of nothing.
 func TestSQLiteNotWritable(t *testing.T) {
