@@ -53,9 +53,12 @@ func (s *shop) pay(w http.ResponseWriter, r *http.Request) {
 		s.finishUnpaid(ctx, w, user, id, key, problemResponse(probPaymentRejected, err.Error()))
 		return
 	case unavailable:
-		// Nothing was charged: release the claim and the key (503).
+		// Nothing was charged: release the claim and the key (503). If
+		// the claim cannot be released, the key goes to review instead,
+		// where the resolver, finding no charge, releases both.
 		if _, uerr := s.unclaim(ctx, s.db, user, id, key); uerr != nil {
 			s.log.ErrorContext(ctx, "shop: releasing a payment claim failed", "order", id, "error", uerr)
+			s.escalate(ctx, lease, "the payment charged nothing but releasing the order failed: "+uerr.Error())
 		}
 		probTryAgain.write(w, "Nothing was charged: "+err.Error()+". Retry with the same Idempotency-Key.")
 		return
@@ -147,9 +150,15 @@ func (s *shop) finishUnpaid(ctx context.Context, w http.ResponseWriter, user str
 		return tx.completeTx(ctx, idem.LeaseFrom(ctx), resp)
 	})
 	if err != nil {
-		// The middleware reads back what committed; the provider keeps
-		// the verdict under the key for the resolver.
+		// The order may still be claimed. The key goes to review (if
+		// CompleteTx ran, the middleware reads back what committed and
+		// does it), where the resolver finds the verdict under the
+		// provider key, lets the order go and stores this answer.
 		s.log.ErrorContext(ctx, "shop: recording an unpaid payment failed", "order", id, "error", err)
+		lease := idem.LeaseFrom(ctx)
+		if _, prepared := lease.PreparedTx(); !prepared {
+			s.escalate(ctx, lease, "the payment charged nothing but recording that failed: "+err.Error())
+		}
 	}
 	writeResponse(w, resp)
 }
@@ -161,14 +170,19 @@ func (s *shop) finishUnpaid(ctx context.Context, w http.ResponseWriter, user str
 // the answer once it is settled.
 func (s *shop) outcomeUnknown(ctx context.Context, w http.ResponseWriter, lease *idem.Lease, reason string) {
 	if _, prepared := lease.PreparedTx(); !prepared {
-		if err := lease.Escalate(ctx, reason); err != nil {
-			// Not recorded: leave the key pending; once its lease expires,
-			// recovery sends it to review all the same.
-			s.log.LogAttrs(ctx, slog.LevelError, "shop: escalating a payment failed", slog.Any("error", err))
-			lease.Abandon()
-		}
+		s.escalate(ctx, lease, reason)
 	}
 	probPaymentUnknown.write(w, "Your payment may have gone through; the shop is checking with the payment provider. Retry with the same Idempotency-Key in a few seconds: you will not be charged twice.")
+}
+
+// escalate sends the payment's key to review. If even that cannot be
+// recorded, the key is left pending: once its lease expires, recovery
+// sends it to review all the same.
+func (s *shop) escalate(ctx context.Context, lease *idem.Lease, reason string) {
+	if err := lease.Escalate(ctx, reason); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "shop: escalating a payment failed", slog.Any("error", err))
+		lease.Abandon()
+	}
 }
 
 // problemResponse is p as a stored answer.

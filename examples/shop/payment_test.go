@@ -258,3 +258,69 @@ func TestClientLeavesDuringPayment(t *testing.T) {
 		}
 	})
 }
+
+// A decline that cannot be recorded (the database refuses to let the
+// order go) leaves no order claimed for good: the key goes to review, and
+// once the database takes writes again the resolver lets the order go and
+// stores the decline. (SQLite only: the fault is a SQLite trigger.)
+func TestDeclineThatCannotBeRecorded(t *testing.T) {
+	t.Parallel()
+	ts := newTestShop(t, onSQLite)
+	c := ts.visitor()
+	id := placeOrder(t, c)
+	unblock := ts.blockUnclaim()
+	ts.prov.setNextFault(faultDecline)
+	want(t, "the payment", c.post(payPath(id), "pay-1", ""), http.StatusPaymentRequired, "payment-declined")
+	want(t, "its retry", c.post(payPath(id), "pay-1", ""), http.StatusConflict, "needs_review")
+	want(t, "another payment", c.post(payPath(id), "pay-2", ""), http.StatusConflict, "payment-in-progress")
+	if rep := ts.recover(); rep != (idem.RecoverReport{Unknown: 1}) {
+		t.Fatalf("recovery while the fault lasts: %+v", rep)
+	}
+	unblock()
+	if rep := ts.recover(); rep != (idem.RecoverReport{Completed: 1}) {
+		t.Fatalf("recovery: %+v", rep)
+	}
+	want(t, "the retry", c.post(payPath(id), "pay-1", ""), http.StatusPaymentRequired, "replayed")
+	paid := c.post(payPath(id), "pay-3", "")
+	want(t, "a new payment", paid, http.StatusOK, "acquired")
+	if ch := ts.charges(); len(ch) != 1 || ch[0].ID != paid.order.ChargeID {
+		t.Fatalf("charges %v, paid %s", ch, paid.body)
+	}
+}
+
+// The same when the provider was unavailable: the claim that cannot be
+// released sends the key to review, and the resolver, finding no charge,
+// releases the order and the key, so that the retry pays.
+func TestUnavailableThatCannotBeRecorded(t *testing.T) {
+	t.Parallel()
+	ts := newTestShop(t, onSQLite)
+	c := ts.visitor()
+	id := placeOrder(t, c)
+	unblock := ts.blockUnclaim()
+	ts.prov.setNextFault(faultUnavailable)
+	want(t, "the payment", c.post(payPath(id), "pay", ""), http.StatusServiceUnavailable, "try-again")
+	want(t, "its retry", c.post(payPath(id), "pay", ""), http.StatusConflict, "needs_review")
+	unblock()
+	if rep := ts.recover(); rep != (idem.RecoverReport{Reopened: 1}) {
+		t.Fatalf("recovery: %+v", rep)
+	}
+	paid := c.post(payPath(id), "pay", "")
+	want(t, "the retry", paid, http.StatusOK, "acquired")
+	if ch := ts.charges(); len(ch) != 1 || ch[0].ID != paid.order.ChargeID {
+		t.Fatalf("charges %v, paid %s", ch, paid.body)
+	}
+}
+
+// blockUnclaim makes the database refuse to let any order go (a SQLite
+// trigger) until unblock is called.
+func (ts *testShop) blockUnclaim() (unblock func()) {
+	ts.t.Helper()
+	exec := func(stmt string) {
+		if _, err := ts.db.exec(ts.t.Context(), stmt); err != nil {
+			ts.t.Fatal(err)
+		}
+	}
+	exec(`CREATE TRIGGER no_unclaim BEFORE UPDATE OF payment_key ON orders
+		WHEN NEW.payment_key IS NULL BEGIN SELECT RAISE(ABORT, 'injected fault'); END`)
+	return func() { exec(`DROP TRIGGER no_unclaim`) }
+}
