@@ -73,6 +73,42 @@ func BenchmarkReserveComplete(b *testing.B) {
 	})
 }
 
+// BenchmarkReserveCompleteAtBound is ReserveComplete on a store held at
+// its MaxRecords: every key is new and kept for a day, so each Reserve
+// evicts the oldest completed record to make room.
+func BenchmarkReserveCompleteAtBound(b *testing.B) {
+	s := idemmem.MustNew(idemmem.Config{MaxRecords: benchRing})
+	ctx := context.Background()
+	resp := benchResponse
+	// Two rings of keys take turns: by the time a ring comes round again,
+	// the other one has evicted all of its records.
+	var rings [2][]idemstore.Key
+	for r := range rings {
+		for i := range benchRing {
+			rings[r] = append(rings[r], idemstore.Key{Scope: "tenant-" + strconv.Itoa(r), Operation: "POST /payments", Key: "key-" + strconv.Itoa(i)})
+		}
+	}
+	put := func(tb testing.TB, k idemstore.Key) {
+		_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Token: "t", Lease: time.Minute})
+		if err != nil || !created {
+			tb.Fatalf("Reserve: created = %v, err = %v", created, err)
+		}
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: resp, Retention: 24 * time.Hour}); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, k := range rings[1] {
+		put(b, k)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		put(b, rings[(i/benchRing)%2][i%benchRing])
+	}
+	if u := s.Usage(); u.Records > benchRing {
+		b.Fatalf("usage %+v over %d records", u, benchRing)
+	}
+}
+
 // BenchmarkReplayGet measures reading back a completed record: Reserve of
 // a key that is already completed (what the engine does on every retry)
 // and a plain Get.

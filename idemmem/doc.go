@@ -20,8 +20,19 @@
 // Completed records past their ExpiresAt are evicted without a background
 // goroutine: a Reserve at time Now first evicts records of its shard that
 // expired at or before Now, and treats an expired record for its own key as
-// absent. [Config.MaxRecords] caps the number of records; at the cap Reserve
-// fails with [ErrFull] rather than evict a live record.
+// absent.
+//
+// The store is bounded: [Config.MaxRecords] and [Config.MaxBytes] (by
+// default [DefaultMaxRecords] and [DefaultMaxBytes]) cap what it holds, the
+// bytes counting keys, requests, and answers' headers and bodies. Over a
+// bound, completed records are evicted, those whose retention ends soonest
+// first (with one retention: the oldest). Pending and needs_review records
+// are never evicted: when only they are left, a new key's Reserve fails
+// with [ErrFull], which the engine answers with 503 and runs nothing. The
+// bound is a trade-off: a completed record evicted before its retention
+// ends no longer guards its key, so a retry arriving after that runs the
+// operation again. Size the bounds for the retention window, and watch
+// [Store.Usage].
 //
 // The store implements idemstore.Notifier: waiters on a key wake up when it
 // is completed, released, escalated, resolved or taken over.

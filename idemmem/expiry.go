@@ -1,6 +1,7 @@
 package idemmem
 
 import (
+	"math"
 	"time"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -44,6 +45,19 @@ func (q *expiryQueue) push(it expiryItem) {
 		q.fifo, q.head = q.fifo[:n], 0
 	}
 	q.fifo = append(q.fifo, it)
+}
+
+// first returns the earliest item's at, or math.MaxInt64 when the queue is
+// empty.
+func (q *expiryQueue) first() int64 {
+	at := int64(math.MaxInt64)
+	if q.head < len(q.fifo) {
+		at = q.fifo[q.head].at
+	}
+	if len(q.heap) > 0 && q.heap[0].at < at {
+		at = q.heap[0].at
+	}
+	return at
 }
 
 // due reports whether the earliest item is at or before n (Unix
@@ -111,13 +125,16 @@ func (h *expiryHeap) pop() expiryItem {
 }
 
 // complete moves e, whose key hashes to h, to completed at now with the
-// encoded answer resp, and queues its expiry. The caller holds sh.mu.
-func (sh *shard) complete(h uint64, e *entry, resp []byte, now, expiresAt time.Time) {
+// encoded answer resp, counts its new size, and queues its expiry. The
+// caller holds sh.mu.
+func (sh *shard) complete(s *Store, h uint64, e *entry, resp []byte, now, expiresAt time.Time) {
 	e.rec.State = idemstore.StateCompleted
 	e.resp = resp
 	e.rec.UpdatedAt = now
 	e.rec.ExpiresAt = expiresAt.UTC()
+	s.resize(e)
 	sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), h: h, e: e})
+	sh.syncHead()
 }
 
 // evictNext pops the earliest expiry and drops its record if that is still
@@ -125,6 +142,7 @@ func (sh *shard) complete(h uint64, e *entry, resp []byte, now, expiresAt time.T
 // The caller holds sh.mu and has checked that the queue is not empty.
 func (sh *shard) evictNext(s *Store, now time.Time) bool {
 	it := sh.expiry.pop()
+	sh.syncHead()
 	return expired(it.e, now) && sh.drop(s, it.h, it.e)
 }
 

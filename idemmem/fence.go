@@ -29,6 +29,15 @@ func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, ifE
 	return nil
 }
 
+// roomFor makes room for an answer of n bytes before it is stored, evicting
+// as Reserve does. An answer is stored whether room was made or not: what
+// happened must be recorded.
+func (s *Store) roomFor(n int64) {
+	if s.bytes.Load()+n > s.maxBytes {
+		s.makeRoom(0, n, s.now())
+	}
+}
+
 var errNilResponse = errors.New("idemmem: Complete needs a response")
 
 // Complete stores p.Response and moves the record to completed, fenced by
@@ -40,8 +49,9 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 		return errNilResponse
 	}
 	resp := idemstore.EncodeResponse(p.Response) // outside the lock
+	s.roomFor(int64(len(resp)))
 	return s.fenced(ctx, p.Key, p.Token, false, func(sh *shard, h uint64, e *entry, now time.Time) {
-		sh.complete(h, e, resp, now, now.Add(p.Retention))
+		sh.complete(s, h, e, resp, now, now.Add(p.Retention))
 		sh.wake(p.Key)
 	})
 }
@@ -62,6 +72,7 @@ func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error 
 		e.rec.State = idemstore.StateNeedsReview
 		e.rec.Reason = p.Reason
 		e.rec.UpdatedAt = now
+		s.resize(e)
 		sh.wake(p.Key)
 	})
 }
@@ -83,6 +94,7 @@ func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error 
 		e.rec.Token = p.NewToken
 		e.rec.LeaseUntil = now.Add(p.Lease)
 		e.rec.UpdatedAt = now
+		s.resize(e)
 		sh.wake(p.Key)
 	})
 }
@@ -99,6 +111,11 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	default:
 		return errors.New("idemmem: unknown ResolveAction")
 	}
+	var resp []byte
+	if p.Action == idemstore.ResolveComplete {
+		resp = idemstore.EncodeResponse(p.Response) // outside the lock
+		s.roomFor(int64(len(resp) + len(p.Reason)))
+	}
 	return s.inState(ctx, p.Key, idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview, p.Token, func(sh *shard, h uint64, e *entry, now time.Time) {
 		if p.Action == idemstore.ResolveRelease {
 			sh.drop(s, h, e)
@@ -107,7 +124,7 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		if p.Reason != "" {
 			e.rec.Reason = p.Reason
 		}
-		sh.complete(h, e, idemstore.EncodeResponse(p.Response), now, now.Add(p.Retention))
+		sh.complete(s, h, e, resp, now, now.Add(p.Retention))
 	})
 }
 

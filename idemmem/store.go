@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,10 +16,13 @@ import (
 var _ idemstore.Store = (*Store)(nil)
 var _ idemstore.Notifier = (*Store)(nil)
 
-// ErrFull is returned by Reserve when the store holds Config.MaxRecords
-// records and none of them has expired. It wraps idemstore.ErrUnavailable,
-// so the engine fails closed instead of running the operation unguarded.
-var ErrFull = fmt.Errorf("idemmem: store is full: %w", idemstore.ErrUnavailable)
+// ErrFull is returned by Reserve of a new key when the store is at
+// Config.MaxRecords or Config.MaxBytes and holds no completed record it
+// could evict to make room: every record is pending or needs review (or the
+// new record alone is larger than MaxBytes). Nothing is written. It wraps
+// idemstore.ErrFull, and so idemstore.ErrUnavailable: the engine fails
+// closed (HTTP 503) instead of running the operation unguarded.
+var ErrFull = fmt.Errorf("idemmem: no room for a new record: %w", idemstore.ErrFull)
 
 // ErrClosed is returned by every method after Close. It wraps
 // idemstore.ErrUnavailable.
@@ -29,20 +33,60 @@ type Config struct {
 	// Shards is the number of independently locked partitions; it is
 	// rounded up to a power of two. Defaults to 64.
 	Shards int
-	// MaxRecords caps how many records the store holds. When it is reached,
-	// Reserve evicts expired records and otherwise fails with ErrFull; it
-	// never evicts a pending, needs_review or unexpired completed record.
-	// Defaults to 0, no cap.
+	// MaxRecords caps how many records the store holds, in every state.
+	// At the cap, a Reserve of a new key first evicts completed records,
+	// those whose retention ends soonest first (with one retention for every
+	// operation: the oldest), and fails with ErrFull when only pending and
+	// needs_review records are left; those are never evicted. Defaults to
+	// DefaultMaxRecords; a negative value means no cap.
+	//
+	// A completed record evicted before its retention ends no longer guards
+	// its key: a retry that comes later runs the operation again. Size the
+	// bounds for the retention window (records completed per second times
+	// Retention), and watch Usage().Evicted.
 	MaxRecords int
+	// MaxBytes caps the memory the records take, as the store counts it:
+	// each record's scope, operation, key, fingerprint, token and reason,
+	// the request kept for operators (method, path, query and body), the
+	// stored answer encoded (status, every header name and value, and the
+	// body), and RecordOverhead for the rest. A new record is admitted only
+	// within it, evicting completed records as at MaxRecords. What a record
+	// grows by later is never refused, since it records what happened:
+	// Complete first evicts to make room for its answer, but while only
+	// pending and needs_review records are left it stores the answer all
+	// the same, and a review's reason is kept as given. The store can then
+	// hold more than MaxBytes, by about the answers being completed at that
+	// moment, until evictions bring it back under; new keys get ErrFull
+	// meanwhile. Defaults to DefaultMaxBytes; a negative value means no cap.
+	MaxBytes int64
 	// Now is the store's clock: every lease deadline, creation and expiry
 	// time is taken from it, and every expiry judged by it. Defaults to
 	// time.Now. Tests inject a fake clock here.
 	Now func() time.Time
 }
 
+// The bounds a Store has unless Config sets others: 100,000 records, a
+// day's retention of one new key a second with room to spare, and 256 MiB,
+// room for that many records with answers of about 2 KiB each while staying
+// a modest share of a small container's memory.
+const (
+	DefaultMaxRecords = 100_000
+	DefaultMaxBytes   = 256 << 20
+)
+
+// MinMaxBytes is the smallest positive MaxBytes accepted: room for a few
+// records.
+const MinMaxBytes = 4 * RecordOverhead
+
 func (c Config) withDefaults() Config {
 	if c.Shards == 0 {
 		c.Shards = 64
+	}
+	if c.MaxRecords == 0 {
+		c.MaxRecords = DefaultMaxRecords
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -61,8 +105,8 @@ func (c Config) validate() error {
 	if c.Shards < 1 || c.Shards > 1<<16 {
 		return fmt.Errorf("idemmem: Shards = %d, want 1..65536", c.Shards)
 	}
-	if c.MaxRecords < 0 {
-		return fmt.Errorf("idemmem: MaxRecords = %d, want >= 0", c.MaxRecords)
+	if c.MaxBytes > 0 && c.MaxBytes < MinMaxBytes {
+		return fmt.Errorf("idemmem: MaxBytes = %d is too small to hold a few records; want at least %d, or a negative value for no cap", c.MaxBytes, MinMaxBytes)
 	}
 	return nil
 }
@@ -73,16 +117,25 @@ type Store struct {
 	seed   maphash.Seed
 	shards []shard
 	mask   uint64
-	count  atomic.Int64 // records held; maintained only with MaxRecords
 	closed atomic.Bool
+
+	// The bounds, math.MaxInt64 for none, and what the store holds against
+	// them (see bound.go).
+	maxRecords, maxBytes int64
+	count, bytes         atomic.Int64
+	evicted              atomic.Int64
 }
 
 // shard is one locked partition of the store.
 type shard struct {
-	mu      sync.Mutex
-	recs    map[uint64]*entry // by key hash; see table.go
-	n       int               // records in recs
-	expiry  expiryQueue
+	mu     sync.Mutex
+	recs   map[uint64]*entry // by key hash; see table.go
+	n      int               // records in recs
+	expiry expiryQueue
+	// head is the earliest expiry queued, in Unix nanoseconds, or
+	// math.MaxInt64: read without the lock to find the shard whose record
+	// is evicted first when the store needs room.
+	head    atomic.Int64
 	waiters map[idemstore.Key][]chan struct{}
 	_       [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -93,9 +146,11 @@ func New(cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, seed: maphash.MakeSeed(), shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1)}
+	s := &Store{cfg: cfg, seed: maphash.MakeSeed(), shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1),
+		maxRecords: bound(int64(cfg.MaxRecords)), maxBytes: bound(cfg.MaxBytes)}
 	for i := range s.shards {
 		s.shards[i].recs = make(map[uint64]*entry)
+		s.shards[i].head.Store(math.MaxInt64)
 	}
 	return s, nil
 }
@@ -122,12 +177,14 @@ func (s *Store) Close() error {
 		clear(sh.recs)
 		sh.n = 0
 		sh.expiry = expiryQueue{}
+		sh.syncHead()
 		for k := range sh.waiters {
 			sh.wake(k)
 		}
 		sh.mu.Unlock()
 	}
 	s.count.Store(0)
+	s.bytes.Store(0)
 	return nil
 }
 
@@ -179,6 +236,7 @@ type entry struct {
 	resp []byte
 	req  idemstore.Request // valid when hasReq
 	next *entry            // the next record whose key has the same hash
+	size int64             // what the record counts against MaxBytes
 
 	hasReq bool
 }
@@ -189,29 +247,37 @@ func expired(e *entry, now time.Time) bool {
 	return e.rec.State == idemstore.StateCompleted && !e.rec.ExpiresAt.IsZero() && !e.rec.ExpiresAt.After(now)
 }
 
+// reserveAttempts bounds how often Reserve makes room and tries again when
+// concurrent reservations take the room it made.
+const reserveAttempts = 4
+
 // Reserve inserts a pending record for p.Key unless one exists, in which
 // case it returns a copy of that record and created == false. A completed
-// record whose retention has ended counts as absent. With Config.MaxRecords
-// reached, Reserve evicts what expired in every shard and fails with ErrFull
-// if that frees nothing.
+// record whose retention has ended counts as absent. At Config.MaxRecords
+// or Config.MaxBytes, a new key's Reserve evicts completed records to make
+// room, and fails with ErrFull if none is left to evict; a Reserve that
+// finds its key's record never needs room.
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, false, err
 	}
 	now := s.now()
-	rec, created, full := s.reserve(p, now)
-	if full {
-		s.evictAll(now)
-		if rec, created, full = s.reserve(p, now); full {
-			return nil, false, ErrFull
+	size := reserveSize(&p)
+	for range reserveAttempts {
+		rec, created, full := s.reserve(p, now, size)
+		if !full {
+			return rec, created, nil
+		}
+		if size > s.maxBytes || !s.makeRoom(1, size, now) {
+			break
 		}
 	}
-	return rec, created, nil
+	return nil, false, ErrFull
 }
 
 // reserve is one attempt of Reserve under the shard lock. full reports that
-// the record cap stopped it.
-func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstore.Record, created, full bool) {
+// the bounds stopped it.
+func (s *Store) reserve(p idemstore.ReserveParams, now time.Time, size int64) (rec *idemstore.Record, created, full bool) {
 	sh, h := s.locate(p.Key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -221,13 +287,10 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 	if old := sh.lookup(h, p.Key); old != nil {
 		return copyRecord(old, now), false, false
 	}
-	if s.cfg.MaxRecords > 0 {
-		if s.count.Add(1) > int64(s.cfg.MaxRecords) {
-			s.count.Add(-1)
-			return nil, false, true
-		}
+	if !s.admit(size) {
+		return nil, false, true
 	}
-	e := &entry{rec: idemstore.Record{
+	e := &entry{size: size, rec: idemstore.Record{
 		Key:         p.Key,
 		Fingerprint: p.Fingerprint,
 		State:       idemstore.StatePending,
@@ -242,16 +305,6 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time) (rec *idemstor
 	}
 	sh.insert(h, e)
 	return nil, true, false
-}
-
-// evictAll evicts expired completed records from every shard.
-func (s *Store) evictAll(now time.Time) {
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		sh.evictExpired(s, now)
-		sh.mu.Unlock()
-	}
 }
 
 // Get returns a copy of the record for key, or idemstore.ErrNotFound.
@@ -275,9 +328,8 @@ func (sh *shard) drop(s *Store, h uint64, e *entry) bool {
 	if !sh.remove(h, e) {
 		return false
 	}
-	if s.cfg.MaxRecords > 0 {
-		s.count.Add(-1)
-	}
+	s.count.Add(-1)
+	s.bytes.Add(-e.size)
 	return true
 }
 

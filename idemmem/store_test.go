@@ -67,13 +67,15 @@ func key(i int) idemstore.Key { return idemstore.Key{Scope: "s", Operation: "op"
 
 func TestNewValidates(t *testing.T) {
 	t.Parallel()
-	for _, cfg := range []idemmem.Config{{Shards: -1}, {MaxRecords: -1}, {Shards: 1 << 20}} {
+	for _, cfg := range []idemmem.Config{{Shards: -1}, {Shards: 1 << 20}, {MaxBytes: 100}} {
 		if _, err := idemmem.New(cfg); err == nil {
 			t.Errorf("New(%+v): no error", cfg)
 		}
 	}
-	if _, err := idemmem.New(idemmem.Config{Shards: 3, MaxRecords: 10}); err != nil {
-		t.Errorf("New: %v", err)
+	for _, cfg := range []idemmem.Config{{Shards: 3, MaxRecords: 10}, {MaxRecords: -1, MaxBytes: -1}, {MaxBytes: 1 << 20}} {
+		if _, err := idemmem.New(cfg); err != nil {
+			t.Errorf("New(%+v): %v", cfg, err)
+		}
 	}
 }
 
@@ -173,70 +175,6 @@ func TestExpiredRecordsAreEvicted(t *testing.T) {
 	}
 	if n := s.Len(); n != 3 {
 		t.Fatalf("Len after a Reserve at +24h = %d, want 3 (the three pending records)", n)
-	}
-}
-
-func TestMaxRecords(t *testing.T) {
-	t.Parallel()
-	s, clk := newStore(idemmem.Config{MaxRecords: 3})
-	ctx := context.Background()
-	var recs []*idemstore.Record
-	for i := range 3 {
-		rec, err := reserve(t, s, key(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		recs = append(recs, rec)
-	}
-	_, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key(3), Token: "t"})
-	if !errors.Is(err, idemmem.ErrFull) || !errors.Is(err, idemstore.ErrUnavailable) || created {
-		t.Fatalf("Reserve over the cap: created = %v, err = %v; want ErrFull wrapping ErrUnavailable", created, err)
-	}
-	// An existing key is still answered at the cap.
-	if got, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key(0)}); err != nil || created || got.Token != recs[0].Token {
-		t.Fatalf("Reserve of an existing key at the cap: %v, %v, %v", got, created, err)
-	}
-
-	// Live records are never evicted for room: not pending, not
-	// needs_review, not completed before ExpiresAt.
-	complete(t, s, recs[0], &idemstore.Response{Status: 200}, time.Hour)
-	if err := s.Escalate(ctx, idemstore.EscalateParams{Key: recs[1].Key, Token: recs[1].Token, Reason: "r"}); err != nil {
-		t.Fatal(err)
-	}
-	clk.set(59 * time.Minute)
-
-	if _, err := reserve(t, s, key(3)); !errors.Is(err, idemmem.ErrFull) {
-		t.Fatalf("Reserve at the cap before anything expired: err = %v, want ErrFull", err)
-	}
-	for _, r := range recs {
-		if _, err := s.Get(ctx, r.Key); err != nil {
-			t.Fatalf("live record %v evicted: %v", r.Key, err)
-		}
-	}
-
-	// Once the completed record has expired it makes room, in whichever
-	// shard it lives.
-	clk.set(time.Hour)
-
-	if _, err := reserve(t, s, key(3)); err != nil {
-		t.Fatalf("Reserve at the cap after an expiry: %v", err)
-	}
-	// Release makes room too.
-	if err := s.Release(ctx, idemstore.ReleaseParams{Key: recs[2].Key, Token: recs[2].Token}); err != nil {
-		t.Fatal(err)
-	}
-	clk.set(time.Hour)
-
-	if _, err := reserve(t, s, key(4)); err != nil {
-		t.Fatalf("Reserve after a Release: %v", err)
-	}
-	clk.set(time.Hour)
-
-	if _, err := reserve(t, s, key(5)); !errors.Is(err, idemmem.ErrFull) {
-		t.Fatalf("Reserve over the cap: err = %v, want ErrFull", err)
-	}
-	if n := s.Len(); n != 3 {
-		t.Fatalf("Len = %d, want 3", n)
 	}
 }
 

@@ -1,6 +1,9 @@
 package idemstore
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors returned by every store. Drivers wrap native errors so that
 // callers can test them with errors.Is.
@@ -30,4 +33,11 @@ var (
 	// (a serialization failure, a deadlock, a lock wait timeout). Nothing was
 	// changed; the same call may be tried again.
 	ErrRetryable = errors.New("idem: transient store conflict, retry")
+
+	// ErrFull means the store refused a new reservation for want of room:
+	// it holds all it is allowed to, and nothing it may evict (a bounded
+	// in-memory store full of pending records, say). Nothing was written.
+	// It wraps ErrUnavailable, so callers fail closed: idem's middleware
+	// and proxy answer 503 and run nothing.
+	ErrFull = fmt.Errorf("idem: store full: %w", ErrUnavailable)
 )

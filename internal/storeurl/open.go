@@ -85,7 +85,7 @@ func (t *Target) Connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, func() error, error) {
 	switch t.Kind {
 	case KindMemory:
-		s, err := idemmem.New(idemmem.Config{})
+		s, err := idemmem.New(t.mem)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem/idemmem"
 	"github.com/idem-dev/idem/idemsqlite"
 )
 
@@ -33,9 +34,9 @@ type Target struct {
 	// Redacted is the URL with its password hidden, for logs.
 	Redacted string
 
+	mem        idemmem.Config
 	sqlitePath string
 	sqliteOpts idemsqlite.OpenOptions
-	batchOff   bool // batch=off: the SQL stores do not group commits
 	pg         *pgxpool.Config
 	pgSchema   string
 	my         *mysql.Config
@@ -58,18 +59,13 @@ func Parse(rawURL string) (*Target, error) {
 		err = t.parseSQLite(rest)
 	case "memory", "mem":
 		t.Kind = KindMemory
-		if rest != "" {
-			err = fmt.Errorf("memory:// takes nothing after the scheme, got %q", rest)
-		}
+		err = t.parseMemory(rest)
 	case "postgres", "postgresql":
 		t.Kind = KindPostgres
 		err = t.parsePostgres(rawURL)
 	case "mysql":
 		t.Kind = KindMySQL
 		t.my, err = parseMySQL(rest)
-		if err == nil {
-			t.batchOff, err = popMySQLBatch(t.my)
-		}
 	case "redis", "rediss", "unix":
 		t.Kind = KindRedis
 		err = t.parseRedis(rawURL)
@@ -116,12 +112,8 @@ func (t *Target) parseSQLite(rest string) error {
 				return fmt.Errorf("max_open_conns must be a positive integer, got %q", v)
 			}
 			t.sqliteOpts.MaxOpenConns = n
-		case "batch":
-			if t.batchOff, err = parseBatch(v); err != nil {
-				return err
-			}
 		default:
-			return fmt.Errorf("unknown sqlite parameter %q (known: busy_timeout, synchronous, max_open_conns, batch)", name)
+			return fmt.Errorf("unknown sqlite parameter %q (known: busy_timeout, synchronous, max_open_conns)", name)
 		}
 	}
 	return nil
@@ -137,9 +129,6 @@ func (t *Target) parsePostgres(rawURL string) error {
 		return err
 	}
 	t.pgSchema = schema
-	if rawURL, t.batchOff, err = takeBatch(rawURL); err != nil {
-		return err
-	}
 	t.pg, err = pgxpool.ParseConfig(rawURL)
 	return err
 }

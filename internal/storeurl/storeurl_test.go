@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,28 @@ func TestParse(t *testing.T) {
 		{url: "sqlite://x.db?synchronous=off", wantErr: "synchronous must be"},
 		{url: "sqlite://x.db?journal=wal", wantErr: `unknown sqlite parameter "journal"`},
 		{url: "memory://", kind: KindMemory},
-		{url: "memory://x", wantErr: "takes nothing"},
+		{url: "memory://x", wantErr: "takes only parameters"},
+		{url: "memory://?max_records=5000&max_bytes=64MiB", kind: KindMemory, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.mem.MaxRecords, 5000)
+			eq(t, tg.mem.MaxBytes, int64(64<<20))
+		}},
+		{url: "memory://?max_records=unlimited&max_bytes=Unlimited", kind: KindMemory, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.mem.MaxRecords, -1)
+			eq(t, tg.mem.MaxBytes, int64(-1))
+		}},
+		{url: "memory://?max_bytes=1000000", kind: KindMemory, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.mem.MaxRecords, 0) // idemmem's default
+			eq(t, tg.mem.MaxBytes, int64(1000000))
+		}},
+		{url: "memory://?max_records=0", wantErr: "max_records must be a positive whole number"},
+		{url: "memory://?max_records=-5", wantErr: "max_records must be a positive whole number"},
+		{url: "memory://?max_records=1e6", wantErr: "max_records must be a positive whole number"},
+		{url: "memory://?max_records=99999999999", wantErr: "max_records must be a positive whole number"},
+		{url: "memory://?max_bytes=10", wantErr: "too small to hold a few records"},
+		{url: "memory://?max_bytes=64MiBs", wantErr: `unknown unit "MiBs"`},
+		{url: "memory://?max_bytes=", wantErr: "must be a whole number of bytes"},
+		{url: "memory://?max_bytes=99999999999TiB", wantErr: "too large"},
+		{url: "memory://?max_size=1", wantErr: `unknown memory parameter "max_size"`},
 		{url: "postgres://u:secret@127.0.0.1:5432/idem?sslmode=disable", kind: KindPostgres, check: func(t *testing.T, tg *Target) {
 			eq(t, tg.pg.ConnConfig.Host, "127.0.0.1")
 			eq(t, tg.pg.ConnConfig.Database, "idem")
@@ -156,6 +178,25 @@ func TestOpenSQLiteAndMemory(t *testing.T) {
 	}
 }
 
+// memory://'s parameters reach the store: at max_records of pending
+// records, a new key is refused as full.
+func TestOpenMemoryBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, closeFn, err := Open(ctx, "memory://?max_records=2&max_bytes=1MiB", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	for i, want := range []error{nil, nil, idemstore.ErrFull} {
+		key := idemstore.Key{Scope: "s", Operation: "POST /x", Key: strconv.Itoa(i)}
+		_, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", Lease: time.Minute})
+		if !errors.Is(err, want) || (want == nil) != (err == nil) {
+			t.Fatalf("Reserve %d: %v, want %v", i, err, want)
+		}
+	}
+}
+
 func TestOpenUnreachable(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -218,5 +259,39 @@ func eq[T comparable](t *testing.T, got, want T) {
 	t.Helper()
 	if got != want {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		in   string
+		want int64
+		err  string
+	}{
+		{in: "0", want: 0},
+		{in: "1048576", want: 1 << 20},
+		{in: "512B", want: 512},
+		{in: "64MiB", want: 64 << 20},
+		{in: "64 mib", want: 64 << 20},
+		{in: "2GB", want: 2e9},
+		{in: "1kb", want: 1000},
+		{in: "3KiB", want: 3072},
+		{in: "1TiB", want: 1 << 40},
+		{in: "", err: "whole number"},
+		{in: "MiB", err: "whole number"},
+		{in: "-1MiB", err: "whole number"},
+		{in: "1.5GiB", err: "unknown unit"},
+		{in: "12 parsecs", err: "unknown unit"},
+		{in: "9223372036854775808", err: "too large"},
+		{in: "8388608TiB", err: "too large"},
+	} {
+		got, err := ParseSize(c.in)
+		switch {
+		case c.err != "" && (err == nil || !strings.Contains(err.Error(), c.err)):
+			t.Errorf("ParseSize(%q) = %d, %v; want an error with %q", c.in, got, err, c.err)
+		case c.err == "" && (err != nil || got != c.want):
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", c.in, got, err, c.want)
+		}
 	}
 }
