@@ -37,6 +37,7 @@ type Target struct {
 	mem        idemmem.Config
 	sqlitePath string
 	sqliteOpts idemsqlite.OpenOptions
+	batchOff   bool // batch=off: the SQL stores do not group commits
 	pg         *pgxpool.Config
 	pgSchema   string
 	my         *mysql.Config
@@ -66,6 +67,9 @@ func Parse(rawURL string) (*Target, error) {
 	case "mysql":
 		t.Kind = KindMySQL
 		t.my, err = parseMySQL(rest)
+		if err == nil {
+			t.batchOff, err = popMySQLBatch(t.my)
+		}
 	case "redis", "rediss", "unix":
 		t.Kind = KindRedis
 		err = t.parseRedis(rawURL)
@@ -112,8 +116,12 @@ func (t *Target) parseSQLite(rest string) error {
 				return fmt.Errorf("max_open_conns must be a positive integer, got %q", v)
 			}
 			t.sqliteOpts.MaxOpenConns = n
+		case "batch":
+			if t.batchOff, err = parseBatch(v); err != nil {
+				return err
+			}
 		default:
-			return fmt.Errorf("unknown sqlite parameter %q (known: busy_timeout, synchronous, max_open_conns)", name)
+			return fmt.Errorf("unknown sqlite parameter %q (known: busy_timeout, synchronous, max_open_conns, batch)", name)
 		}
 	}
 	return nil
@@ -129,6 +137,9 @@ func (t *Target) parsePostgres(rawURL string) error {
 		return err
 	}
 	t.pgSchema = schema
+	if rawURL, t.batchOff, err = takeBatch(rawURL); err != nil {
+		return err
+	}
 	t.pg, err = pgxpool.ParseConfig(rawURL)
 	return err
 }
