@@ -62,6 +62,16 @@ type EngineConfig struct {
 	// Logger receives the engine's structured logs. Defaults to
 	// slog.Default().
 	Logger *slog.Logger
+
+	// Sealer, if set, encrypts what records keep of clients' data before
+	// it reaches the store (every answer's headers and body; the query and
+	// body of Request.Info), and decrypts it when records are read back, on
+	// every path: Complete, a store's CompleteTx, resolutions, replays,
+	// CheckTx, Get, Recover. idemseal.Keyring implements it with
+	// AES-256-GCM. A record that does not open is never replayed as it is,
+	// nor run again: Begin and Get return ErrSealed. Records stored before
+	// a Sealer was set stay readable. Defaults to nil: stored in clear.
+	Sealer idemstore.Sealer
 }
 
 func (c EngineConfig) withDefaults() EngineConfig {
@@ -286,7 +296,9 @@ const maxBeginRounds = 8
 //
 // Only one caller can ever get Acquired for a key until it is released. A
 // store error is returned as is (it wraps idemstore.ErrUnavailable when the
-// store cannot be reached); Begin never reports Acquired on an error.
+// store cannot be reached); Begin never reports Acquired on an error. The
+// record of every other outcome is opened (see EngineConfig.Sealer); one
+// that does not open is ErrSealed.
 func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 	if err := ValidateKey(req.Key.Key); err != nil {
 		return Result{}, err
@@ -294,6 +306,11 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 	if err := checkKeyLengths(req.Key); err != nil {
 		return Result{}, err
 	}
+	info, err := e.sealRequest(req.Key, req.Info)
+	if err != nil {
+		return Result{}, err
+	}
+	req.Info = info
 	var deadline time.Time
 	if req.Wait > 0 {
 		deadline = e.cfg.Now().Add(req.Wait)
@@ -307,7 +324,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 	for {
 		res, err := e.try(ctx, req)
 		if err != nil || res.Outcome != InFlight || req.Wait <= 0 {
-			return res, err
+			return e.opened(ctx, res, err)
 		}
 		if w == nil {
 			w = e.newWaiter(ctx, req.Key)
@@ -319,7 +336,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 			return Result{}, err
 		}
 		if rec != nil {
-			return inFlight(rec), nil // still in flight when the wait ran out
+			return e.opened(ctx, inFlight(rec), nil) // still in flight when the wait ran out
 		}
 	}
 }
@@ -340,8 +357,11 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 		if err != nil {
 			// The insert may have committed before the error (a lost reply,
 			// a context cancelled after the commit): release what may be
-			// ours, so no reservation is left without an owner.
-			e.releaseOrphan(ctx, req.Key, token)
+			// ours, so no reservation is left without an owner. A store
+			// that was full wrote nothing.
+			if !errors.Is(err, idemstore.ErrFull) {
+				e.releaseOrphan(ctx, req.Key, token)
+			}
 			return Result{}, err
 		}
 		if created {
@@ -438,10 +458,17 @@ func inFlight(rec *idemstore.Record) Result {
 	return Result{Outcome: InFlight, RetryAfter: ra, Record: rec}
 }
 
-// Get returns the record for key, or an error wrapping
-// idemstore.ErrNotFound.
+// Get returns the record for key, opened (see EngineConfig.Sealer), or an
+// error wrapping idemstore.ErrNotFound, or ErrSealed.
 func (e *Engine) Get(ctx context.Context, key Key) (*idemstore.Record, error) {
-	return e.store.Get(ctx, key)
+	rec, err := e.store.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.open(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
 }
 
 // Purge deletes completed records whose retention ended by the store's

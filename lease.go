@@ -130,8 +130,11 @@ func (l *Lease) Complete(ctx context.Context, resp *Response) error {
 	if resp == nil {
 		return errors.New("idem: Complete needs a response")
 	}
-	p := l.completeParams(resp)
-	err := l.settle(ctx, settleComplete, &p, "")
+	p, _, err := l.completeParams(resp)
+	if err != nil {
+		return err
+	}
+	err = l.settle(ctx, settleComplete, &p, "")
 	if err == nil {
 		l.setState(LeaseCompleted)
 	}
@@ -223,19 +226,26 @@ func (l *Lease) PrepareTxComplete(resp *Response) (idemstore.CompleteParams, err
 	if resp == nil {
 		return idemstore.CompleteParams{}, errors.New("idem: CompleteTx needs a response")
 	}
-	p := l.completeParams(resp)
+	p, stored, err := l.completeParams(resp)
+	if err != nil {
+		return idemstore.CompleteParams{}, err
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.state != LeaseOpen && l.state != LeaseTxPrepared {
 		return idemstore.CompleteParams{}, fmt.Errorf("idem: lease already ended: %w", ErrLeaseLost)
 	}
 	l.state = LeaseTxPrepared
-	l.txResp = p.Response
+	l.txResp = stored
 	return p, nil
 }
 
-func (l *Lease) completeParams(resp *Response) idemstore.CompleteParams {
-	stored := resp
+// completeParams returns the fenced completion of resp, its answer sealed
+// when the engine has a Sealer, and stored, the answer as it is kept
+// before sealing. A settlement reading the record back compares it with
+// p.Response, sealed: the very bytes it wrote, random nonce and all.
+func (l *Lease) completeParams(resp *Response) (p idemstore.CompleteParams, stored *Response, err error) {
+	stored = resp
 	switch {
 	case resp.NotReplayable != "":
 		stored = &Response{Status: resp.Status, NotReplayable: resp.NotReplayable}
@@ -246,7 +256,11 @@ func (l *Lease) completeParams(resp *Response) idemstore.CompleteParams {
 			stored = &Response{Status: resp.Status, Header: h, Body: resp.Body}
 		}
 	}
-	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: stored, Retention: l.retention}
+	sealed, err := l.e.sealResponse(l.key, stored)
+	if err != nil {
+		return idemstore.CompleteParams{}, nil, err
+	}
+	return idemstore.CompleteParams{Key: l.key, Token: l.token, Response: sealed, Retention: l.retention}, stored, nil
 }
 
 // Release deletes the reservation if it is still pending under this lease,
@@ -334,7 +348,8 @@ const (
 
 // CheckTx reads the record after a handler's business transaction ended,
 // to learn whether the CompleteTx inside it committed. With TxCommitted it
-// also returns the stored answer, and marks the lease completed. It runs
+// also returns the stored answer (nil, and logged, if it is sealed and does
+// not open), and marks the lease completed. It runs
 // detached from ctx's cancellation. Call it only once the transaction is
 // over: a transaction still open looks rolled back.
 func (l *Lease) CheckTx(ctx context.Context) (TxOutcome, *Response, error) {
@@ -355,6 +370,9 @@ func (l *Lease) CheckTx(ctx context.Context) (TxOutcome, *Response, error) {
 		return 0, nil, err
 	case rec != nil && rec.Token == l.token && rec.State == idemstore.StateCompleted:
 		l.setState(LeaseCompleted)
+		if l.e.open(ctx, rec) != nil {
+			return TxCommitted, nil, nil // committed all the same; logged
+		}
 		return TxCommitted, rec.Response, nil
 	case rec != nil && rec.Token == l.token && rec.State == idemstore.StatePending:
 		return TxRolledBack, nil, nil

@@ -128,6 +128,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ev.Outcome, ev.Status = m.problem(w, p)
 			return
 		}
+		if errors.Is(err, ErrSealed) {
+			// The key was used, and its answer is stored but does not open
+			// (logged by the engine): it must neither be replayed nor run
+			// again, so never fail open either.
+			ev.Outcome, ev.Status = m.problem(w, SituationSealed.ProblemDoc("A request with this Idempotency-Key was already processed, but its stored answer cannot be read. It will not run again; retry later with the same key.", key))
+			return
+		}
 		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store unavailable",
 			slog.String("operation", op), slog.Any("error", err), slog.Bool("fail_open", m.cfg.FailOpen))
 		if m.cfg.FailOpen {

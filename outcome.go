@@ -50,6 +50,7 @@ var (
 	SituationScopeDenied    = Situation{Name: "scope_denied", Status: http.StatusUnauthorized, Problem: ProblemScope, Title: "Unauthorized"}
 	SituationScopeMissing   = Situation{Name: "scope_missing", Status: http.StatusUnauthorized, Problem: ProblemScopeMissing, Title: "Credentials required"}
 	SituationUnavailable    = Situation{Name: "unavailable", Status: http.StatusServiceUnavailable, Problem: ProblemUnavailable, Title: "Idempotency store unavailable"}
+	SituationSealed         = Situation{Name: "sealed", Status: http.StatusInternalServerError, Problem: ProblemSealed, Title: "Stored answer cannot be opened"}
 
 	SituationUpstreamUnreachable = Situation{Name: "upstream_unreachable", Status: http.StatusBadGateway, Problem: ProblemUpstreamUnreachable, Title: "Upstream unreachable", ProxyOnly: true}
 	SituationUpstreamFailed      = Situation{Name: "upstream_failed", Status: http.StatusBadGateway, Problem: ProblemUpstreamFailed, Title: "Upstream failed", ProxyOnly: true}
@@ -64,7 +65,7 @@ func Situations() []Situation {
 		SituationAcquired, SituationReplayed, SituationNoKey, SituationFailOpen, SituationCanceled,
 		SituationMissingKey, SituationInvalidKey, SituationMismatch, SituationInFlight, SituationNeedsReview,
 		SituationNotReplayable, SituationTooLong, SituationBodyTooLarge, SituationBodyUnreadable,
-		SituationScopeDenied, SituationScopeMissing, SituationUnavailable,
+		SituationScopeDenied, SituationScopeMissing, SituationUnavailable, SituationSealed,
 		SituationUpstreamUnreachable, SituationUpstreamFailed, SituationUpstreamTimeout, SituationShuttingDown,
 	}
 }

@@ -25,6 +25,7 @@ const (
 	ProblemScopeMissing   = ProblemTypeBase + "scope-missing"
 	ProblemTooLong        = ProblemTypeBase + "too-long"
 	ProblemBodyUnreadable = ProblemTypeBase + "body-unreadable"
+	ProblemSealed         = ProblemTypeBase + "answer-sealed"
 
 	// Answers only idem serve gives.
 	ProblemUpstreamUnreachable = ProblemTypeBase + "upstream-unreachable"

@@ -143,6 +143,10 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 	e.resolveCursor = page.NextCursor
 	e.resolveMu.Unlock()
 	for _, rec := range page.Records {
+		if err := e.open(ctx, rec); err != nil {
+			rep.Unknown++ // logged; a resolver is not asked about what it cannot read
+			continue
+		}
 		res, err := opts.Resolver.Resolve(ctx, rec)
 		if err != nil {
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: resolver failed", slog.String("key", redact(rec.Key)), slog.Any("error", err))
@@ -159,8 +163,11 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 				rep.Unknown++
 				continue
 			}
+			if p.Response, err = e.sealResponse(rec.Key, res.Response); err != nil {
+				errs = append(errs, err)
+				continue
+			}
 			p.Action = idemstore.ResolveComplete
-			p.Response = res.Response
 			p.Retention = e.cfg.Retention
 		case VerdictNotHappened:
 			p.Action = idemstore.ResolveRelease
@@ -196,8 +203,12 @@ func (e *Engine) escalatedUnder(ctx context.Context, key Key, token string) bool
 func (e *Engine) ResolveRecord(ctx context.Context, key Key, resp *Response, reason string) error {
 	p := idemstore.ResolveParams{Key: key, Action: idemstore.ResolveRelease, Reason: reason}
 	if resp != nil {
+		sealed, err := e.sealResponse(key, resp)
+		if err != nil {
+			return err
+		}
 		p.Action = idemstore.ResolveComplete
-		p.Response = resp
+		p.Response = sealed
 		p.Retention = e.cfg.Retention
 	}
 	return e.store.Resolve(ctx, p)
