@@ -8,9 +8,11 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -67,11 +69,12 @@ func (d *dropper) keysFor(path string) []string {
 	return append([]string(nil), d.keys[path]...)
 }
 
-// checkout opens the shop in a new tab of browser, buys with click, and
-// waits until the checkout ends. It fails the test unless the page shows
-// the order paid, and the shop holds one order and the provider one
-// charge. It returns the checkout's key, as the page shows it.
-func checkout(t *testing.T, browser context.Context, ts *testShop, click func(ctx context.Context) error) string {
+// checkout opens the shop in a new tab of browser, buys with click, runs
+// during (if set), and waits until the checkout ends. It fails the test
+// unless the page shows the order paid, and the shop holds one order and
+// the provider one charge. It returns the checkout's key, as the page
+// shows it, and how many requests the page sent.
+func checkout(t *testing.T, browser context.Context, ts *testShop, click func(ctx context.Context) error, during func()) (key string, tries int) {
 	t.Helper()
 	ctx, cancel := chromedp.NewContext(browser)
 	defer cancel()
@@ -81,14 +84,19 @@ func checkout(t *testing.T, browser context.Context, ts *testShop, click func(ct
 	if err := click(ctx); err != nil {
 		t.Fatalf("clicking Buy: %v", err)
 	}
-	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#result.ok, #result.err"))); err != nil {
+	if during != nil {
+		during()
+	}
+	if err := chromedp.Do(ctx, chromedp.Poll[chromedp.Void](`document.body.dataset.busy === '0'`)); err != nil {
 		t.Fatalf("the checkout never finished: %v", err)
 	}
-	page, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(id => [id('result').textContent, id('result').className, id('key').textContent])(x => document.getElementById(x))`))
-	if err != nil || len(page) != 3 {
+	page, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](
+		`(id => [id('result').textContent, id('result').className, id('key').textContent, document.body.dataset.tries])(x => document.getElementById(x))`))
+	if err != nil || len(page) != 4 {
 		t.Fatalf("reading the page: %q, %v", page, err)
 	}
 	shown, cls, key := page[0], page[1], page[2]
+	tries, _ = strconv.Atoi(page[3])
 	ch := ts.charges()
 	if cls != "ok" || len(ch) != 1 || !strings.Contains(shown, "is paid") || !strings.Contains(shown, ch[0].ID) {
 		t.Fatalf("the page shows %q (%s); charges %v", shown, cls, ch)
@@ -96,19 +104,26 @@ func checkout(t *testing.T, browser context.Context, ts *testShop, click func(ct
 	if n := ts.count(`SELECT count(*) FROM orders`); n != 1 {
 		t.Fatalf("%d orders", n)
 	}
-	return key
+	return key, tries
 }
 
 func TestCheckoutPageInChromium(t *testing.T) {
 	t.Parallel()
 	browser := browsertest.New(t)
 
-	// Double-clicking "Buy" sends the checkout twice, with one key: one
-	// order, one charge, and the page shows it paid.
+	// Double-clicking "Buy" sends the checkout twice, with one key. The
+	// provider holds the first payment until the second has been told it
+	// is in flight: the page waits as Retry-After says and asks again.
+	// One order, one charge, and the page shows it paid.
 	t.Run("double-click", func(t *testing.T) {
 		d := &dropper{dropped: map[string]bool{}, keys: map[string][]string{}}
 		ts := newTestShop(t, onSQLite, d.around)
-		key := checkout(t, browser, ts, func(ctx context.Context) error {
+		hanging := make(chan struct{}, 1)
+		ts.prov.mu.Lock()
+		ts.prov.hanging = func() { hanging <- struct{}{} }
+		ts.prov.mu.Unlock()
+		ts.prov.setNextFault(faultTimeout)
+		key, tries := checkout(t, browser, ts, func(ctx context.Context) error {
 			// A double click as a mouse makes it: press and release,
 			// then press and release again with a click count of 2; the
 			// page gets two clicks (and a dblclick).
@@ -117,7 +132,18 @@ func TestCheckoutPageInChromium(t *testing.T) {
 				return err
 			}
 			return chromedp.Do(ctx, chromedp.MouseClickXY(at[0], at[1], chromedp.ClickCount(1)), chromedp.MouseClickXY(at[0], at[1], chromedp.ClickCount(2)))
+		}, func() {
+			select {
+			case <-hanging: // the first payment reached the provider
+			case <-time.After(time.Minute):
+				t.Fatal("no payment reached the provider")
+			}
+			ts.waitOutcome(opPay, "in_flight")
+			ts.prov.resume <- struct{}{}
 		})
+		if tries < 5 { // two orders, two payments, and the retry of the one in flight
+			t.Fatalf("the page sent %d requests", tries)
+		}
 		sent := d.keysFor("/orders")
 		if len(sent) < 2 {
 			t.Fatalf("POST /orders came %d times: the double click did not send the checkout twice", len(sent))
@@ -138,9 +164,12 @@ func TestCheckoutPageInChromium(t *testing.T) {
 		// Without keep-alive Chromium does not resend a request whose
 		// connection dropped by itself: the page's own retry is tested.
 		ts.srv.Config.SetKeepAlivesEnabled(false)
-		key := checkout(t, browser, ts, func(ctx context.Context) error {
+		key, tries := checkout(t, browser, ts, func(ctx context.Context) error {
 			return chromedp.Do(ctx, chromedp.Click(chromedp.ID("buy")))
-		})
+		}, nil)
+		if tries != 4 { // the order twice, the payment twice: the page resent each
+			t.Fatalf("the page sent %d requests", tries)
+		}
 		for _, path := range []string{"/orders", "/orders/1/pay"} {
 			if keys := d.keysFor(path); len(keys) != 2 || keys[0] != key || keys[1] != key {
 				t.Fatalf("POST %s came with keys %q; the page's key is %q", path, keys, key)

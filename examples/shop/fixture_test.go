@@ -203,6 +203,23 @@ func (ts *testShop) settled(op string) idem.Event {
 	panic("unreachable")
 }
 
+// waitOutcome waits until a protected request to op ends with outcome;
+// the events before it are passed over.
+func (ts *testShop) waitOutcome(op, outcome string) {
+	ts.t.Helper()
+	deadline := time.After(time.Minute) // a failsafe, not a synchronisation
+	for {
+		select {
+		case ev := <-ts.events:
+			if ev.Operation == op && ev.Outcome == outcome {
+				return
+			}
+		case <-deadline:
+			ts.t.Fatalf("no %s request ended %s", op, outcome)
+		}
+	}
+}
+
 // recover runs one recovery pass and returns its report.
 func (ts *testShop) recover() idem.RecoverReport {
 	ts.t.Helper()
