@@ -69,8 +69,13 @@ func TestBadRequests(t *testing.T) {
 		t.Fatalf("after the bad requests: %d orders, %d mugs, %d charges", n, s, ch)
 	}
 	// GETs need a session too, and show only the user's orders.
-	if a := anon.do(mustGet(t, ts.srv.URL+"/orders")); a.status != 401 {
-		t.Errorf("GET /orders without a session: %d", a.status)
+	if a := anon.do(mustGet(t, ts.srv.URL+"/orders")); a.status != 401 || !strings.HasSuffix(a.problem.Type, "#scope-missing") {
+		t.Errorf("GET /orders without a session: %d %s", a.status, a.body)
+	}
+	forged := mustGet(t, ts.srv.URL+"/orders")
+	forged.AddCookie(&http.Cookie{Name: sessionCookie, Value: c.user + ".forged"})
+	if a := anon.do(forged); a.status != 401 || !strings.HasSuffix(a.problem.Type, "#scope-denied") {
+		t.Errorf("GET /orders with a forged session: %d %s", a.status, a.body)
 	}
 	other := ts.visitor()
 	if a := other.do(mustGet(t, ts.srv.URL+"/orders/1")); a.status != 404 {

@@ -85,10 +85,10 @@ func writeResponse(w http.ResponseWriter, resp *idem.Response) {
 	_, _ = w.Write(resp.Body)
 }
 
-// answerTxError answers the error of a business transaction: a refusal as
-// its problem, anything else as "nothing was done, try again" (the
-// transaction rolled back, and 503 releases the key), unless it is an
-// external operation whose outcome that would hide (see pay).
+// answerTxError answers the error of a business transaction that changed
+// nothing outside the database: a refusal as its problem, an order that is
+// not the user's as 404, anything else as "nothing was done, try again"
+// (the transaction rolled back, and 503 releases the key).
 func (s *shop) answerTxError(w http.ResponseWriter, r *http.Request, err error) {
 	var ref *errRefused
 	if errors.As(err, &ref) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"os"
@@ -101,7 +102,12 @@ func (s *shop) handler() http.Handler {
 // requireUser returns the session's user, or answers 401.
 func (s *shop) requireUser(w http.ResponseWriter, r *http.Request) (string, bool) {
 	user, err := s.sessions.user(r)
-	if err != nil {
+	var se *idem.ScopeError
+	switch {
+	case errors.As(err, &se):
+		idem.WriteProblem(w, idem.SituationScopeDenied.ProblemDoc(se.Detail, ""))
+		return "", false
+	case err != nil:
 		idem.WriteProblem(w, idem.SituationScopeMissing.ProblemDoc("Open the shop's page first: it gives you a session cookie.", ""))
 		return "", false
 	}
