@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 // fence is the condition every change of a pending record is tied to; its
@@ -47,6 +48,9 @@ type dbtx interface {
 // idemstore.ErrLeaseLost when the record is no longer pending under that
 // token.
 func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error {
+	if s.batch != nil && p.Response != nil && len(p.Response.Body) <= maxBatchedValue {
+		return s.do(ctx, groupcommit.CompleteOp(p))
+	}
 	return complete(ctx, s.db, p)
 }
 
@@ -101,6 +105,13 @@ func execFenced(ctx context.Context, db dbtx, query string, args ...any) error {
 // whose acknowledgement was lost) or extended is left alone and
 // idemstore.ErrLeaseLost is returned.
 func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
+	if s.batch != nil && !p.IfExpired {
+		return s.do(ctx, groupcommit.ReleaseOp(p))
+	}
+	return s.release(ctx, p)
+}
+
+func (s *Store) release(ctx context.Context, p idemstore.ReleaseParams) error {
 	query := releaseSQL
 	if p.IfExpired {
 		query += leaseExpired
@@ -115,6 +126,13 @@ func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error 
 	if len(p.Reason) > MaxReasonLen {
 		return fmt.Errorf("idemmysql: reason is %d bytes, at most %d fit", len(p.Reason), MaxReasonLen)
 	}
+	if s.batch != nil && !p.IfExpired {
+		return s.do(ctx, groupcommit.EscalateOp(p))
+	}
+	return s.escalate(ctx, p)
+}
+
+func (s *Store) escalate(ctx context.Context, p idemstore.EscalateParams) error {
 	query := escalateSQL
 	if p.IfExpired {
 		query += leaseExpired
@@ -126,6 +144,13 @@ func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error 
 // plus p.Lease, fenced by p.Token. It does not look at the deadline: a
 // holder whose lease ran out but was not taken over keeps it.
 func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
+	if s.batch != nil {
+		return s.do(ctx, groupcommit.ExtendOp(p))
+	}
+	return s.extend(ctx, p)
+}
+
+func (s *Store) extend(ctx context.Context, p idemstore.ExtendParams) error {
 	err := execFenced(ctx, s.db, extendSQL, append([]any{millis(p.Lease)}, keyArgs(p.Key, p.Token)...)...)
 	if !errors.Is(err, idemstore.ErrLeaseLost) {
 		return err

@@ -13,29 +13,44 @@ import (
 	"github.com/idem-dev/idem/idemstore/idemstoretest"
 )
 
+// batchModes are the two ways the store runs, each of which the
+// conformance suite checks: group commit on (the default) and off.
+var batchModes = []struct {
+	name string
+	cfg  idemmysql.Config
+}{
+	{"batch=on", idemmysql.Config{}},
+	{"batch=off", idemmysql.Config{DisableBatch: true}},
+}
+
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	idemstoretest.Exercise(t, idemstoretest.Harness{
-		New: func(t *testing.T) idemstore.Store {
-			s, _ := newStore(t, "")
-			return s
-		},
-		Unavailable: func(t *testing.T) idemstore.Store {
-			s, err := idemmysql.New(closedPortDB(t), idemmysql.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
-		Tx: txHarness,
-	})
+	for _, mode := range batchModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			idemstoretest.Exercise(t, idemstoretest.Harness{
+				New: func(t *testing.T) idemstore.Store {
+					s, _ := newStoreWith(t, "", mode.cfg)
+					return s
+				},
+				Unavailable: func(t *testing.T) idemstore.Store {
+					s, err := idemmysql.New(closedPortDB(t), mode.cfg)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return s
+				},
+				Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, mode.cfg) },
+			})
+		})
+	}
 }
 
 // txHarness runs the suite's business transactions on a table of the
 // store's own database, through CompleteTx, at the isolation levels InnoDB
 // offers (READ UNCOMMITTED aside).
-func txHarness(t *testing.T) idemstoretest.TxHarness {
-	s, db := newStore(t, "")
+func txHarness(t *testing.T, cfg idemmysql.Config) idemstoretest.TxHarness {
+	s, db := newStoreWith(t, "", cfg)
 	if _, err := db.ExecContext(t.Context(), "CREATE TABLE business (id VARBINARY(255) PRIMARY KEY) ENGINE = InnoDB"); err != nil {
 		t.Fatal(err)
 	}
@@ -90,16 +105,20 @@ func TestConcurrencyIsolationLevels(t *testing.T) {
 	for _, level := range []string{"REPEATABLE-READ", "READ-COMMITTED"} {
 		t.Run(level, func(t *testing.T) {
 			t.Parallel()
-			idemstoretest.ExerciseConcurrency(t, idemstoretest.Harness{
-				New: func(t *testing.T) idemstore.Store {
-					s, db := newStore(t, level)
-					var got string
-					if err := db.QueryRowContext(t.Context(), "SELECT @@tx_isolation").Scan(&got); err != nil || got != level {
-						t.Fatalf("session isolation = %q, %v; want %s", got, err, level)
-					}
-					return s
-				},
-			})
+			for _, mode := range batchModes {
+				t.Run(mode.name, func(t *testing.T) {
+					idemstoretest.ExerciseConcurrency(t, idemstoretest.Harness{
+						New: func(t *testing.T) idemstore.Store {
+							s, db := newStoreWith(t, level, mode.cfg)
+							var got string
+							if err := db.QueryRowContext(t.Context(), "SELECT @@tx_isolation").Scan(&got); err != nil || got != level {
+								t.Fatalf("session isolation = %q, %v; want %s", got, err, level)
+							}
+							return s
+						},
+					})
+				})
+			}
 		})
 	}
 }

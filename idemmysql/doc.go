@@ -13,9 +13,10 @@
 //
 // Reservations are plain INSERTs against the primary key (scope, operation,
 // key); a duplicate key (1062) means the key exists and its record is read
-// and returned. Neither INSERT IGNORE (which hides other errors) nor
-// SELECT … FOR UPDATE (which takes gap locks and deadlocks under REPEATABLE
-// READ) is used. Every later change is fenced by the lease token.
+// and returned. Every later change is fenced by the lease token. A call
+// that runs alone uses neither INSERT IGNORE (which hides other errors) nor
+// SELECT … FOR UPDATE (which takes gap locks and deadlocks under
+// REPEATABLE READ); batches use both, safely, as described below.
 //
 // [Store.CompleteTx] stores the answer inside your own *sql.Tx, next to the
 // business change it describes: both commit, or neither does.
@@ -38,6 +39,49 @@
 // of prepare, execute and close.
 //
 // The store has no Notifier: the engine's waiters poll with backoff.
+//
+// # Group commit
+//
+// Every request is two writes (reserve, then complete), each with its own
+// commit and round trips, and on a small machine that per-statement cost
+// bounds the store. So Reserve, Complete, Release, Escalate and Extend (not
+// CompleteTx, which runs in the caller's transaction, nor Takeover,
+// Resolve, Delete or the IfExpired variants) go through a queue. A call
+// that finds the store idle runs at once, alone, as without batching: a
+// lone request pays nothing extra. Calls that arrive while it runs queue
+// up, and when it ends they are written together in one READ COMMITTED
+// transaction, in key order and in rounds of distinct keys, each round in
+// a few multi-row statements whatever its size: one SELECT … FOR UPDATE of
+// the records the fenced changes aim at (at READ COMMITTED it locks only
+// the rows it finds, no gaps; a change whose record is not pending under
+// its token gets idemstore.ErrLeaseLost there, and the others' rows stay
+// locked, so what follows matches exactly them), one INSERT IGNORE of the
+// new reservations (inputs are checked before they queue, so IGNORE can
+// only skip a duplicate key; when rows were skipped, one read tells which
+// records carry the Reserve's own token — every Reserve offers a fresh
+// token — and returns the others' existing records), and one UPDATE or
+// DELETE per kind of change. There is no timer: a batch is what queued
+// during the previous one. Calls carrying a body over 256 KiB run alone, so
+// that a value over the server's max_allowed_packet fails only its own
+// call.
+//
+// Every caller gets its own outcome: two Reserves of one key in one batch
+// see what they would see one after the other (one wins, the other gets
+// the pending record). A statement that fails rolls the whole batch back:
+// a deadlock, a lock wait timeout or a broken connection fails every
+// member with the same idemstore.ErrRetryable or idemstore.ErrUnavailable,
+// and any other refusal (which may be one call's fault) makes each member
+// run again alone. A COMMIT whose reply is lost fails every member with
+// idemstore.ErrUnavailable, never ErrRetryable: nobody is told "acquired"
+// or "done" unless the batch committed, nor "nothing changed" unless that
+// is sure. A caller whose context ends while its call is queued takes it
+// out (nothing is written); once its batch has started it gets the
+// context's error, the batch goes on, and, as for any failed Reserve, the
+// caller releases its token: that release queues behind the batch and
+// finds the reservation if it was made.
+//
+// Config.DisableBatch (or batch=off in the idem CLI's store URL) turns
+// batching off.
 //
 // Native errors become the idemstore sentinels: deadlocks (1213) and lock
 // wait timeouts (1205) are idemstore.ErrRetryable, connection failures

@@ -88,8 +88,14 @@ func newDatabase(tb testing.TB, isolation string) (*sql.DB, *mysql.Config) {
 
 func newStore(tb testing.TB, isolation string) (*idemmysql.Store, *sql.DB) {
 	tb.Helper()
+	return newStoreWith(tb, isolation, idemmysql.Config{})
+}
+
+// newStoreWith is newStore with cfg.
+func newStoreWith(tb testing.TB, isolation string, cfg idemmysql.Config) (*idemmysql.Store, *sql.DB) {
+	tb.Helper()
 	db, _ := newDatabase(tb, isolation)
-	s, err := idemmysql.New(db, idemmysql.Config{})
+	s, err := idemmysql.New(db, cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 const (
@@ -37,7 +38,14 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 			len(p.Fingerprint), len(p.Token), MaxFingerprintLen, MaxTokenLen)
 	}
 	return idemstore.ReserveLoop("idemmysql", s.cfg.ReserveRetries, func() (*idemstore.Record, bool, error) {
-		return s.reserveOnce(ctx, p)
+		if s.batch == nil || p.Request != nil && len(p.Request.Body) > maxBatchedValue {
+			return s.reserveOnce(ctx, p)
+		}
+		op := groupcommit.ReserveOp(p)
+		if err := s.batch.Do(ctx, op); err != nil {
+			return nil, false, interpretError(ctx, err)
+		}
+		return op.Record, op.Created, op.Err
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 var _ idemstore.Store = (*Store)(nil)
@@ -39,6 +40,16 @@ type Config struct {
 	// MigrateLockTimeout bounds how long Migrate waits for another migrator
 	// to finish (GET_LOCK). Defaults to 60s.
 	MigrateLockTimeout time.Duration
+
+	// DisableBatch turns group commit off: every Reserve, Complete,
+	// Release, Escalate and Extend then runs as its own autocommit
+	// statement. With batching on, calls that arrive while others are
+	// being written queue up, and the next batch writes them all in one
+	// transaction with a few multi-row statements (see the package
+	// documentation); a call that finds the store idle runs alone, as
+	// without batching. The store URL parameter batch=off sets it.
+	// Defaults to false: batching on.
+	DisableBatch bool
 }
 
 func (c Config) withDefaults() Config {
@@ -63,8 +74,9 @@ func (c Config) validate() error {
 
 // Store is the MySQL/MariaDB idemstore.Store. It is safe for concurrent use.
 type Store struct {
-	db  *sql.DB
-	cfg Config
+	db    *sql.DB
+	cfg   Config
+	batch *groupcommit.Batcher // nil with Config.DisableBatch
 }
 
 // New returns a Store that keeps its records in the idem_records table of
@@ -91,7 +103,11 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 			return nil, err
 		}
 	}
-	return &Store{db: db, cfg: cfg}, nil
+	s := &Store{db: db, cfg: cfg}
+	if !cfg.DisableBatch {
+		s.batch = groupcommit.New(groupcommit.Config{Single: s.single, Batch: s.runBatch})
+	}
+	return s, nil
 }
 
 // Capabilities reports that the store offers CompleteTx. It has no

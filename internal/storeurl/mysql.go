@@ -25,11 +25,12 @@ func (c *mysqlConnector) Connect(ctx context.Context) (driver.Conn, error) {
 
 func (c *mysqlConnector) Driver() driver.Driver { return &mysql.MySQLDriver{} }
 
-func openMySQL(ctx context.Context, db *sql.DB, migrate bool) (idemstore.Store, error) {
+func openMySQL(ctx context.Context, db *sql.DB, migrate, batchOff bool) (idemstore.Store, error) {
+	cfg := idemmysql.Config{DisableBatch: batchOff}
 	if migrate {
-		if err := idemmysql.Migrate(ctx, db, idemmysql.Config{}); err != nil {
+		if err := idemmysql.Migrate(ctx, db, cfg); err != nil {
 			return nil, err
 		}
 	}
-	return idemmysql.New(db, idemmysql.Config{})
+	return idemmysql.New(db, cfg)
 }

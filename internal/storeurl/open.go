@@ -95,7 +95,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 		if err != nil {
 			return nil, nil, err
 		}
-		s, err := idemsqlite.New(db, idemsqlite.Config{SkipMigrate: !migrate})
+		s, err := idemsqlite.New(db, idemsqlite.Config{SkipMigrate: !migrate, DisableBatch: t.batchOff})
 		if err != nil {
 			db.Close()
 			return nil, nil, err
@@ -110,7 +110,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 			pool.Close()
 			return nil, nil, err
 		}
-		cfg := idempg.Config{Schema: t.pgSchema}
+		cfg := idempg.Config{Schema: t.pgSchema, DisableBatch: t.batchOff}
 		if migrate {
 			if err := idempg.Migrate(ctx, pool, cfg); err != nil {
 				pool.Close()
@@ -129,7 +129,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 			db.Close()
 			return nil, nil, err
 		}
-		s, err := openMySQL(ctx, db, migrate)
+		s, err := openMySQL(ctx, db, migrate, t.batchOff)
 		if err != nil {
 			db.Close()
 			return nil, nil, err

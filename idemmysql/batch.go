@@ -1,0 +1,327 @@
+package idemmysql
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit"
+)
+
+// do runs a fenced change through the batcher and returns its outcome.
+func (s *Store) do(ctx context.Context, op *groupcommit.Op) error {
+	if err := s.batch.Do(ctx, op); err != nil {
+		return interpretError(ctx, err)
+	}
+	return op.Err
+}
+
+// single runs op alone, in autocommit, as without batching.
+func (s *Store) single(ctx context.Context, op *groupcommit.Op) {
+	switch op.Kind {
+	case groupcommit.Reserve:
+		op.Record, op.Created, op.Err = s.reserveOnce(ctx, op.ReserveParams())
+	case groupcommit.Complete:
+		op.Err = complete(ctx, s.db, op.CompleteParams())
+	case groupcommit.Release:
+		op.Err = s.release(ctx, op.ReleaseParams())
+	case groupcommit.Escalate:
+		op.Err = s.escalate(ctx, op.EscalateParams())
+	case groupcommit.Extend:
+		op.Err = s.extend(ctx, op.ExtendParams())
+	}
+}
+
+// runBatch writes ops in one READ COMMITTED transaction, in rounds of
+// distinct keys (see groupcommit.Rounds). Each round takes a few multi-row
+// statements whatever its size:
+//
+//   - the records that fenced changes (Complete, Release, Escalate,
+//     Extend) aim at are read with SELECT … FOR UPDATE, which at READ
+//     COMMITTED locks the rows found and takes no gap lock; a change whose
+//     record is not pending under its token gets idemstore.ErrLeaseLost
+//     there, and the rows of the others stay locked until the commit, so
+//     the changes applied next match exactly them;
+//   - Reserves are one INSERT IGNORE of every new record (the inputs are
+//     checked before they queue, so IGNORE can only skip a duplicate key);
+//     when it inserted fewer rows than it was given, one read tells which
+//     records are ours (their token is the Reserve's own: every Reserve
+//     offers a fresh token) and returns the others' existing records;
+//   - the changes are applied with one UPDATE (values chosen by CASE on
+//     the key) or DELETE per kind.
+//
+// The server's clock is read in each statement, as without batching.
+func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	if err != nil {
+		return groupcommit.Failed(interpretError(ctx, err))
+	}
+	for _, round := range groupcommit.Rounds(ops) {
+		if err := runRound(ctx, tx, round); err != nil {
+			_ = tx.Rollback()
+			return groupcommit.Failed(interpretError(ctx, err))
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return groupcommit.CommitUnknown("idemmysql", len(ops), interpretError(ctx, err))
+	}
+	return nil
+}
+
+// runRound runs calls on distinct keys in tx and sets their outcomes.
+func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op) error {
+	var reserves, fenced []*groupcommit.Op
+	for _, op := range round {
+		if op.Kind == groupcommit.Reserve {
+			reserves = append(reserves, op)
+		} else {
+			fenced = append(fenced, op)
+		}
+	}
+	var held [groupcommit.Extend + 1][]*groupcommit.Op
+	if len(fenced) > 0 {
+		tokens, err := lockPending(ctx, tx, fenced)
+		if err != nil {
+			return err
+		}
+		for _, op := range fenced {
+			if tok, ok := tokens[op.Key]; ok && tok == op.Token {
+				held[op.Kind] = append(held[op.Kind], op)
+			} else {
+				op.Err = idemstore.ErrLeaseLost
+			}
+		}
+	}
+	for _, part := range chunks(reserves, func(op *groupcommit.Op) int {
+		if op.Request == nil {
+			return 0
+		}
+		return len(op.Request.Body)
+	}) {
+		if err := insertReserves(ctx, tx, part); err != nil {
+			return err
+		}
+	}
+	for _, part := range chunks(held[groupcommit.Complete], func(op *groupcommit.Op) int { return len(op.Response.Body) }) {
+		var b stmt
+		b.add("UPDATE idem_records SET state = 'completed', response = ")
+		b.caseArg(part, func(op *groupcommit.Op) any { return idemstore.EncodeResponse(op.Response) })
+		b.add(", expires_at = " + nowMillis + " + ")
+		b.caseLit(part, func(op *groupcommit.Op) int64 { return millis(op.Retention) })
+		b.add(", updated_at = " + nowMillis)
+		if err := b.fenced(ctx, tx, part); err != nil {
+			return err
+		}
+	}
+	for _, part := range chunks(held[groupcommit.Escalate], func(op *groupcommit.Op) int { return len(op.Reason) }) {
+		var b stmt
+		b.add("UPDATE idem_records SET state = 'needs_review', reason = ")
+		b.caseArg(part, func(op *groupcommit.Op) any { return op.Reason })
+		b.add(", updated_at = " + nowMillis)
+		if err := b.fenced(ctx, tx, part); err != nil {
+			return err
+		}
+	}
+	for _, part := range chunks(held[groupcommit.Extend], nil) {
+		var b stmt
+		b.add("UPDATE idem_records SET lease_until = " + nowMillis + " + ")
+		b.caseLit(part, func(op *groupcommit.Op) int64 { return millis(op.Lease) })
+		b.add(", updated_at = " + nowMillis)
+		if err := b.fenced(ctx, tx, part); err != nil {
+			return err
+		}
+	}
+	for _, part := range chunks(held[groupcommit.Release], nil) {
+		var b stmt
+		b.add("DELETE FROM idem_records")
+		if err := b.fenced(ctx, tx, part); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockPending locks the records ops aim at with SELECT … FOR UPDATE and
+// returns the tokens of those that are pending, by key.
+func lockPending(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op) (map[idemstore.Key]string, error) {
+	var b stmt
+	b.add("SELECT scope, operation, `key`, token FROM idem_records WHERE (")
+	b.keys(ops)
+	b.add(") AND state = 'pending' FOR UPDATE")
+	rows, err := tx.QueryContext(ctx, b.String(), b.args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	tokens := make(map[idemstore.Key]string, len(ops))
+	for rows.Next() {
+		var scope, operation, key, token []byte
+		if err := rows.Scan(&scope, &operation, &key, &token); err != nil {
+			return nil, err
+		}
+		tokens[idemstore.Key{Scope: string(scope), Operation: string(operation), Key: string(key)}] = string(token)
+	}
+	return tokens, rows.Err()
+}
+
+// insertReserves inserts the new records of reserves (on distinct keys)
+// and sets each Reserve's outcome.
+func insertReserves(ctx context.Context, tx *sql.Tx, reserves []*groupcommit.Op) error {
+	var b stmt
+	b.add("INSERT IGNORE INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, request, created_at, updated_at) VALUES ")
+	for i, op := range reserves {
+		if i > 0 {
+			b.add(", ")
+		}
+		b.add("(?, ?, ?, ?, 'pending', ?, "+nowMillis+" + "+literal(millis(op.Lease))+", '', ?, "+nowMillis+", "+nowMillis+")",
+			op.Key.Scope, op.Key.Operation, op.Key.Key, op.Fingerprint, op.Token, requestArg(op.Request))
+	}
+	res, err := tx.ExecContext(ctx, b.String(), b.args...)
+	if err != nil {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return err
+	}
+	if int(n) == len(reserves) {
+		for _, op := range reserves {
+			op.Created = true
+		}
+		return nil
+	}
+	// Some keys existed: read which records are ours.
+	b = stmt{}
+	b.add("SELECT " + recordColumns + " FROM idem_records WHERE ")
+	b.keys(reserves)
+	rows, err := tx.QueryContext(ctx, b.String(), b.args...)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	found := make(map[idemstore.Key]*idemstore.Record, len(reserves))
+	for rows.Next() {
+		rec, err := scanRecord(rows)
+		if err != nil {
+			return err
+		}
+		found[rec.Key] = rec
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, op := range reserves {
+		switch rec := found[op.Key]; {
+		case rec == nil: // gone again before the read: the caller inserts again
+		case rec.Token == op.Token:
+			op.Created = true
+		default:
+			op.Record = rec
+		}
+	}
+	return nil
+}
+
+// stmt builds a statement and its arguments together.
+type stmt struct {
+	strings.Builder
+	args []any
+}
+
+func (b *stmt) add(sql string, args ...any) {
+	b.WriteString(sql)
+	b.args = append(b.args, args...)
+}
+
+// keys writes the condition "the record of one of ops": by key for
+// Reserves, by key and token (fenced) for the others.
+func (b *stmt) keys(ops []*groupcommit.Op) {
+	for i, op := range ops {
+		if i > 0 {
+			b.add(" OR ")
+		}
+		if op.Kind == groupcommit.Reserve {
+			b.add("("+byKey+")", op.Key.Scope, op.Key.Operation, op.Key.Key)
+		} else {
+			b.add("("+byKey+" AND token = ?)", op.Key.Scope, op.Key.Operation, op.Key.Key, op.Token)
+		}
+	}
+}
+
+// caseArg writes a CASE that is, for the record of each op, the argument
+// val(op).
+func (b *stmt) caseArg(ops []*groupcommit.Op, val func(*groupcommit.Op) any) {
+	b.add("CASE")
+	for _, op := range ops {
+		b.add(" WHEN "+byKey+" THEN ?", op.Key.Scope, op.Key.Operation, op.Key.Key, val(op))
+	}
+	b.add(" END")
+}
+
+// caseLit writes a CASE that is, for the record of each op, the integer
+// val(op) as a literal, or just that literal when it is the same for all.
+func (b *stmt) caseLit(ops []*groupcommit.Op, val func(*groupcommit.Op) int64) {
+	first := val(ops[0])
+	if !slices.ContainsFunc(ops, func(op *groupcommit.Op) bool { return val(op) != first }) {
+		b.add(literal(first))
+		return
+	}
+	b.add("CASE")
+	for _, op := range ops {
+		b.add(" WHEN "+byKey+" THEN "+literal(val(op)), op.Key.Scope, op.Key.Operation, op.Key.Key)
+	}
+	b.add(" END")
+}
+
+// fenced ends a change of the records of ops, which lockPending found
+// pending under their tokens and which stay locked, with its WHERE, and
+// runs it.
+func (b *stmt) fenced(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op) error {
+	b.add(" WHERE state = 'pending' AND (")
+	b.keys(ops)
+	b.add(")")
+	_, err := tx.ExecContext(ctx, b.String(), b.args...)
+	return err
+}
+
+// literal is an integer as SQL text: durations are written into the
+// statement rather than passed, so that their type is plain.
+func literal(n int64) string { return strconv.FormatInt(n, 10) }
+
+// Bounds of one multi-row statement, well under max_allowed_packet and
+// the placeholder limit.
+const (
+	maxChunkOps   = 256
+	maxChunkBytes = 1 << 20
+)
+
+// maxBatchedValue is the largest response or request body a call may carry
+// into a batch. Larger ones run alone: a value over the server's
+// max_allowed_packet fails its statement and breaks the connection, which
+// must not fail the calls batched with it.
+const maxBatchedValue = 256 << 10
+
+// chunks splits ops into runs of at most maxChunkOps calls and, by size,
+// about maxChunkBytes of values (one call at least).
+func chunks(ops []*groupcommit.Op, size func(*groupcommit.Op) int) [][]*groupcommit.Op {
+	var out [][]*groupcommit.Op
+	start, bytes := 0, 0
+	for i, op := range ops {
+		n := 0
+		if size != nil {
+			n = size(op)
+		}
+		if i > start && (i-start == maxChunkOps || bytes+n > maxChunkBytes) {
+			out = append(out, ops[start:i])
+			start, bytes = i, 0
+		}
+		bytes += n
+	}
+	if start < len(ops) {
+		out = append(out, ops[start:])
+	}
+	return out
+}

@@ -1,0 +1,305 @@
+package idemmysql_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemmysql"
+	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/dropproxy"
+)
+
+// batchResult is what one call of a batch returned.
+type batchResult struct {
+	rec     *idemstore.Record
+	created bool
+	err     error
+}
+
+// inOneBatch makes the calls, each from its own goroutine, while the
+// store's batcher is paused, so that they all run in one batch, and
+// returns what each got.
+func inOneBatch(t *testing.T, s *idemmysql.Store, calls ...func() batchResult) []batchResult {
+	t.Helper()
+	p := s.Batcher().Pause()
+	out := make([]batchResult, len(calls))
+	var wg sync.WaitGroup
+	for i, call := range calls {
+		wg.Go(func() { out[i] = call() })
+		p.Wait(i + 1)
+	}
+	p.Resume()
+	wg.Wait()
+	return out
+}
+
+func reserveCall(ctx context.Context, s idemstore.Store, k idemstore.Key, tok string, lease time.Duration) func() batchResult {
+	return func() batchResult {
+		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: lease,
+			Request: &idemstore.Request{Method: "POST", Path: "/x", Body: []byte(tok)}})
+		return batchResult{rec, created, err}
+	}
+}
+
+func completeCall(ctx context.Context, s idemstore.Store, k idemstore.Key, tok string, retention time.Duration) func() batchResult {
+	return func() batchResult {
+		return batchResult{err: s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok,
+			Response: &idemstore.Response{Status: 201, Body: []byte(tok)}, Retention: retention})}
+	}
+}
+
+func testKey(name string) idemstore.Key {
+	return idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: name}
+}
+
+// TestBatchOutcomes puts every kind of batched call in one batch, in two
+// rounds (two calls on some keys), with holders and strangers, and checks
+// each caller's outcome and each record.
+func TestBatchOutcomes(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, "")
+	ctx := t.Context()
+	seed := func(name, tok string) idemstore.Key {
+		k := testKey(name)
+		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, Lease: time.Minute}); err != nil || !created {
+			t.Fatalf("seed %s: %v %v", name, created, err)
+		}
+		return k
+	}
+	c1, c2 := seed("complete-1", "c1"), seed("complete-2", "c2")
+	esc, ext, rel := seed("escalate", "e"), seed("extend", "x"), seed("release", "r")
+	fresh, contended := testKey("fresh"), testKey("contended")
+	before, err := s.Get(ctx, ext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := inOneBatch(t, s,
+		reserveCall(ctx, s, contended, "first", time.Minute),  // 0: wins
+		reserveCall(ctx, s, contended, "second", time.Minute), // 1: sees first's
+		reserveCall(ctx, s, fresh, "fresh", -time.Second),     // 2: created, expired lease
+		reserveCall(ctx, s, c1, "late", time.Minute),          // 3: sees c1's pending record
+		completeCall(ctx, s, c1, "c1", time.Hour),             // 4
+		completeCall(ctx, s, c2, "c2", 2*time.Hour),           // 5: another retention
+		completeCall(ctx, s, c2, "c2", time.Hour),             // 6: second round: already completed
+		completeCall(ctx, s, c1, "stranger", time.Hour),       // 7: second round: lost
+		func() batchResult { // 8
+			return batchResult{err: s.Escalate(ctx, idemstore.EscalateParams{Key: esc, Token: "e", Reason: "unknown outcome"})}
+		},
+		func() batchResult { // 9
+			return batchResult{err: s.Extend(ctx, idemstore.ExtendParams{Key: ext, Token: "x", Lease: time.Hour})}
+		},
+		func() batchResult { // 10
+			return batchResult{err: s.Release(ctx, idemstore.ReleaseParams{Key: rel, Token: "r"})}
+		},
+		func() batchResult { // 11: second round on rel: gone
+			return batchResult{err: s.Release(ctx, idemstore.ReleaseParams{Key: rel, Token: "r"})}
+		},
+		func() batchResult { // 12: stranger on ext
+			return batchResult{err: s.Extend(ctx, idemstore.ExtendParams{Key: ext, Token: "nobody", Lease: time.Hour})}
+		},
+	)
+	if got[0].err != nil || !got[0].created {
+		t.Fatalf("first Reserve: %+v", got[0])
+	}
+	if r := got[1]; r.err != nil || r.created || r.rec == nil || r.rec.Token != "first" || r.rec.State != idemstore.StatePending || r.rec.ReadAt.IsZero() {
+		t.Fatalf("second Reserve: %+v, want the first's pending record", r)
+	}
+	if got[2].err != nil || !got[2].created {
+		t.Fatalf("fresh Reserve: %+v", got[2])
+	}
+	if r := got[3]; r.err != nil || r.created || r.rec == nil || r.rec.Token != "c1" {
+		t.Fatalf("Reserve of a held key: %+v", r)
+	}
+	for i, want := range map[int]error{4: nil, 5: nil, 6: idemstore.ErrLeaseLost, 7: idemstore.ErrLeaseLost, 8: nil, 9: nil, 10: nil, 11: idemstore.ErrLeaseLost, 12: idemstore.ErrLeaseLost} {
+		if err := got[i].err; (want == nil) != (err == nil) || !errors.Is(err, want) {
+			t.Errorf("call %d: %v, want %v", i, err, want)
+		}
+	}
+	if batches, calls := s.Batcher().Stats(); batches != 1 || calls != 13 {
+		t.Fatalf("Stats() = %d batches, %d calls; want one batch of 13", batches, calls)
+	}
+
+	rec := get(t, s, contended)
+	if rec.Token != "first" || rec.Fingerprint != "fp-first" || rec.Request == nil || string(rec.Request.Body) != "first" {
+		t.Errorf("contended: %+v", rec)
+	}
+	if rec := get(t, s, fresh); !rec.LeaseExpired() {
+		t.Errorf("fresh: lease until %v read at %v, want expired", rec.LeaseUntil, rec.ReadAt)
+	}
+	for k, retention := range map[idemstore.Key]time.Duration{c1: time.Hour, c2: 2 * time.Hour} {
+		rec := get(t, s, k)
+		if rec.State != idemstore.StateCompleted || rec.Response == nil || string(rec.Response.Body) != rec.Token {
+			t.Errorf("%s: %+v", k.Key, rec)
+		}
+		if d := rec.ExpiresAt.Sub(rec.UpdatedAt); d != retention {
+			t.Errorf("%s: expires %v after its completion, want %v", k.Key, d, retention)
+		}
+	}
+	if rec := get(t, s, esc); rec.State != idemstore.StateNeedsReview || rec.Reason != "unknown outcome" {
+		t.Errorf("escalated: %+v", rec)
+	}
+	if rec := get(t, s, ext); rec.LeaseUntil.Sub(rec.UpdatedAt) != time.Hour || !rec.UpdatedAt.After(before.UpdatedAt.Add(-time.Millisecond)) {
+		t.Errorf("extended: lease until %v, updated %v", rec.LeaseUntil, rec.UpdatedAt)
+	}
+	if _, err := s.Get(ctx, rel); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Errorf("released: %v", err)
+	}
+}
+
+// TestBatchPoisonCallRunsAlone: a call the server refuses (here a trigger
+// refuses one key) fails alone; the others in its batch succeed.
+func TestBatchPoisonCallRunsAlone(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, "")
+	ctx := t.Context()
+	if _, err := db.ExecContext(ctx, "CREATE TRIGGER refuse_poison BEFORE INSERT ON idem_records FOR EACH ROW "+
+		"BEGIN IF NEW.`key` = 'poison' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poison key refused'; END IF; END"); err != nil {
+		t.Fatal(err)
+	}
+	got := inOneBatch(t, s,
+		reserveCall(ctx, s, testKey("a"), "a", time.Minute),
+		reserveCall(ctx, s, testKey("poison"), "p", time.Minute),
+		reserveCall(ctx, s, testKey("z"), "z", time.Minute),
+	)
+	if got[1].err == nil || errors.Is(got[1].err, idemstore.ErrRetryable) || errors.Is(got[1].err, idemstore.ErrUnavailable) {
+		t.Fatalf("poison Reserve: %+v, want the server's refusal", got[1])
+	}
+	for _, i := range []int{0, 2} {
+		if got[i].err != nil || !got[i].created {
+			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
+		}
+	}
+}
+
+// TestBatchLargeValuesRunAlone: a value that could exceed the server's
+// packet limit never joins a batch: it runs at once, alone, even while a
+// batch is under way.
+func TestBatchLargeValuesRunAlone(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t, "")
+	ctx := t.Context()
+	k := testKey("large")
+	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "t", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	p := s.Batcher().Pause() // a batch would wait for Resume
+	defer p.Resume()
+	body := bytes.Repeat([]byte("x"), 1<<20)
+	if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: &idemstore.Response{Status: 200, Body: body}, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: testKey("large-req"), Fingerprint: "fp", Token: "u", Lease: time.Minute,
+		Request: &idemstore.Request{Method: "POST", Body: body}}); err != nil || !created {
+		t.Fatalf("Reserve with a large request: %v %v", created, err)
+	}
+	if rec := get(t, s, k); rec.State != idemstore.StateCompleted || len(rec.Response.Body) != len(body) {
+		t.Fatalf("large answer: %s, %d bytes", rec.State, len(rec.Response.Body))
+	}
+}
+
+// TestBatchUnreachable: a batch that cannot reach the server fails every
+// member with ErrUnavailable.
+func TestBatchUnreachable(t *testing.T) {
+	t.Parallel()
+	s, err := idemmysql.New(closedPortDB(t), idemmysql.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	got := inOneBatch(t, s, reserveCall(ctx, s, testKey("a"), "a", time.Minute), completeCall(ctx, s, testKey("b"), "b", time.Hour))
+	for i, r := range got {
+		if !errors.Is(r.err, idemstore.ErrUnavailable) || r.created {
+			t.Fatalf("member %d: %+v, want ErrUnavailable", i, r)
+		}
+	}
+}
+
+// TestBatchLostCommit: the server commits a batch and the reply is lost.
+// No member may say that nothing changed (ErrRetryable) nor that it
+// succeeded: each gets ErrUnavailable, and the reservation, which is
+// there, is released by the token as the contract asks.
+func TestBatchLostCommit(t *testing.T) {
+	t.Parallel()
+	_, cfg := newDatabase(t, "")
+	proxy := dropproxy.New(t, cfg.Addr)
+	viaCfg := cfg.Clone()
+	viaCfg.Addr = proxy.Addr()
+	s, err := idemmysql.New(openDB(t, viaCfg), idemmysql.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	// The COMMIT command itself (COM_QUERY, 0x03), not the batch's SET
+	// TRANSACTION ISOLATION LEVEL READ COMMITTED.
+	proxy.DropNext([]byte("\x03COMMIT"))
+	got := inOneBatch(t, s, reserveCall(ctx, s, testKey("a"), "t1", time.Minute), reserveCall(ctx, s, testKey("b"), "t2", time.Minute))
+	if proxy.Armed() {
+		t.Fatal("the proxy did not see the batch's COMMIT")
+	}
+	for i, r := range got {
+		if r.err == nil || r.created || !errors.Is(r.err, idemstore.ErrUnavailable) || errors.Is(r.err, idemstore.ErrRetryable) {
+			t.Fatalf("member %d after a lost commit reply: %+v; want ErrUnavailable, never ErrRetryable", i, r)
+		}
+	}
+	for i, name := range []string{"a", "b"} {
+		tok := []string{"t1", "t2"}[i]
+		if rec := get(t, s, testKey(name)); rec.Token != tok {
+			t.Fatalf("%s: %+v; want the committed reservation", name, rec)
+		}
+		if err := s.Release(ctx, idemstore.ReleaseParams{Key: testKey(name), Token: tok}); err != nil {
+			t.Fatalf("release of %s after the failed Reserve: %v", name, err)
+		}
+	}
+}
+
+// TestBatchMemberLeavesThenReleases: a Reserve whose context ends while its
+// batch waits on a row lock returns the context's error; the batch still
+// commits it. The release the contract then asks for queues behind that
+// batch and finds the reservation.
+func TestBatchMemberLeavesThenReleases(t *testing.T) {
+	t.Parallel()
+	s, db := newStore(t, "")
+	ctx := t.Context()
+	held := testKey("x-held")
+	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: held, Fingerprint: "fp", Token: "h", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback() }()
+	if _, err := blocker.ExecContext(ctx, "SELECT 1 FROM idem_records WHERE `key` = ? FOR UPDATE", held.Key); err != nil {
+		t.Fatal(err)
+	}
+	leaving, leave := context.WithCancel(ctx)
+	p := s.Batcher().Pause()
+	results := make(chan batchResult, 2)
+	go func() { results <- reserveCall(leaving, s, testKey("left"), "left", time.Minute)() }()
+	p.Wait(1)
+	go func() { results <- completeCall(ctx, s, held, "h", time.Hour)() }()
+	p.Wait(2)
+	p.Resume() // both are taken; the batch waits on the row lock
+	leave()
+	if left := <-results; !errors.Is(left.err, context.Canceled) {
+		t.Fatalf("member that left: %+v, want context.Canceled", left)
+	}
+	released := make(chan error)
+	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: testKey("left"), Token: "left"}) }()
+	if err := blocker.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if stayed := <-results; stayed.err != nil {
+		t.Fatalf("member that stayed: %+v", stayed)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
+	}
+	if _, err := s.Get(ctx, testKey("left")); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Fatalf("released key: %v", err)
+	}
+}
