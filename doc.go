@@ -27,7 +27,11 @@
 //
 // Middleware puts all of this in front of net/http handlers; it settles each
 // request through the public Lease API (Lease.State, Abandon, CheckTx), which
-// other front ends can use the same way.
+// other front ends can use the same way. Do and DoTx are such a front end
+// for queue jobs and other work that is not an HTTP request: fn runs at most
+// once per key, and its result, stored as JSON, is replayed typed. Package
+// idemclient is the other side of the wire: an http.RoundTripper that keeps
+// one key across its retries.
 //
 // Fingerprint and CanonicalJSON give a request a stable meaning, so that a
 // retry can be told apart from a different request under the same key.
