@@ -201,7 +201,7 @@ func (st *state) call(call *ast.CallExpr, markDerived, markWrapped func(types.Ob
 	}
 	// A function of this package: its parameters get what it is called with.
 	if fd := st.decls[fn.Origin()]; fd != nil {
-		sig := fn.Signature()
+		sig := fn.Origin().Signature() // the declaration's own parameters
 		for i, a := range call.Args {
 			if i >= sig.Params().Len() || (sig.Variadic() && i >= sig.Params().Len()-1) {
 				break

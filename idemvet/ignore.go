@@ -15,12 +15,16 @@ type ignore struct {
 	reason string
 }
 
-// ignores holds the //idem:ignore comments of a package by file and line.
+// ignores holds the //idem:ignore comments of a package by file and line,
+// and the functions whose doc comment holds one.
 type ignores struct {
 	pass   *analysis.Pass
 	byLine map[string]map[int]ignore
+	funcs  []span // functions ignored whole
 	all    []ignore
 }
+
+type span struct{ pos, end token.Pos }
 
 func newIgnores(pass *analysis.Pass, files []*ast.File) *ignores {
 	ig := &ignores{pass: pass, byLine: map[string]map[int]ignore{}}
@@ -40,13 +44,33 @@ func newIgnores(pass *analysis.Pass, files []*ast.File) *ignores {
 				ig.all = append(ig.all, i)
 			}
 		}
+		// An //idem:ignore with a reason in a function's doc comment
+		// covers the whole function: routes registered on a mux that the
+		// caller wraps, in another package.
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Doc == nil {
+				continue
+			}
+			for _, c := range fd.Doc.List {
+				if rest, ok := strings.CutPrefix(c.Text, ignoreDirective+" "); ok && strings.TrimSpace(rest) != "" {
+					ig.funcs = append(ig.funcs, span{fd.Pos(), fd.End()})
+				}
+			}
+		}
 	}
 	return ig
 }
 
 // report reports msg at pos unless an //idem:ignore with a reason is on
-// that line or the line above.
+// that line or the line above, or in the doc comment of the function
+// around it.
 func (ig *ignores) report(pos token.Pos, msg string) {
+	for _, f := range ig.funcs {
+		if f.pos <= pos && pos < f.end {
+			return
+		}
+	}
 	p := ig.pass.Fset.Position(pos)
 	for _, line := range []int{p.Line, p.Line - 1} {
 		if i, ok := ig.byLine[p.Filename][line]; ok && i.reason != "" {

@@ -6,7 +6,9 @@ import (
 	"go/token"
 	"go/types"
 	"net/http"
+	"strconv"
 	"strings"
+	"unicode"
 
 	"golang.org/x/tools/go/types/typeutil"
 )
@@ -93,7 +95,7 @@ func (st *state) checkRoutes(f *ast.File, ig *ignores) {
 		if st.derivedExpr(handler) || st.routerProtected(router, map[types.Object]bool{}) {
 			return true
 		}
-		path := joinPath(st.prefixOf(router), pattern)
+		path := printable(joinPath(st.prefixOf(router), pattern))
 		for _, m := range methods {
 			ig.report(call.Pos(), m+" "+path+": mutating route without idempotency protection")
 		}
@@ -272,6 +274,17 @@ func splitPattern(p string) (method, rest string) {
 		}
 	}
 	return "", p
+}
+
+// printable quotes a pattern that holds control or invisible characters,
+// so that a report cannot forge lines of its own.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // joinPath joins a mount prefix and a route pattern.

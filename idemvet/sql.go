@@ -116,10 +116,10 @@ func checkSQLBody(pass *analysis.Pass, body *ast.BlockStmt, ig *ignores) {
 			switch {
 			case sel.lock != "":
 				reported[sel.seq] = true
-				ig.report(sel.pos, "SELECT … "+sel.lock+" on "+sel.table+" before INSERT into it: a row that does not exist yet cannot be locked, so two requests both find nothing and both insert, or deadlock on gap locks; reserve by INSERT against a unique constraint first ("+WhyInsertFirst+")")
+				ig.report(sel.pos, "SELECT … "+sel.lock+" on "+printable(sel.table)+" before INSERT into it: a row that does not exist yet cannot be locked, so two requests both find nothing and both insert, or deadlock on gap locks; reserve by INSERT against a unique constraint first ("+WhyInsertFirst+")")
 			case strings.Contains(sel.table, "idempot") && !ins.onConflict:
 				reported[sel.seq] = true
-				ig.report(sel.pos, "check-then-insert on "+sel.table+": two requests both read no row before either inserts; reserve by INSERT against a unique constraint first and read the row only on conflict ("+WhyInsertFirst+")")
+				ig.report(sel.pos, "check-then-insert on "+printable(sel.table)+": two requests both read no row before either inserts; reserve by INSERT against a unique constraint first and read the row only on conflict ("+WhyInsertFirst+")")
 			}
 		}
 	}

@@ -13,8 +13,8 @@ import (
 	"testing"
 )
 
-// runIdem runs the binary and returns stdout, stderr and the exit status.
-func runIdem(t *testing.T, dir string, args ...string) (string, string, int) {
+// runCLI runs the binary and returns stdout, stderr and the exit status.
+func runCLI(t *testing.T, dir string, args ...string) (string, string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
@@ -44,7 +44,7 @@ type auditRow struct {
 
 func auditJSON(t *testing.T, file string) ([]auditRow, int) {
 	t.Helper()
-	out, stderr, code := runIdem(t, "", "audit", "--openapi", file, "--format", "json")
+	out, stderr, code := runCLI(t, "", "audit", "--openapi", file, "--format", "json")
 	var rows []auditRow
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("audit --format json: %v\nstdout %s\nstderr %s", err, out, stderr)
@@ -89,7 +89,7 @@ func TestAuditIssueExample(t *testing.T) {
 			}
 
 			fixed := filepath.Join(t.TempDir(), "fixed"+filepath.Ext(name))
-			_, stderr, code := runIdem(t, "", "audit", "--openapi", src, "--fix", fixed)
+			_, stderr, code := runCLI(t, "", "audit", "--openapi", src, "--fix", fixed)
 			if code != 1 || !strings.Contains(stderr, "wrote a fixed copy to "+fixed) {
 				t.Errorf("--fix: exit %d, stderr %s", code, stderr)
 			}
@@ -151,7 +151,7 @@ func TestAuditCommandLine(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			stdout, stderr, code := runIdem(t, "", append([]string{"audit"}, tc.args...)...)
+			stdout, stderr, code := runCLI(t, "", append([]string{"audit"}, tc.args...)...)
 			if code != tc.code || !strings.Contains(stdout, tc.inStdout) || !strings.Contains(stderr, tc.inStderr) {
 				t.Errorf("exit %d (want %d)\nstdout: %s\nstderr: %s\nwant %q in stdout, %q in stderr", code, tc.code, stdout, stderr, tc.inStdout, tc.inStderr)
 			}
@@ -171,7 +171,7 @@ func TestVetCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, code := runIdem(t, root, "vet", "./cmd/idem-vet/testdata/app")
+	stdout, stderr, code := runCLI(t, root, "vet", "./cmd/idem-vet/testdata/app")
 	want := []string{
 		"cmd/idem-vet/testdata/app/app.go:20:2: POST /orders: mutating route without idempotency protection",
 		"cmd/idem-vet/testdata/app/app.go:26:2: POST /legacy/refunds: mutating route without idempotency protection",
@@ -207,15 +207,15 @@ func TestVetCommandExitStatus(t *testing.T) {
 		return dir
 	}
 	clean := mod("package m\n\nconst q = `SELECT 1 FROM idempotency_keys`\n")
-	if stdout, stderr, code := runIdem(t, "", "vet", "-C", clean, "--json", "./..."); code != 0 || strings.TrimSpace(stdout) != "[]" {
+	if stdout, stderr, code := runCLI(t, "", "vet", "-C", clean, "--json", "./..."); code != 0 || strings.TrimSpace(stdout) != "[]" {
 		t.Errorf("clean: exit %d, stdout %q, stderr %s", code, stdout, stderr)
 	}
 	broken := mod("package m\n\nfunc f() int { return \"x\" }\n")
-	if _, stderr, code := runIdem(t, "", "vet", "-C", broken); code != 2 || !strings.Contains(stderr, "errors loading") {
+	if _, stderr, code := runCLI(t, "", "vet", "-C", broken); code != 2 || !strings.Contains(stderr, "loading the packages") {
 		t.Errorf("broken: exit %d, stderr %s", code, stderr)
 	}
 	sql := mod("package m\n\nfunc f() []string {\n\treturn []string{`SELECT * FROM idempotency_keys WHERE k = $1 FOR UPDATE`, `INSERT INTO idempotency_keys (k) VALUES ($1)`}\n}\n")
-	stdout, _, code := runIdem(t, "", "vet", "-C", sql, "--json")
+	stdout, _, code := runCLI(t, "", "vet", "-C", sql, "--json")
 	var got []struct {
 		File    string `json:"file"`
 		Line    int    `json:"line"`
@@ -225,7 +225,37 @@ func TestVetCommandExitStatus(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil || code != 1 || len(got) != 1 || got[0].File != "m.go" || got[0].Line != 4 || !strings.Contains(got[0].Message, "FOR UPDATE") {
 		t.Errorf("sql: exit %d, %+v, %v\n%s", code, got, err, stdout)
 	}
-	if _, stderr, code := runIdem(t, "", "vet", "-C", clean, "./nosuch/..."); code == 0 {
-		t.Errorf("no packages: exit 0, stderr %s", stderr)
+	if _, stderr, code := runCLI(t, "", "vet", "-C", clean, "./nosuch/..."); code != 2 {
+		t.Errorf("no packages: exit %d, want 2; stderr %s", code, stderr)
+	}
+}
+
+// TestAuditStdinAndFixErrors: --openapi - reads standard input; a fix that
+// cannot be made exits 2 after the report.
+func TestAuditStdinAndFixErrors(t *testing.T) {
+	t.Parallel()
+	cmd := exec.Command(binary, "audit", "--openapi", "-", "--format", "json")
+	cmd.Stdin = strings.NewReader("openapi: 3.1.0\ninfo: {title: t, version: '1'}\npaths:\n  /refunds: {post: {responses: {'201': {description: ok}}}}\n")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), `"verdict": "missing_key"`) {
+		t.Errorf("stdin: %v\n%s", err, out)
+	}
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "items.yaml"), []byte("Pay:\n  post:\n    responses: {\"201\": {description: ok}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	api := filepath.Join(dir, "api.yaml")
+	if err := os.WriteFile(api, []byte("openapi: 3.0.3\ninfo: {title: t, version: \"1\"}\npaths:\n  /pay: {$ref: 'items.yaml#/Pay'}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fixed := filepath.Join(dir, "fixed.yaml")
+	stdout, stderr, code := runCLI(t, "", "audit", "--openapi", api, "--fix", fixed)
+	if code != 2 || !strings.Contains(stdout, "missing_key") || !strings.Contains(stderr, "bundle") {
+		t.Errorf("fix of an operation in another file: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	if _, err := os.Stat(fixed); !os.IsNotExist(err) {
+		t.Errorf("a failed fix left %s: %v", fixed, err)
 	}
 }

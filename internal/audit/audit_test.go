@@ -432,16 +432,19 @@ func TestNoPaths(t *testing.T) {
 
 func TestRender(t *testing.T) {
 	t.Parallel()
-	fs := []Finding{{Method: "POST", Path: "/a|b", Verdict: MissingKey, Severity: High, Reasons: []string{"x | y", "<b>"}}}
+	fs := []Finding{{Method: "POST", Path: "/a|b", OperationID: "pay\x1b[2J", Verdict: MissingKey, Severity: High, Reasons: []string{"x | y", "<b>"}}}
 	var md, table, js bytes.Buffer
 	if err := WriteMarkdown(&md, fs); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(md.String(), `| POST | `+"`/a|b`"+` | - | missing_key | high | x \| y; &lt;b&gt; |`) {
+	if !strings.Contains(md.String(), `| POST | `+"`/a\\|b`"+` | pay\x1b[2J | missing_key | high | x \| y; &lt;b&gt; |`) {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 	if err := WriteTable(&table, fs); err != nil {
 		t.Fatal(err)
+	}
+	if strings.Contains(table.String(), "\x1b") || !strings.Contains(table.String(), `\x1b[2J`) {
+		t.Errorf("a terminal escape in an operationId reached the table:\n%q", table.String())
 	}
 	if !strings.Contains(table.String(), "1 operations: 0 protected (0 with incomplete documentation), 1 missing a key (1 high), 0 idempotent by method") {
 		t.Errorf("table:\n%s", table.String())

@@ -183,3 +183,32 @@ func TestFixNothingToDo(t *testing.T) {
 		t.Errorf("Fix of a clean document: changed %d, err %v, output %q", changed, err, out)
 	}
 }
+
+// TestFixKeepsMergedParameters: an operation that inherits its parameters
+// through a YAML merge key keeps them when the key is added.
+func TestFixKeepsMergedParameters(t *testing.T) {
+	t.Parallel()
+	doc := `openapi: 3.0.3
+info: {title: t, version: "1"}
+x-base: &base
+  parameters:
+    - {name: X-Tenant, in: header, required: true, schema: {type: string}}
+  responses:
+    "500": {description: broken}
+paths:
+  /orders:
+    post:
+      <<: *base
+      operationId: placeOrder
+`
+	out := fixClean(t, doc)
+	d := mustParse(t, out)
+	op := d.spec.Paths.Value("/orders").Post
+	if op.Parameters.GetByInAndName("header", "X-Tenant") == nil || op.Responses.Value("500") == nil {
+		t.Errorf("inherited parameters or responses lost:\n%s", out)
+	}
+	// The base itself is left as it was.
+	if base := d.spec.Extensions["x-base"].(map[string]any); len(base["parameters"].([]any)) != 1 {
+		t.Errorf("x-base changed:\n%s", out)
+	}
+}

@@ -96,45 +96,73 @@ func setValue(m *yaml.Node, key string, v *yaml.Node) {
 	m.Content = append(m.Content, str(key), v)
 }
 
+// mergedValue returns the value that m inherits under key through a YAML
+// merge key ("<<: *base"), or nil.
+func mergedValue(m *yaml.Node, key string) *yaml.Node {
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value != "<<" {
+			continue
+		}
+		src := deAlias(m.Content[i+1])
+		srcs := []*yaml.Node{src}
+		if src != nil && src.Kind == yaml.SequenceNode {
+			srcs = src.Content
+		}
+		for _, s := range srcs {
+			if v := mapValue(s, key); v != nil {
+				return v
+			}
+		}
+	}
+	return nil
+}
+
+// inherit gives m its own copy of what it inherits under key through a
+// merge key, so that adding to it keeps what was inherited.
+func inherit(m *yaml.Node, key string) {
+	if mapValue(m, key) != nil {
+		return
+	}
+	if v := mergedValue(m, key); v != nil {
+		c := copyNode(v, map[*yaml.Node]*yaml.Node{})
+		c.Anchor = ""
+		setValue(m, key, c)
+	}
+}
+
 // ensureMapping returns the mapping under key in m, creating it (or
 // replacing a null) when absent.
 func ensureMapping(m *yaml.Node, key string) (*yaml.Node, error) {
-	if v := mapValue(m, key); v != nil {
-		if v.Kind == yaml.MappingNode {
-			return v, nil
-		}
-		if !(v.Kind == yaml.ScalarNode && v.Tag == "!!null") {
-			return nil, fmt.Errorf("%q is not a mapping", key)
-		}
-	}
-	v := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-	setValue(m, key, v)
-	return v, nil
+	return ensure(m, key, yaml.MappingNode)
 }
 
 // ensureSequence is ensureMapping for a sequence. A new sequence goes
 // before the first of the keys in before that m has, so that parameters
 // come before the request body and responses, as people write them.
 func ensureSequence(m *yaml.Node, key string, before ...string) (*yaml.Node, error) {
-	if v := mapValue(m, key); v != nil {
-		if v.Kind == yaml.SequenceNode {
-			return v, nil
-		}
-		if !(v.Kind == yaml.ScalarNode && v.Tag == "!!null") {
-			return nil, fmt.Errorf("%q is not a list", key)
-		}
+	return ensure(m, key, yaml.SequenceNode, before...)
+}
+
+func ensure(m *yaml.Node, key string, kind yaml.Kind, before ...string) (*yaml.Node, error) {
+	inherit(m, key)
+	v := mapValue(m, key)
+	switch {
+	case v != nil && v.Kind == kind:
+		return v, nil
+	case v != nil && !(v.Kind == yaml.ScalarNode && v.Tag == "!!null"):
+		return nil, fmt.Errorf("%q is not a %s", key, map[yaml.Kind]string{yaml.MappingNode: "mapping", yaml.SequenceNode: "list"}[kind])
 	}
-	v := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-	if mapValue(m, key) == nil {
+	n := &yaml.Node{Kind: kind, Tag: map[yaml.Kind]string{yaml.MappingNode: "!!map", yaml.SequenceNode: "!!seq"}[kind]}
+	if v == nil {
 		for i := 0; i+1 < len(m.Content); i += 2 {
 			if slices.Contains(before, m.Content[i].Value) {
-				m.Content = slices.Insert(m.Content, i, str(key), v)
-				return v, nil
+				m.Content = slices.Insert(m.Content, i, str(key), n)
+				return n, nil
 			}
 		}
 	}
-	setValue(m, key, v)
-	return v, nil
+	setValue(m, key, n)
+	return n, nil
 }
 
 // str is a string scalar.

@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"unicode"
 )
 
 // WriteJSON writes the findings as a JSON list.
@@ -24,7 +26,7 @@ func WriteTable(w io.Writer, fs []Finding) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "METHOD\tPATH\tOPERATION\tVERDICT\tSEVERITY\tREASONS")
 	for _, f := range fs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Method, f.Path, dash(f.OperationID), f.Verdict, f.Severity, strings.Join(f.Reasons, "; "))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(f.Method), printable(f.Path), printable(dash(f.OperationID)), f.Verdict, f.Severity, printable(strings.Join(f.Reasons, "; ")))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -40,7 +42,7 @@ func WriteMarkdown(w io.Writer, fs []Finding) error {
 	b.WriteString("| Method | Path | Operation | Verdict | Severity | Reasons |\n")
 	b.WriteString("|---|---|---|---|---|---|\n")
 	for _, f := range fs {
-		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", mdEscape(f.Method), strings.ReplaceAll(f.Path, "`", "'"), mdEscape(dash(f.OperationID)), f.Verdict, f.Severity, mdEscape(strings.Join(f.Reasons, "; ")))
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s | %s | %s |\n", mdEscape(f.Method), strings.NewReplacer("`", "'", "|", `\|`).Replace(printable(f.Path)), mdEscape(dash(f.OperationID)), f.Verdict, f.Severity, mdEscape(strings.Join(f.Reasons, "; ")))
 	}
 	b.WriteString("\n" + Summary(fs) + "\n")
 	_, err := io.WriteString(w, b.String())
@@ -78,6 +80,32 @@ func dash(s string) string {
 }
 
 func mdEscape(s string) string {
-	r := strings.NewReplacer("|", `\|`, "\n", " ", "\r", " ", "<", "&lt;", ">", "&gt;")
-	return r.Replace(s)
+	r := strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;")
+	return r.Replace(printable(s))
+}
+
+// printable replaces control and invisible characters (a terminal escape,
+// a newline in a path) with Go escapes, so that what a document says
+// cannot rewrite the screen or forge a row.
+func printable(s string) string {
+	clean := true
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			clean = false
+			break
+		}
+	}
+	if clean {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsPrint(r) {
+			b.WriteRune(r)
+		} else {
+			q := strconv.QuoteRune(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+	}
+	return b.String()
 }

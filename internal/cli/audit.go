@@ -55,7 +55,7 @@ Remote $refs are refused (audit never uses the network); $refs to local files
 are followed inside the document's directory.
 
 Exit status: 0 clean, 1 when any missing_key is high, 2 when the document
-cannot be read or the command line is wrong.`,
+cannot be read or fixed, or the command line is wrong.`,
 		Example: `  idem audit --openapi openapi.yaml
   idem audit --openapi openapi.json --format json | jq '.[] | select(.verdict == "missing_key")'
   idem audit --openapi openapi.yaml --fix openapi.fixed.yaml --retention 48h`,
@@ -65,7 +65,7 @@ cannot be read or the command line is wrong.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&file, "openapi", "", "the OpenAPI 3.0 or 3.1 document to audit (YAML or JSON)")
+	f.StringVar(&file, "openapi", "", "the OpenAPI 3.0 or 3.1 document to audit (YAML or JSON; - for standard input)")
 	f.StringVar(&format, "format", "table", "table, json or markdown")
 	f.StringVar(&fixOut, "fix", "", "write a fixed copy of the document to this file (- for standard output)")
 	f.StringVar(&retention, "retention", audit.DefaultRetention, "with --fix: how long the server keeps keys, written where the document says nothing")
@@ -91,10 +91,23 @@ func runAudit(cmd *cobra.Command, file, format, fixOut, retention string, maxByt
 	if maxBytes <= 0 {
 		return usageError{fmt.Errorf("--max-bytes %d must be positive", maxBytes)}
 	}
-	if fixOut != "" && fixOut != "-" && samePath(file, fixOut) {
+	if fixOut != "" && fixOut != "-" && file != "-" && samePath(file, fixOut) {
 		return usageError{fmt.Errorf("--fix %s would overwrite the input; write the copy elsewhere and review it", fixOut)}
 	}
-	doc, err := audit.Load(cmd.Context(), file, audit.Options{MaxBytes: maxBytes})
+	if file == "-" && fixOut == "-" {
+		return usageError{errors.New("--openapi - and --fix - both use standard streams; write the copy to a file")}
+	}
+	var doc *audit.Document
+	var err error
+	if file == "-" {
+		var data []byte
+		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxBytes+1))
+		if err == nil {
+			doc, err = audit.Parse(cmd.Context(), data, "standard input", audit.Options{MaxBytes: maxBytes})
+		}
+	} else {
+		doc, err = audit.Load(cmd.Context(), file, audit.Options{MaxBytes: maxBytes})
+	}
 	if err != nil {
 		return usageError{err}
 	}
@@ -112,7 +125,7 @@ func runAudit(cmd *cobra.Command, file, format, fixOut, retention string, maxByt
 	if fixOut != "" {
 		out, changed, err := doc.Fix(cmd.Context(), audit.FixOptions{Retention: retention})
 		if err != nil {
-			return err
+			return usageError{err}
 		}
 		if fixOut == "-" {
 			if _, err := cmd.OutOrStdout().Write(out); err != nil {

@@ -1,12 +1,13 @@
 package cli
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -93,7 +94,7 @@ func runVet(cmd *cobra.Command, dir string, patterns []string, asJSON bool) erro
 		for _, e := range loadErrs {
 			fmt.Fprintln(cmd.ErrOrStderr(), e)
 		}
-		return usageError{fmt.Errorf("%d errors loading the packages; fix them (go build) and vet again", len(loadErrs))}
+		return usageError{fmt.Errorf("%d error(s) loading the packages; fix them (go build) and vet again", len(loadErrs))}
 	}
 	graph, err := checker.Analyze([]*analysis.Analyzer{idemvet.Analyzer}, pkgs, nil)
 	if err != nil {
@@ -118,18 +119,8 @@ func runVet(cmd *cobra.Command, dir string, patterns []string, asJSON bool) erro
 			findings = append(findings, vetFinding{File: file, Line: p.Line, Column: p.Column, Message: d.Message})
 		}
 	}
-	sort.Slice(findings, func(i, j int) bool {
-		a, b := findings[i], findings[j]
-		if a.File != b.File {
-			return a.File < b.File
-		}
-		if a.Line != b.Line {
-			return a.Line < b.Line
-		}
-		if a.Column != b.Column {
-			return a.Column < b.Column
-		}
-		return a.Message < b.Message
+	slices.SortFunc(findings, func(a, b vetFinding) int {
+		return cmp.Or(cmp.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line), cmp.Compare(a.Column, b.Column), cmp.Compare(a.Message, b.Message))
 	})
 	out := cmd.OutOrStdout()
 	if asJSON {

@@ -118,3 +118,35 @@ func (s *Server) Routes() {
 func wrap(mw func(http.Handler) http.Handler, h http.HandlerFunc) http.Handler { // want wrap:"idem middleware"
 	return mw(h)
 }
+
+// Register is called by a main package that wraps the mux it is given.
+//
+//idem:ignore main serves this mux through idem.Middleware
+func Register(mux *http.ServeMux) {
+	mux.HandleFunc("POST /payments", pay)
+	mux.HandleFunc("POST /orders", pay)
+}
+
+// RegisterNoReason gives no reason, so it suppresses nothing.
+//
+// want +2 `//idem:ignore needs a reason`
+//
+//idem:ignore
+func RegisterNoReason(mux *http.ServeMux) {
+	mux.HandleFunc("POST /payments", pay) // want `POST /payments: mutating route`
+}
+
+// Hostile: a pattern that would forge a line of output is quoted.
+func Hostile(mux *http.ServeMux) {
+	mux.HandleFunc("POST /a\n/b", pay) // want `POST "/a\\n/b": mutating route`
+}
+
+// generic passes its middleware through a type parameter's function.
+func generic[T any](mw func(http.Handler) http.Handler, h http.HandlerFunc, _ T) http.Handler { // want generic:"idem middleware"
+	return mw(h)
+}
+
+// Generic routes through an instantiated generic function.
+func Generic(e *idem.Engine, mux *http.ServeMux) {
+	mux.Handle("POST /generic", generic[int](idem.Middleware(e, idem.Config{}), pay, 0))
+}

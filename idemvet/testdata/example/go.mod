@@ -1,0 +1,3 @@
+module example.com/reserve
+
+go 1.22
