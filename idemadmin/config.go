@@ -43,6 +43,11 @@ type Config struct {
 
 	// Now is the clock of sessions. Defaults to time.Now.
 	Now func() time.Time
+
+	// Sealer, if set, opens sealed answers and requests for display, and
+	// seals the answers operators store (see Keys.Sealer): give it the
+	// engine's. Defaults to nil.
+	Sealer idemstore.Sealer
 }
 
 func (c Config) withDefaults() Config {

@@ -25,7 +25,7 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{
 		cfg:      cfg,
-		keys:     &Keys{Store: cfg.Store, Retention: cfg.Retention, Logger: cfg.Logger, OnChange: cfg.OnChange},
+		keys:     &Keys{Store: cfg.Store, Retention: cfg.Retention, Logger: cfg.Logger, OnChange: cfg.OnChange, Sealer: cfg.Sealer},
 		tokens:   newTokenSet(cfg.Tokens),
 		sessions: newSessions(cfg.SessionTTL, cfg.MaxSessions, cfg.Now),
 	}

@@ -41,6 +41,10 @@ type Item struct {
 	// Response is the stored answer of a completed key; its body only in
 	// the detail.
 	Response *ResponseInfo `json:"response,omitempty"`
+	// Sealed, when set, says which parts are stored sealed and did not
+	// open here (the key that sealed them is not configured), and so are
+	// left out: an answer's headers and body, a request's query and body.
+	Sealed string `json:"sealed,omitempty"`
 }
 
 // RequestInfo is what an operator needs to ask the provider about a key.

@@ -27,6 +27,11 @@ type Keys struct {
 	Logger *slog.Logger
 	// OnChange, if set, is called after every change, with what changed.
 	OnChange func(Result)
+	// Sealer, if set, opens the sealed answers and requests of the keys
+	// shown, and seals the answers operators store: give it the engine's
+	// (idem.EngineConfig.Sealer). Without it, sealed parts are left out
+	// and Item.Sealed says so, and answers are stored in clear.
+	Sealer idemstore.Sealer
 }
 
 // ListQuery selects keys to list.
@@ -120,7 +125,7 @@ func (k *Keys) List(ctx context.Context, q ListQuery) (Page, error) {
 	}
 	out := Page{Items: make([]Item, 0, len(page.Records)), NextCursor: page.NextCursor}
 	for _, rec := range page.Records {
-		out.Items = append(out.Items, newItem(rec, false))
+		out.Items = append(out.Items, k.item(rec, false))
 	}
 	return out, nil
 }
@@ -137,7 +142,7 @@ func (k *Keys) Get(ctx context.Context, id string) (Item, error) {
 	if err != nil {
 		return Item{}, keyError(key, "", err)
 	}
-	return newItem(rec, true), nil
+	return k.item(rec, true), nil
 }
 
 // Resolve settles a key in review as req says, on behalf of who.
@@ -174,6 +179,9 @@ func (k *Keys) Resolve(ctx context.Context, id, who string, req ResolveRequest) 
 	// Fenced to the attempt just read: whatever happens between this read
 	// and the change, only that attempt is settled.
 	p.Token = rec.Token
+	if p.Response, err = k.seal(key, p.Response); err != nil {
+		return Result{}, err
+	}
 	res := Result{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Action: req.Action, By: who, Note: note}
 	if p.Action == idemstore.ResolveRelease {
 		res.State = "released"
@@ -195,7 +203,7 @@ func (k *Keys) Resolve(ctx context.Context, id, who string, req ResolveRequest) 
 	k.logger().LogAttrs(ctx, slog.LevelInfo, "admin: key resolved", attrs...)
 	if p.Action == idemstore.ResolveComplete {
 		if rec, err := k.Store.Get(ctx, key); err == nil {
-			it := newItem(rec, false)
+			it := k.item(rec, false)
 			res.Item = &it
 		}
 	}
