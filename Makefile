@@ -19,6 +19,7 @@ test: lint ## Run every check and test CI runs (starts the services it needs)
 	echo "make: a service did not start; its tests skip, or fail when CI=true" >&2; \
 	. .tmp/services.env; \
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+	@set -euo pipefail; . .tmp/services.env; cd examples/worker && $(GO) test $(RACE) -mod=mod -count=1 -timeout 10m ./...
 
 .PHONY: test-short
 test-short: ## Run the tests that need no server
