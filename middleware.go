@@ -56,6 +56,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Outcome, ev.Status = m.problem(w, SituationInvalidKey.ProblemDoc(ke.Reason, ""))
 		return
 	}
+	ev.Key = key
 
 	scope, err := m.cfg.Scope(r)
 	if errors.Is(err, ErrScopeMissing) {
@@ -153,13 +154,25 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case Replayed:
 		ev.Outcome, ev.Status = m.replay(w, res.Response, key)
 	case Mismatch:
-		ev.Outcome, ev.Status = m.problem(w, SituationMismatch.ProblemDoc("This Idempotency-Key was already used with a different request. Use a new key for a new request.", key))
+		ev.Outcome, ev.Status = m.problem(w, SituationMismatch.ProblemDoc(mismatchDetail(r, buf.Len()), key))
 	case InFlight:
 		w.Header().Set("Retry-After", strconv.Itoa(int(res.RetryAfter/time.Second)))
 		ev.Outcome, ev.Status = m.problem(w, SituationInFlight.ProblemDoc("A request with this Idempotency-Key is still being processed. Retry after the time in Retry-After to get its answer.", key))
 	case NeedsReview:
 		ev.Outcome, ev.Status = m.problem(w, SituationNeedsReview.ProblemDoc("An earlier request with this Idempotency-Key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer.", key))
 	}
+}
+
+// mismatchDetail explains a 422. A body sent without a JSON Content-Type
+// (curl -d sends application/x-www-form-urlencoded) is compared byte for
+// byte, so a retry that only reorders its members is a different request:
+// the detail says so.
+func mismatchDetail(r *http.Request, bodyLen int) string {
+	const detail = "This Idempotency-Key was already used with a different request. Use a new key for a new request."
+	if bodyLen > 0 && !isJSONContentType(firstValue(r.Header["Content-Type"])) {
+		return detail + " The body was compared byte for byte, because its Content-Type is not JSON (application/json or +json): send JSON with a JSON Content-Type for member order and whitespace not to matter."
+	}
+	return detail
 }
 
 func firstValue(vs []string) string {

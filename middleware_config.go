@@ -98,6 +98,8 @@ type Event struct {
 	Request *http.Request
 	// Operation is the record's operation ("POST /payments").
 	Operation string
+	// Key is the request's Idempotency-Key, when it sent a valid one.
+	Key string
 	// Outcome is what happened: "acquired", "replayed", "mismatch",
 	// "in_flight", "needs_review", "not_replayable", "missing_key",
 	// "invalid_key", "scope_denied", "scope_missing", "too_long", "body_too_large", "body_unreadable",

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
-	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -231,12 +229,8 @@ func (c Config) Validate() error {
 	if c.Upstream == "" {
 		return errors.New("upstream is required (--upstream URL or upstream: in the config file)")
 	}
-	u, err := url.Parse(c.Upstream)
-	if err != nil {
-		return fmt.Errorf("upstream %q: %v", c.Upstream, err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("upstream %q must be an http:// or https:// URL with a host", c.Upstream)
+	if err := checkUpstream(c.Upstream); err != nil {
+		return err
 	}
 	switch c.LogFormat {
 	case "text", "json":
@@ -277,7 +271,7 @@ func (c Config) Validate() error {
 			return fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
 		}
 	}
-	return nil
+	return checkRoutes(c.Routes)
 }
 
 func (s Settings) validate() error {
@@ -430,7 +424,7 @@ func ParseConfig(b []byte) (Config, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
-		return Config{}, errors.New(strings.TrimPrefix(err.Error(), "yaml: "))
+		return Config{}, yamlError(err)
 	}
 	for i, r := range c.Routes {
 		if err := r.Settings.validate(); err != nil {
@@ -518,15 +512,9 @@ func (p *Pattern) UnmarshalYAML(n *yaml.Node) error {
 }
 
 // checkPattern reports whether ServeMux accepts pattern.
-func checkPattern(pattern string) (err error) {
+func checkPattern(pattern string) error {
 	if pattern == "" {
 		return errors.New("empty pattern")
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("%v", v)
-		}
-	}()
-	http.NewServeMux().Handle(pattern, http.NotFoundHandler())
-	return nil
+	return handle(http.NewServeMux(), pattern, http.NotFoundHandler())
 }

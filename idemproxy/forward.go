@@ -121,6 +121,7 @@ func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lea
 		reason = "the upstream's answer was cut short: " + err.Error()
 	}
 	settlement := f.settle(r.Context(), lease, release, reason)
+	key := lease.Key().Key
 	switch {
 	case settlement == settledReleased && !sent:
 		detail += " Retry with the same key."
@@ -135,7 +136,7 @@ func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lea
 	}
 	f.p.count(s, settlement)
 	f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error",
-		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("outcome", s.Name),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key", key), slog.String("outcome", s.Name),
 		slog.String("settlement", settlement), slog.Bool("sent", sent), slog.Bool("answer_started", committed),
 		x.connAttrs(), slog.Any("error", err))
 	if committed {
@@ -144,7 +145,7 @@ func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lea
 		panic(http.ErrAbortHandler)
 	}
 	clear(w.Header()) // the upstream's headers, if it sent any
-	f.p.writeProblem(w, s, detail, lease.Key().Key)
+	f.p.writeProblem(w, s, detail, key)
 }
 
 // Settlements the forwarder reports, as in idem.Event.Settlement.
@@ -174,12 +175,13 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 		return settledEscalated
 	}
 	lease.Abandon()
+	key := slog.String("key", lease.Key().Key)
 	if errors.Is(err, idem.ErrLeaseLost) {
-		f.p.log.LogAttrs(ctx, slog.LevelWarn, "settling a key after an upstream error found it settled already", slog.Any("error", err))
+		f.p.log.LogAttrs(ctx, slog.LevelWarn, "settling a key after an upstream error found it settled already", key, slog.Any("error", err))
 		return settledLost
 	}
 	f.p.log.LogAttrs(ctx, slog.LevelError, "settling a key after an upstream error failed; it stays pending for recovery",
-		slog.Bool("release", release), slog.Any("error", err))
+		key, slog.Bool("release", release), slog.Any("error", err))
 	return settledFailed
 }
 
@@ -230,7 +232,13 @@ func (f *forwarder) upstreamError(w http.ResponseWriter, r *http.Request, err er
 	default:
 		s, detail = idem.SituationUpstreamFailed, "The upstream failed before it answered."
 	}
+	// An unprotected request may still carry a key (a disabled route, an
+	// optional key): the problem echoes it, as for a protected one.
+	key, kerr := idem.ParseKeyHeader(r.Header[idem.HeaderName])
+	if kerr != nil {
+		key = ""
+	}
 	f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error", slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.String("outcome", s.Name), slog.Any("error", err))
-	f.p.writeProblem(w, s, detail, "")
+		slog.String("key", key), slog.String("outcome", s.Name), slog.Any("error", err))
+	f.p.writeProblem(w, s, detail, key)
 }

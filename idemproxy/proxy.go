@@ -72,7 +72,7 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		}
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
-				slog.String("operation", ev.Operation), slog.String("outcome", ev.Outcome),
+				slog.String("operation", ev.Operation), slog.String("key", ev.Key), slog.String("outcome", ev.Outcome),
 				slog.String("settlement", ev.Settlement), slog.Int("status", ev.Status), slog.Duration("duration", ev.Duration))
 		}
 	}
@@ -130,16 +130,6 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	}
 	p.handler = mux
 	return p, nil
-}
-
-func handle(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("%v", v)
-		}
-	}()
-	mux.Handle(pattern, h)
-	return nil
 }
 
 // patternMethods returns the method a ServeMux pattern names, or nil (the

@@ -34,14 +34,17 @@ func newDemoCmd() *cobra.Command {
 		Use:   "demo",
 		Short: "Run the proxy in front of a built-in payments API and show what it does",
 		Long: `demo starts a small payments API that counts how often it runs, puts
-"idem serve" in front of it (SQLite store in a temporary directory), and sends
-five requests through the proxy, printing each request and answer:
+"idem serve" in front of it (SQLite store in a temporary directory), and walks
+through five cases in six requests, printing each request and answer:
 
   1. a first payment: the API runs it;
   2. the same request again (a retry): the stored answer is replayed;
   3. the same key with another amount: 422, the key was used for something else;
-  4. a retry while the first attempt is still running: 409 with Retry-After;
+  4. a slow payment, and its retry while it is still running: 409 with
+     Retry-After (two requests; the first one's answer follows);
   5. no Idempotency-Key: 400.
+
+The API runs twice in all: once for step 1, once for the slow payment.
 
 It then keeps running, printing one line per request and curl commands to try,
 until Ctrl-C.`,
@@ -56,8 +59,8 @@ until Ctrl-C.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "where the proxy listens (a free port is chosen if this one is taken)")
 	fl.StringVar(&f.store, "store", "", "store URL (default: SQLite in a temporary directory, removed on exit)")
-	fl.BoolVar(&f.noRun, "no-run", false, "do not send the five example requests")
-	fl.BoolVar(&f.exit, "exit", false, "stop after the five example requests")
+	fl.BoolVar(&f.noRun, "no-run", false, "do not send the six example requests")
+	fl.BoolVar(&f.exit, "exit", false, "stop after the six example requests")
 	return cmd
 }
 
@@ -169,7 +172,7 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, f demoFlags) error {
 	})
 }
 
-// walkthrough sends the five example requests through the proxy at base
+// walkthrough sends the six example requests (five cases) through the proxy at base
 // and prints each exchange.
 func walkthrough(ctx context.Context, base string, api *demoAPI, printf func(string, ...any)) {
 	type step struct {

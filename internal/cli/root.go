@@ -54,9 +54,11 @@ and shows every behaviour in one go:
 Then put the proxy in front of your own API:
 
   idem serve --upstream http://127.0.0.1:3000`,
+		Version:       versionString(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })

@@ -55,7 +55,15 @@ arrives while the first is in flight gets 409 with Retry-After (or, with
 --wait, the first answer once it is ready).
 
 The store may be unreachable at start: the proxy starts anyway, protected
-requests get 503 until the store answers, and /readyz on --admin says so.`,
+requests get 503 until the store answers, and /readyz on --admin says so.
+
+--admin serves /healthz, /readyz and /metrics. The admin API and the review
+page are mounted there only with a token (--admin-token-file or
+IDEM_ADMIN_TOKEN); without one they are off.
+
+Request bodies are compared as JSON (member order and whitespace do not
+matter, --config's exclude_fields apply) only when their Content-Type is JSON
+(application/json or +json); any other body is compared byte for byte.`,
 		Example: `  # In front of a local API, keys in ./idem.db
   idem serve --upstream http://127.0.0.1:3000
 

@@ -4,15 +4,25 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
+
+// version is stamped at build time by make build:
+//
+//	go build -ldflags "-X github.com/idem-dev/idem/internal/cli.version=v1.2.3" ./cmd/idem
+//
+// Unstamped, the version comes from the module (go install …@v1.2.3) or the
+// checkout the binary was built from.
+var version = ""
 
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "version",
 		Short:   "Print idem's version and the Go version it was built with",
-		Example: "  idem version",
+		Long:    "version prints idem's version (also idem --version), the commit it was built from when known, and the Go version and platform.",
+		Example: "  idem version\n  idem --version",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			fmt.Fprintln(cmd.OutOrStdout(), versionString())
@@ -21,25 +31,44 @@ func newVersionCmd() *cobra.Command {
 	}
 }
 
-// versionString is "idem VERSION (go VERSION, OS/ARCH)", with the VCS
-// revision when the binary was built from a checkout.
+// versionString is "idem VERSION (go VERSION, OS/ARCH)".
 func versionString() string {
-	v, rev := "(devel)", ""
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		if bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
+	bi, _ := debug.ReadBuildInfo()
+	return fmt.Sprintf("idem %s (%s, %s/%s)", versionOf(version, bi), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// versionOf is the version stamped at build time; else the module's version
+// (go install …@v1.2.3, or the pseudo-version Go derives from the checkout);
+// else "devel" with the commit, or with a word on why it is unknown.
+func versionOf(stamped string, bi *debug.BuildInfo) string {
+	rev, modified := "", false
+	if bi != nil {
 		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				rev = s.Value[:12]
-			}
-			if s.Key == "vcs.modified" && s.Value == "true" && rev != "" {
-				rev += "-dirty"
+			switch s.Key {
+			case "vcs.revision":
+				rev = s.Value
+			case "vcs.modified":
+				modified = s.Value == "true"
 			}
 		}
 	}
-	if rev != "" {
-		v += " " + rev
+	if len(rev) > 12 {
+		rev = rev[:12]
 	}
-	return fmt.Sprintf("idem %s (%s, %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	v := stamped
+	if v == "" && bi != nil && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	switch {
+	case v != "":
+		if rev != "" && !strings.Contains(v, rev) { // pseudo-versions name it
+			v += " commit " + rev
+		}
+		return v
+	case rev != "" && modified:
+		return "devel (commit " + rev + ", with uncommitted changes)"
+	case rev != "":
+		return "devel (commit " + rev + ")"
+	}
+	return "devel (built without a version stamp or VCS information; make build stamps one)"
 }

@@ -50,7 +50,7 @@ type Target struct {
 func Parse(rawURL string) (*Target, error) {
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
-		return nil, fmt.Errorf("store URL %q has no scheme; use sqlite://PATH, memory://, postgres://…, mysql://…, redis://… or redis+cluster://…", Redact(rawURL))
+		return nil, noScheme(rawURL)
 	}
 	t := &Target{Redacted: Redact(rawURL)}
 	var err error
