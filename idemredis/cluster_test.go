@@ -123,8 +123,18 @@ func TestClusterFailover(t *testing.T) {
 	oldAddr := master.addr
 	replica := nodeClient(t, replicaAddr)
 	old := nodeClient(t, oldAddr)
+	// A waiter on a record of the master that steps down: its node ends
+	// the sharded subscription, which closes the waiter's channel.
+	notify, cancel, err := s.Subscribe(ctx, recs[0].Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
 
 	failover(t, s, replica, replicaAddr, s.recordKey(recs[0].Key))
+	if receive(t, notify) {
+		t.Fatal("a notification came after the failover, want the subscription ended")
+	}
 	// Fail back, so the cluster keeps the layout scripts/redis.sh made.
 	t.Cleanup(func() { failover(t, s, old, oldAddr, s.recordKey(recs[0].Key)) })
 

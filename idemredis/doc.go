@@ -27,23 +27,33 @@
 //	...
 //	client, err := rueidis.NewClient(opt)
 //
-// rueidis.ParseURL knows db, dial_timeout, write_timeout, protocol,
-// client_name, skip_verify, addr (more seed addresses) and max_retries=0
-// (which turns off rueidis's own retries of read-only commands; the
-// store's resends of scripts are Config.Resends). It ignores go-redis's
-// pool and read-timeout parameters, which have no counterpart: rueidis
-// pipelines over a few connections per node instead of keeping a pool. For a Cluster, where go-redis takes
-// ClusterOptions{Addrs: addrs}, set ClientOption{InitAddress: addrs}, with
-// the same Username, Password and TLSConfig. Set ForceSingleClient to keep
-// a redis:// client on one node even when that node is a Cluster member,
-// and DisableCache for servers older than Redis 6 (this package never
-// uses client-side caching). idem's own store URLs (internal/storeurl,
-// behind idem serve --store) are still read by go-redis's parsers, with
-// every parameter they accept, and turned into a ClientOption: host, port
-// and seeds, user, password, db, TLS, dial_timeout, the larger of
-// read_timeout and write_timeout (ConnWriteTimeout), client_name,
-// protocol, and max_retries, which also sets Config.Resends; the pool
-// parameters have no effect.
+// For a Cluster, where go-redis takes ClusterOptions{Addrs: addrs}, set
+// ClientOption{InitAddress: addrs}, with the same Username, Password and
+// TLSConfig. rueidis.ParseURL knows db, dial_timeout, write_timeout,
+// protocol, client_name, skip_verify, addr (more seed addresses) and
+// max_retries=0; it ignores the pool and read-timeout parameters, which have
+// no counterpart: rueidis pipelines over a few connections per node
+// instead of keeping a pool. Three differences matter here:
+//
+//   - rueidis connects in NewClient, and fails there if the server cannot
+//     be reached; go-redis connects on first use.
+//   - rueidis retries read-only commands (the SCAN and HMGET of the
+//     listings, not the scripts: see Lost replies) until ctx ends, unless
+//     ClientOption.DisableRetry is set or ClientOption.RetryDelay returns a
+//     negative delay after a number of attempts.
+//   - rueidis finds out whether a single address is a Cluster member; set
+//     ForceSingleClient to keep a redis:// client on that one node. Set
+//     DisableCache for servers older than Redis 6 (this package never uses
+//     client-side caching).
+//
+// idem's own store URLs (internal/storeurl, behind idem serve --store) are
+// still read by go-redis's parsers, with every parameter they accept, and
+// turned into a ClientOption: address or seeds, user, password, db, TLS,
+// dial_timeout, the larger of read_timeout and write_timeout
+// (ConnWriteTimeout), client_name, protocol, and max_retries, which sets
+// both Config.Resends and how often rueidis retries a read (3 by default,
+// none at -1). The pool parameters, read_only, route_by_latency and
+// route_randomly have no effect: the store reads from masters only.
 //
 // # Layout
 //

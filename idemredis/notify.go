@@ -21,8 +21,9 @@ import (
 // the client's pool of blocking connections, and closed by cancel.
 // Subscribe returns once the server confirmed the subscription, so a change
 // made after it returns is not missed while the connection stays up. When
-// the connection breaks, the channel is closed: a notification is a hint,
-// and waiters keep polling. The channel is also closed when ctx ends or
+// the connection breaks, or the server ends the subscription (a Cluster
+// node that no longer serves the record's slot does), the channel is
+// closed: a notification is a hint, and waiters keep polling. The channel is also closed when ctx ends or
 // cancel is called; cancel waits for the subscription's goroutine to stop.
 func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct{}, func(), error) {
 	dc, release := s.client.Dedicate()
@@ -31,6 +32,8 @@ func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct
 		closed bool
 	)
 	out := make(chan struct{}, 1)
+	unsubscribed := make(chan struct{})
+	var unsubscribe sync.Once
 	hookErrs := dc.SetPubSubHooks(rueidis.PubSubHooks{
 		OnMessage: func(rueidis.PubSubMessage) {
 			mu.Lock()
@@ -41,6 +44,13 @@ func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct
 			select {
 			case out <- struct{}{}:
 			default: // a wake-up is already pending
+			}
+		},
+		// A Cluster node unsubscribes the clients of a slot it no longer
+		// serves (SUNSUBSCRIBE after a failover or a resharding).
+		OnSubscription: func(sub rueidis.PubSubSubscription) {
+			if sub.Kind == "sunsubscribe" || sub.Kind == "unsubscribe" {
+				unsubscribe.Do(func() { close(unsubscribed) })
 			}
 		},
 	})
@@ -60,6 +70,7 @@ func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct
 		defer close(stopped)
 		select {
 		case <-hookErrs: // the connection broke or was closed
+		case <-unsubscribed:
 		case <-done:
 		case <-ctx.Done():
 		}
