@@ -77,18 +77,23 @@ func addWithin(c *atomic.Int64, n, max int64) bool {
 	}
 }
 
-// makeRoom evicts completed records, the first to expire first, until
-// records more records of size more bytes fit within the bounds. It reports
-// false when no completed record is left to evict and they still do not
-// fit. Concurrent reservations may take the room it made: callers try
-// again a bounded number of times.
-func (s *Store) makeRoom(records, size int64, now time.Time) bool {
-	for s.count.Load()+records > s.maxRecords || s.bytes.Load()+size > s.maxBytes {
+// makeRoom evicts completed records, the first to expire first, until n
+// more records of size bytes each fit within the bounds, or none is left
+// to evict. It reports whether one such record fits. Concurrent
+// reservations may take the room it made.
+func (s *Store) makeRoom(n, size int64, now time.Time) bool {
+	for !s.fits(n, size) {
 		if !s.evictFirst(now) {
-			return false
+			return s.fits(1, size)
 		}
 	}
 	return true
+}
+
+// fits reports whether n more records of size bytes each fit within the
+// bounds.
+func (s *Store) fits(n, size int64) bool {
+	return s.count.Load()+n <= s.maxRecords && s.bytes.Load()+n*size <= s.maxBytes
 }
 
 // evictFirst evicts the completed record whose expiry is queued first in

@@ -362,3 +362,35 @@ func TestFloodStaysBounded(t *testing.T) {
 		t.Fatalf("Len = %d, Usage.Records = %d, kept = %d; want only the kept records left", n, u.Records, len(kept))
 	}
 }
+
+// Reservations racing at the bound take each other's room; none of them
+// may fail while completed records are left to evict (each holder has one
+// record pending at a time, far fewer than the bound).
+func TestReserveUnderContentionAtTheBound(t *testing.T) {
+	t.Parallel()
+	for _, cfg := range []idemmem.Config{{MaxRecords: 64}, {MaxBytes: 64 * (idemmem.RecordOverhead + 64)}, {MaxRecords: 64, Shards: 1}} {
+		s := idemmem.MustNew(cfg)
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Go(func() {
+				for i := range 5000 {
+					k := idemstore.Key{Scope: "s", Operation: "op", Key: fmt.Sprintf("%d-%d", w, i)}
+					if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Token: "t", Lease: time.Minute}); err != nil {
+						t.Errorf("%+v: worker %d, key %d: %v (usage %+v)", cfg, w, i, err, s.Usage())
+						return
+					}
+					if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: &idemstore.Response{Status: 200}, Retention: time.Hour}); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		u := s.Usage()
+		if (cfg.MaxRecords > 0 && u.Records > int64(cfg.MaxRecords)) || (cfg.MaxBytes > 0 && u.Bytes > cfg.MaxBytes) || u.Evicted != 8*5000-u.Records {
+			t.Fatalf("%+v: usage %+v", cfg, u)
+		}
+	}
+}

@@ -33,8 +33,14 @@ func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, ifE
 // as Reserve does. An answer is stored whether room was made or not: what
 // happened must be recorded.
 func (s *Store) roomFor(n int64) {
-	if s.bytes.Load()+n > s.maxBytes {
-		s.makeRoom(0, n, s.now())
+	if s.bytes.Load()+n <= s.maxBytes {
+		return
+	}
+	now := s.now()
+	for s.bytes.Load()+n > s.maxBytes {
+		if !s.evictFirst(now) {
+			return
+		}
 	}
 }
 

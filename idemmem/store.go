@@ -247,10 +247,6 @@ func expired(e *entry, now time.Time) bool {
 	return e.rec.State == idemstore.StateCompleted && !e.rec.ExpiresAt.IsZero() && !e.rec.ExpiresAt.After(now)
 }
 
-// reserveAttempts bounds how often Reserve makes room and tries again when
-// concurrent reservations take the room it made.
-const reserveAttempts = 4
-
 // Reserve inserts a pending record for p.Key unless one exists, in which
 // case it returns a copy of that record and created == false. A completed
 // record whose retention has ended counts as absent. At Config.MaxRecords
@@ -263,17 +259,23 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 	}
 	now := s.now()
 	size := reserveSize(&p)
-	for range reserveAttempts {
+	for attempt := int64(1); ; attempt++ {
 		rec, created, full := s.reserve(p, now, size)
 		if !full {
 			return rec, created, nil
 		}
-		if size > s.maxBytes || !s.makeRoom(1, size, now) {
-			break
+		// Concurrent reservations may take the room made for this one:
+		// each retry makes room for one more record, so that it soon
+		// finds some. It ends when nothing is left to evict.
+		if size > s.maxBytes || !s.makeRoom(min(attempt, maxRoomAhead, s.maxRecords, s.maxBytes/size), size, now) {
+			return nil, false, ErrFull
 		}
 	}
-	return nil, false, ErrFull
 }
+
+// maxRoomAhead bounds how many records' room a Reserve retrying under
+// contention makes.
+const maxRoomAhead = 8
 
 // reserve is one attempt of Reserve under the shard lock. full reports that
 // the bounds stopped it.
