@@ -3,6 +3,7 @@ package idem_test
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -361,5 +362,59 @@ func TestMiddlewareSealedAnswer(t *testing.T) {
 			w.Header().Get("Idempotency-Outcome") != idem.SituationSealed.Name {
 			t.Fatalf("FailOpen %v: %d %s, outcome %q, handler runs %d; want 500 answer-sealed and no run", failOpen, w.Code, w.Body, w.Header().Get("Idempotency-Outcome"), runs)
 		}
+	}
+}
+
+// idem.Do and DoTx store their results through the Sealer, and replay them
+// typed.
+func TestSealedDo(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	type receipt struct{ Card string }
+	e, store := newEngine(t, idem.EngineConfig{Sealer: keyring(t, "a")})
+	runs := 0
+	job := func(context.Context) (receipt, error) { runs++; return receipt{Card: "SECRET-BODY"}, nil }
+	for range 2 {
+		got, err := idem.Do(ctx, e, req("job"), job)
+		if err != nil || got.Card != "SECRET-BODY" {
+			t.Fatalf("Do = %+v, %v", got, err)
+		}
+	}
+	if runs != 1 {
+		t.Fatalf("the job ran %d times", runs)
+	}
+	raw, _ := store.Get(ctx, req("job").Key)
+	assertNoSecret(t, "Do's stored result", idemstore.EncodeResponse(raw.Response))
+
+	path := filepath.Join(t.TempDir(), "idem.db")
+	db, err := idemsqlite.Open(path, idemsqlite.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	sq, err := idemsqlite.New(db, idemsqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	se, err := idem.NewEngine(sq, idem.EngineConfig{Sealer: keyring(t, "a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := req("tx-job")
+	r.Kind = idem.Transactional
+	for range 2 {
+		got, err := idem.DoTx(ctx, se, r, idem.SQLTx(db, nil), func(context.Context, *sql.Tx) (receipt, error) {
+			return receipt{Card: "SECRET-BODY"}, nil
+		})
+		if err != nil || got.Card != "SECRET-BODY" {
+			t.Fatalf("DoTx = %+v, %v", got, err)
+		}
+	}
+	for _, suffix := range []string{"", "-wal"} {
+		b, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		assertNoSecret(t, filepath.Base(path+suffix), b)
 	}
 }

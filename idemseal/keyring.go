@@ -142,9 +142,11 @@ func (k *Keyring) open(sealed []byte, b *binding) ([]byte, error) {
 	if r == nil {
 		return nil, fmt.Errorf("%w: sealed with key %q, which is not configured", idemstore.ErrSealed, printable(id))
 	}
-	ad := make([]byte, 0, hdr+b.size())
-	ad = b.appendTo(append(ad, sealed[:hdr]...))
-	out, err := r.aead.Open(nil, nil, sealed[hdr:], ad)
+	// The associated data and the plaintext share one allocation.
+	adLen := hdr + b.size()
+	buf := make([]byte, 0, adLen+max(len(sealed)-hdr-r.aead.Overhead(), 0))
+	ad := b.appendTo(append(buf, sealed[:hdr]...))
+	out, err := r.aead.Open(ad[len(ad):], nil, sealed[hdr:], ad)
 	if err != nil {
 		return nil, fmt.Errorf("%w: does not open with key %q: altered, or moved from another record", idemstore.ErrSealed, r.id)
 	}
