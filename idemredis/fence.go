@@ -43,26 +43,43 @@ func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 }
 
 // Takeover gives a pending record whose lease expired by the server's TIME
-// a new token and a lease of p.Lease from that TIME.
+// a new token and a lease of p.Lease from that TIME. Like Reserve, it waits
+// a moment for its script's reply when ctx ends first (see abandon.go).
 func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
-	return s.fenced(ctx, takeoverScript, p.Key, p.OldToken, true, p.NewToken, durMicros(p.Lease))
+	names := s.keys(p.Key)
+	args := s.fenceArgs(names, p.OldToken, true, p.NewToken, durMicros(p.Lease))
+	msg, err := s.claim(ctx, takeoverScript, []string{names.record, names.tombstone}, args)
+	if err != nil {
+		return err
+	}
+	return fenceResult(msg)
 }
 
 // fenced runs one of the token-fenced scripts (see fence in scripts.go)
 // with a fresh call id and maps its 0 to ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, script *rueidis.Lua, key idemstore.Key, token string, ifExpired bool, args ...string) error {
 	names := s.keys(key)
+	msg, err := s.run(ctx, script, []string{names.record, names.tombstone}, s.fenceArgs(names, token, ifExpired, args...))
+	if err != nil {
+		return err
+	}
+	return fenceResult(msg)
+}
+
+// fenceArgs returns the ARGV of a fenced script: the five that every one
+// takes (see fence in scripts.go), with a fresh call id, then args.
+func (s *Store) fenceArgs(names keys, token string, ifExpired bool, args ...string) []string {
 	expired := ""
 	if ifExpired {
 		expired = "1"
 	}
 	argv := make([]string, 0, 5+len(args))
 	argv = append(argv, names.channel, s.publishCmd(), token, s.callID(), expired)
-	argv = append(argv, args...)
-	msg, err := s.run(ctx, script, []string{names.record, names.tombstone}, argv)
-	if err != nil {
-		return err
-	}
+	return append(argv, args...)
+}
+
+// fenceResult maps a fenced script's reply: 1 is success, 0 ErrLeaseLost.
+func fenceResult(msg rueidis.RedisMessage) error {
 	n, err := msg.AsInt64()
 	if err != nil {
 		return fmt.Errorf("idemredis: unexpected reply to a state change: %w", err)

@@ -20,26 +20,36 @@ import (
 // The script is sent again when its reply is lost (see Config.Resends), so
 // it may run twice for one call. An existing pending record that carries
 // p.Token and p.Fingerprint can only be this call's own insert (tokens are
-// unique per attempt), and Reserve reports it as created.
+// unique per attempt), and Reserve reports it as created. When ctx ends
+// before the reply, Reserve still waits a moment for it before it returns
+// ctx's error, so that the caller's release of the token cannot overtake
+// the script (see abandon.go).
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
-	msg, err := s.run(ctx, reserveScript, []string{s.recordKey(p.Key)}, []string{
-		p.Key.Scope, p.Key.Operation, p.Key.Key, p.Fingerprint, p.Token,
+	key, token, fp := p.Key, p.Token, p.Fingerprint
+	msg, err := s.claim(ctx, reserveScript, []string{s.recordKey(key)}, []string{
+		key.Scope, key.Operation, key.Key, fp, token,
 		durMicros(p.Lease), rueidis.BinaryString(idemstore.EncodeRequest(p.Request)),
 	})
 	if err != nil {
 		return nil, false, err
 	}
+	return s.reserveReply(key, token, fp, msg)
+}
+
+// reserveReply decodes the reply of the reserve script for key, sent with
+// token and fingerprint fp: created, or the record that exists.
+func (s *Store) reserveReply(key idemstore.Key, token, fp string, msg rueidis.RedisMessage) (*idemstore.Record, bool, error) {
 	if msg.IsInt64() {
 		return nil, true, nil
 	}
-	rec, err := s.checked(p.Key, msg)
+	rec, err := s.checked(key, msg)
 	if err != nil {
 		return nil, false, err
 	}
 	if rec == nil {
 		return nil, false, errors.New("idemredis: reserve found a record without state")
 	}
-	if p.Token != "" && rec.Token == p.Token && rec.Fingerprint == p.Fingerprint && rec.State == idemstore.StatePending {
+	if token != "" && rec.Token == token && rec.Fingerprint == fp && rec.State == idemstore.StatePending {
 		return nil, true, nil // ours: a resent script whose first run went in
 	}
 	return rec, false, nil
