@@ -12,10 +12,12 @@ import (
 
 	"github.com/idem-dev/idem/idemsqlite"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/tools/storebench"
 )
 
-// benchConcurrency are the numbers of goroutines each benchmark runs at.
-var benchConcurrency = []int{1, 8, 32}
+// benchConcurrency are the numbers of goroutines each write benchmark runs
+// at: one (a lone request, which batching must not slow down), and 16 to 50.
+var benchConcurrency = []int{1, 16, 32, 50}
 
 // benchResponse is the small JSON answer stored by the write benchmarks.
 var benchResponse = &idemstore.Response{
@@ -56,46 +58,21 @@ func runConcurrent(b *testing.B, n int, op func(i int) error) {
 	}
 }
 
-// benchKey is the i-th fresh key of a write benchmark.
+// benchKey is the i-th key of a read benchmark.
 func benchKey(i int) idemstore.Key {
 	return idemstore.Key{Scope: "tenant-1", Operation: "POST /charges", Key: "key-" + strconv.Itoa(i)}
 }
 
-// reportPairs adds the rate of reserve+complete pairs per second.
-func reportPairs(b *testing.B) {
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "pairs/s")
-}
-
 // BenchmarkReserveComplete measures Store.Reserve followed by
-// Store.Complete on a fresh key, the write path of every first request,
-// with group commit on (the default) and off. With batching on it also
-// reports the mean number of calls per batch.
+// Store.Complete on a fresh random key, the write path of every first
+// request, with group commit on (the default) and off, reporting pairs/s,
+// the p50 and p99 of a pair, and (batching on) calls per transaction.
 func BenchmarkReserveComplete(b *testing.B) {
 	for _, mode := range batchModes {
 		for _, n := range benchConcurrency {
 			b.Run(mode.name+"/c="+strconv.Itoa(n), func(b *testing.B) {
 				s, _ := newStoreWith(b, mode.cfg)
-				ctx := context.Background()
-				b.ReportAllocs()
-				b.ResetTimer()
-				runConcurrent(b, n, func(i int) error {
-					k := benchKey(i)
-					tok := "tok-" + strconv.Itoa(i)
-					_, created, err := s.Reserve(ctx, idemstore.ReserveParams{
-						Key: k, Fingerprint: "fp", Token: tok, Lease: time.Minute,
-					})
-					if err != nil {
-						return err
-					}
-					if !created {
-						return errors.New("fresh key not created")
-					}
-					return s.Complete(ctx, idemstore.CompleteParams{
-						Key: k, Token: tok, Response: benchResponse, Retention: 24 * time.Hour,
-					})
-				})
-				reportPairs(b)
-				reportBatches(b, s)
+				storebench.Run(b, n, s.Batcher(), storebench.StorePair(s))
 			})
 		}
 	}
@@ -103,20 +80,16 @@ func BenchmarkReserveComplete(b *testing.B) {
 
 // BenchmarkRawInsertUpdate is the baseline for BenchmarkReserveComplete:
 // the same INSERT … ON CONFLICT DO NOTHING and fenced UPDATE, with the same
-// schema, database settings and concurrency, written as a plain
-// database/sql loop with the response encoded once up front.
+// schema, database settings, keys and concurrency, written as a plain
+// database/sql loop, one pair of autocommit statements (two transactions)
+// at a time, with the response encoded once up front.
 func BenchmarkRawInsertUpdate(b *testing.B) {
-	blob := idemstore.EncodeResponse(benchResponse)
+	blob := idemstore.EncodeResponse(storebench.Response)
 	for _, n := range benchConcurrency {
 		b.Run("c="+strconv.Itoa(n), func(b *testing.B) {
 			_, db := newStore(b)
-			ctx := context.Background()
 			now := time.Now().UTC()
-			b.ReportAllocs()
-			b.ResetTimer()
-			runConcurrent(b, n, func(i int) error {
-				k := benchKey(i)
-				tok := "tok-" + strconv.Itoa(i)
+			storebench.Run(b, n, nil, func(ctx context.Context, k idemstore.Key, tok string) error {
 				res, err := db.ExecContext(ctx, `INSERT INTO idem_records
 					(scope, operation, "key", fingerprint, state, token, lease_until, created_at, updated_at, request)
 					VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
@@ -140,7 +113,6 @@ func BenchmarkRawInsertUpdate(b *testing.B) {
 				}
 				return nil
 			})
-			reportPairs(b)
 		})
 	}
 }
@@ -149,7 +121,7 @@ func BenchmarkRawInsertUpdate(b *testing.B) {
 // behind every replay.
 func BenchmarkGetCompleted(b *testing.B) {
 	const keys = 1000
-	for _, n := range benchConcurrency {
+	for _, n := range []int{1, 8} {
 		b.Run("c="+strconv.Itoa(n), func(b *testing.B) {
 			s, _ := newStore(b)
 			ctx := context.Background()
@@ -188,14 +160,3 @@ func populate(b *testing.B, s *idemsqlite.Store, n int) {
 	}
 }
 
-// reportBatches adds the mean number of calls per batch (lone calls that
-// found the store idle count as batches of one), when s batches.
-func reportBatches(b *testing.B, s *idemsqlite.Store) {
-	if bt := s.Batcher(); bt != nil {
-		batches, calls := bt.Stats()
-		lone := uint64(2*b.N) - calls
-		if total := batches + lone; total > 0 {
-			b.ReportMetric(float64(2*b.N)/float64(total), "calls/batch")
-		}
-	}
-}

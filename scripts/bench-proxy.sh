@@ -1,53 +1,211 @@
 #!/usr/bin/env bash
-# Proxy load run for BENCHMARKS.md: keyed POSTs (a fresh Idempotency-Key per
-# request, 16 keep-alive connections, loopback) through a plain
-# httputil.ReverseProxy and through idem serve with the memory and SQLite
-# stores, all in front of the same bare upstream, in one run. Prints each run
-# and the ratios idem/plain, and the p50/p99 that idem adds.
+# Proxy load run for BENCHMARKS.md, under wrk: keyed POSTs with a fresh
+# Idempotency-Key each (scripts/wrk-idempotency.lua), keep-alive, loopback,
+# through a stock httputil.ReverseProxy (internal/tools/plainproxy, no idem
+# code) and through `idem serve` on memory, SQLite, PostgreSQL, MySQL and
+# Redis, all in front of the same bare upstream, in one run. The plain proxy
+# runs right before each store, and each store's ratio is taken against that
+# run, so that drift on a shared machine hits both sides alike.
 #
-#   scripts/bench-proxy.sh            # DUR=10s CONNS=16 by default
+#   eval "$(scripts/services.sh)"; scripts/bench-proxy.sh
+#
+# Environment:
+#   DUR=10s THREADS=2 CONNS=32   wrk's duration, threads and connections
+#   ROUNDS=1                     rounds of the whole set; ratios are printed per round and as medians
+#   STORES="memory sqlite postgres mysql redis"
+#   BATCH=on                     group commit of the SQL stores (batch=off in their URLs turns it off)
+#   LATENCY=0                    1: instead, p50/p99 of the SQL stores at 1 and CONNS connections,
+#                                batching on and off (and the plain proxy at both)
+#   IDEM_TEST_POSTGRES_URL, IDEM_TEST_MYSQL_DSN, IDEM_TEST_REDIS_URL
+#                                the servers (scripts/services.sh prints them); a store whose
+#                                variable is unset is skipped with a message
+#
+# The script installs wrk (Debian package) with apt-get when it is missing.
+# PostgreSQL gets a schema of its own and MySQL a database of its own, both
+# dropped at the end; Redis keys carry a prefix of their own and are deleted.
+# MySQL's URL adds interpolateParams=true (one round trip per statement, as
+# docs/stores recommends for throughput).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-10s}
-CONNS=${CONNS:-16}
+THREADS=${THREADS:-2}
+CONNS=${CONNS:-32}
+ROUNDS=${ROUNDS:-1}
+STORES=${STORES:-memory sqlite postgres mysql redis}
+BATCH=${BATCH:-on}
+LATENCY=${LATENCY:-0}
+
+if ! command -v wrk >/dev/null; then
+	echo "bench-proxy: installing wrk" >&2
+	if [ "$(id -u)" = 0 ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1 ||
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+	else
+		sudo apt-get install -y -qq wrk >/dev/null
+	fi
+fi
+
 mkdir -p .tmp
 go build -o .tmp/idem ./cmd/idem
 go build -o .tmp/benchserver ./internal/tools/benchserver
 go build -o .tmp/plainproxy ./internal/tools/plainproxy
-go build -o .tmp/loadgen ./internal/tools/loadgen
 tmp=$(mktemp -d)
+run=bp$$-$(date +%s)
 pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
+pgschema=idem_bench_proxy_$$
+mydb=idem_bench_proxy_$$
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+	if [ -n "${IDEM_TEST_POSTGRES_URL:-}" ]; then
+		psql -X -q "$IDEM_TEST_POSTGRES_URL" -c "DROP SCHEMA IF EXISTS $pgschema CASCADE" >/dev/null 2>&1 || true
+	fi
+	if [ -n "${IDEM_TEST_MYSQL_DSN:-}" ]; then
+		mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS $mydb" >/dev/null 2>&1 || true
+	fi
+	if [ -n "${IDEM_TEST_REDIS_URL:-}" ]; then
+		redis-cli -u "$IDEM_TEST_REDIS_URL" --scan --pattern "$run*" 2>/dev/null |
+			xargs -r -n 500 redis-cli -u "$IDEM_TEST_REDIS_URL" unlink >/dev/null 2>&1 || true
+	fi
+	rm -rf "$tmp"
+}
 trap cleanup EXIT
 
-up=127.0.0.1:18190
-.tmp/benchserver -addr $up -mode bare 2>/dev/null & pids+=($!)
-
-start() { # name port command...
-  local name=$1 port=$2; shift 2
-  "$@" 2>"$tmp/$name.log" & pids+=($!)
-  for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && return; sleep 0.1; done
-  echo "$name did not start:"; cat "$tmp/$name.log"; exit 1
+# store_url NAME BATCH prints the --store URL of a store, or nothing when
+# its server is not configured.
+store_url() {
+	local sep q=""
+	[ "$2" = off ] && q="batch=off"
+	case $1 in
+	memory) echo "memory://" ;;
+	sqlite) echo "sqlite://$tmp/idem-$2.db${q:+?$q}" ;;
+	postgres)
+		[ -n "${IDEM_TEST_POSTGRES_URL:-}" ] || return 0
+		case $IDEM_TEST_POSTGRES_URL in *\?*) sep='&' ;; *) sep='?' ;; esac
+		echo "${IDEM_TEST_POSTGRES_URL}${sep}schema=${pgschema}_$2${q:+&$q}"
+		;;
+	mysql)
+		[ -n "${IDEM_TEST_MYSQL_DSN:-}" ] || return 0
+		# The DSN's database is replaced with this run's own.
+		local dsn
+		dsn=$(sed -E "s#\)/[^?]*#)/${mydb}_$2#" <<<"$IDEM_TEST_MYSQL_DSN")
+		case $dsn in *\?*) sep='&' ;; *) sep='?' ;; esac
+		echo "mysql://${dsn}${sep}interpolateParams=true${q:+&$q}"
+		;;
+	redis)
+		[ -n "${IDEM_TEST_REDIS_URL:-}" ] || return 0
+		case $IDEM_TEST_REDIS_URL in *\?*) sep='&' ;; *) sep='?' ;; esac
+		echo "${IDEM_TEST_REDIS_URL}${sep}prefix=${run}"
+		;;
+	esac
 }
-start upstream 18190 true
-start plain 18191 .tmp/plainproxy -listen 127.0.0.1:18191 -upstream http://$up
-start memory 18192 .tmp/idem serve --upstream http://$up --listen 127.0.0.1:18192 --store memory:// --log-level warn
-start sqlite 18193 .tmp/idem serve --upstream http://$up --listen 127.0.0.1:18193 --store "sqlite://$tmp/idem.db" --log-level warn
 
-declare -A rps p50 p99
-to_us() { # Go duration -> microseconds
-  awk -v d="$1" 'BEGIN { if (d ~ /ms$/) { sub(/ms$/, "", d); print d*1000 } else if (d ~ /µs$/) { sub(/µs$/, "", d); print d } else if (d ~ /ns$/) { sub(/ns$/, "", d); print d/1000 } else { sub(/s$/, "", d); print d*1000000 } }'
+# prepare NAME BATCH creates what the store needs before idem serve
+# migrates it.
+prepare() {
+	case $1 in
+	mysql) mysql -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ${mydb}_$2" ;;
+	postgres) psql -X -q "$IDEM_TEST_POSTGRES_URL" -c "DROP SCHEMA IF EXISTS ${pgschema}_$2 CASCADE" >/dev/null ;;
+	esac
 }
-port=18190
-for mode in plain memory sqlite; do
-  port=$((port + 1))
-  out=$(.tmp/loadgen -url "http://127.0.0.1:$port/payments" -c "$CONNS" -d "$DUR" -unique-keys)
-  echo "$mode: $out"
-  rps[$mode]=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out")
-  p50[$mode]=$(to_us "$(sed -E 's/.*p50=([^ ]+).*/\1/' <<<"$out")")
-  p99[$mode]=$(to_us "$(sed -E 's/.*p99=([^ ]+).*/\1/' <<<"$out")")
+
+port=18300
+# start NAME CMD... starts a server on $port and waits until it answers.
+start() {
+	local name=$1
+	shift
+	"$@" 2>"$tmp/$name.log" &
+	pids+=($!)
+	for _ in $(seq 200); do
+		curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
+		sleep 0.05
+	done
+	echo "$name did not start:" >&2
+	cat "$tmp/$name.log" >&2
+	exit 1
+}
+
+up=127.0.0.1:$port
+start upstream .tmp/benchserver -addr $up -mode bare
+
+port=$((port + 1))
+plainport=$port
+start plain .tmp/plainproxy -listen 127.0.0.1:$plainport -upstream http://$up
+
+# serve NAME BATCH starts idem serve on the store, once, and sets sport to
+# its port, or to nothing when the store is skipped.
+declare -A served=()
+serve() {
+	local url
+	sport=
+	url=$(store_url "$1" "$2")
+	if [ -z "$url" ]; then
+		echo "bench-proxy: skipping $1: its server variable is not set (eval \"\$(scripts/services.sh)\")" >&2
+		return 0
+	fi
+	if [ -z "${served[$1-$2]:-}" ]; then
+		prepare "$1" "$2"
+		port=$((port + 1))
+		start "$1-$2" .tmp/idem serve --upstream "http://$up" --listen "127.0.0.1:$port" --store "$url" --log-level error
+		served[$1-$2]=$port
+	fi
+	sport=${served[$1-$2]}
+}
+
+# load PORT CONNS NAME runs wrk and prints its RESULT line, prefixed with NAME.
+load() {
+	local threads=$THREADS
+	[ "$2" -lt "$threads" ] && threads=$2
+	local out
+	out=$(wrk -t"$threads" -c"$2" -d"$DUR" -s scripts/wrk-idempotency.lua "http://127.0.0.1:$1/payments" -- "$run-$RANDOM$RANDOM")
+	out=$(grep '^RESULT' <<<"$out")
+	echo "$3 c=$2: ${out#RESULT }"
+	last=$out
+}
+field() { sed -E "s/.* $1=([0-9.]+).*/\1/" <<<"$2"; }
+
+median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+echo "# $(date -u +%FT%TZ) wrk -t$THREADS -c$CONNS -d$DUR, stores: $STORES, batch=$BATCH; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+
+if [ "$LATENCY" = 1 ]; then
+	for c in 1 "$CONNS"; do
+		load "$plainport" "$c" plain
+		for s in $STORES; do
+			case $s in sqlite | postgres | mysql) ;; *) continue ;; esac
+			for b in on off; do
+				serve "$s" "$b"
+				[ -z "$sport" ] || load "$sport" "$c" "$s-batch=$b"
+			done
+		done
+	done
+	exit 0
+fi
+
+declare -A ratios=()
+target() {
+	case $1 in sqlite) echo 0.5 ;; postgres) echo 0.4 ;; mysql) echo 0.35 ;; redis) echo 0.85 ;; *) echo "" ;; esac
+}
+for round in $(seq "$ROUNDS"); do
+	for s in $STORES; do
+		serve "$s" "$BATCH"
+		[ -n "$sport" ] || continue
+		load "$plainport" "$CONNS" "round $round plain"
+		base=$(field rps "$last")
+		load "$sport" "$CONNS" "round $round $s"
+		if [ "$(field non2xx "$last")" != 0 ] || [ "$(field errors "$last")" != 0 ]; then
+			echo "round $round $s: WARNING: failed requests; see $tmp/$s-$BATCH.log" >&2
+		fi
+		r=$(awk -v a="$(field rps "$last")" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
+		ratios[$s]="${ratios[$s]:-} $r"
+		echo "round $round $s/plain = $r"
+	done
 done
-for mode in memory sqlite; do
-  awk -v m="$mode" -v r="${rps[$mode]}" -v b="${rps[plain]}" -v a50="${p50[$mode]}" -v b50="${p50[plain]}" -v a99="${p99[$mode]}" -v b99="${p99[plain]}" \
-    'BEGIN { printf "%s/plain rps ratio = %.2f; p50 added = %.0fµs; p99 added = %.0fµs\n", m, r/b, a50-b50, a99-b99 }'
+echo "# idem serve / plain ReverseProxy, median of $ROUNDS round(s), batch=$BATCH:"
+for s in $STORES; do
+	[ -n "${ratios[$s]:-}" ] || continue
+	# shellcheck disable=SC2086
+	m=$(median ${ratios[$s]})
+	t=$(target "$s")
+	printf '%-9s %s (rounds:%s)%s\n' "$s" "$m" "${ratios[$s]}" "${t:+, target >= $t}"
 done
