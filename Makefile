@@ -51,9 +51,9 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
 
-.PHONY: build
-build: ## Build bin/idem, stamped with VERSION (git describe)
-	$(GO) build -ldflags "-X github.com/idem-dev/idem/internal/cli.version=$(VERSION)" -o bin/idem ./cmd/idem
 # VERSION is stamped into bin/idem (idem version, idem --version).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
+.PHONY: build
+build: ## Build bin/idem, stamped with VERSION (git describe)
+	$(GO) build -ldflags "-X github.com/idem-dev/idem/internal/cli.version=$(VERSION)" -o bin/idem ./cmd/idem

@@ -84,6 +84,7 @@ type captureWriter struct {
 	buf           *bytes.Buffer
 	passthrough   bool
 	bufferFlushes bool // Policy.BufferFlushes
+	observe       bool // Policy.Observe: no Idempotency-Outcome header
 	sent          bool // status line and headers went out
 	notReplayable string
 }
@@ -112,7 +113,7 @@ func (c *captureWriter) send() {
 		}
 		h[k] = v
 	}
-	if _, ok := c.header[outcomeHeader]; !ok {
+	if _, ok := c.header[outcomeHeader]; !ok && !c.observe {
 		h[outcomeHeader] = valAcquired
 	}
 	c.w.WriteHeader(c.status)

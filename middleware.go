@@ -49,6 +49,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		var ke *KeyError
 		errors.As(err, &ke)
+		if pol.Observe {
+			finding := FindingInvalidKey
+			if errors.Is(err, ErrMissingKey) {
+				finding = FindingMissingKey
+			}
+			h.observed(w, r, &ev, finding)
+			return
+		}
 		if errors.Is(err, ErrMissingKey) {
 			ev.Outcome, ev.Status = m.problem(w, SituationMissingKey.ProblemDoc("This operation requires an Idempotency-Key header; send a unique value (such as a UUID) and reuse it when you retry.", ""))
 			return
@@ -59,6 +67,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ev.Key = key
 
 	scope, err := m.cfg.Scope(r)
+	if err != nil && pol.Observe {
+		h.observed(w, r, &ev, FindingWouldRefuse)
+		return
+	}
 	if errors.Is(err, ErrScopeMissing) {
 		ev.Outcome, ev.Status = m.problem(w, SituationScopeMissing.ProblemDoc("The request carries no credentials, so its key cannot be told from another client's.", ""))
 		return
@@ -83,6 +95,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := getState()
 	defer putState(st)
 	if r.ContentLength > pol.MaxRequestBody {
+		if pol.Observe {
+			h.observed(w, r, &ev, FindingWouldRefuse)
+			return
+		}
 		ev.Outcome, ev.Status = m.problem(w, tooLarge(pol.MaxRequestBody, key))
 		return
 	}
@@ -90,6 +106,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		over, err := readLimited(&st.reqBuf, r.Body, pol.MaxRequestBody)
 		if err != nil {
 			ev.Outcome, ev.Status = m.problem(w, SituationBodyUnreadable.ProblemDoc("The request body could not be read: "+err.Error(), key))
+			return
+		}
+		if over && pol.Observe {
+			// Forward what was read, then the rest.
+			r.Body = &readCloser{io.MultiReader(bytes.NewReader(st.reqBuf.Bytes()), r.Body), r.Body}
+			h.observed(w, r, &ev, FindingWouldRefuse)
 			return
 		}
 		if over {
@@ -108,15 +130,30 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(err)
 	}
 
+	wait := pol.Wait
+	if pol.Observe {
+		wait = 0 // a duplicate in flight is forwarded at once
+	}
 	res, err := m.e.Begin(r.Context(), Request{
 		Key: Key{Scope: scope, Operation: op, Key: key}, Fingerprint: fp,
-		Kind: pol.Kind, Wait: pol.Wait, Lease: pol.Lease, Retention: pol.Retention,
+		Kind: pol.Kind, Wait: wait, Lease: pol.Lease, Retention: pol.Retention,
 		Info: st.requestInfo(r, pol, buf.Bytes()),
 	})
 	if err != nil {
 		if r.Context().Err() != nil {
 			ev.Outcome, ev.Status = SituationCanceled.Name, SituationCanceled.Status
 			return // the client is gone; nobody to answer
+		}
+		if pol.Observe {
+			if errors.Is(err, ErrTooLong) || errors.Is(err, ErrSealed) {
+				h.observed(w, r, &ev, FindingWouldRefuse)
+				return
+			}
+			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store unavailable; observe mode forwards the request",
+				slog.String("operation", op), slog.Any("error", err))
+			ev.Outcome = SituationFailOpen.Name
+			ev.Status = passThrough(h.next, w, r)
+			return
 		}
 		if errors.Is(err, ErrTooLong) {
 			// A long operation comes from a long path (414); a long scope
@@ -148,6 +185,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.Outcome = res.Outcome.String()
+	if pol.Observe && res.Outcome != Acquired {
+		// Forwarded as if idem were not there; the record is left as it is.
+		h.observed(w, r, &ev, findingOf[res.Outcome])
+		return
+	}
 	switch res.Outcome {
 	case Acquired:
 		h.run(w, r, res.Lease, pol, st, &ev)

@@ -44,6 +44,12 @@ type Policy struct {
 	// KeyOptional lets a request without an Idempotency-Key through,
 	// unprotected, instead of answering 400.
 	KeyOptional bool
+	// Observe runs the route in observe mode: every request reaches the
+	// handler and every answer is the handler's, but keys are still
+	// reserved and completed, and Event.Finding says what enforcement would
+	// have done instead (see FindingMissingKey and the other findings).
+	// Defaults to false: enforce.
+	Observe bool
 	// Kind decides what an expired lease means (see Kind). Defaults to
 	// External. Choose Transactional for handlers that complete with a
 	// store's CompleteTx inside their business transaction.
@@ -100,12 +106,18 @@ type Event struct {
 	Operation string
 	// Key is the request's Idempotency-Key, when it sent a valid one.
 	Key string
+	// Finding is set in observe mode (Policy.Observe) when enforcement
+	// would have answered the request itself: FindingMissingKey,
+	// FindingWouldReplay, … Outcome is then "observed" and the handler ran
+	// unprotected.
+	Finding string
 	// Outcome is what happened: "acquired", "replayed", "mismatch",
 	// "in_flight", "needs_review", "not_replayable", "missing_key",
 	// "invalid_key", "scope_denied", "scope_missing", "too_long", "body_too_large", "body_unreadable",
 	// "unavailable", "fail_open", "no_key" (an optional key not sent) or
 	// "canceled" (the client left while the key was being checked; Status
-	// is then 499 and nothing was written).
+	// is then 499 and nothing was written), or "observed" (observe mode ran
+	// the handler unprotected; see Finding).
 	Outcome string
 	// Settlement says, after an acquired request, what became of its key:
 	// "completed", "completed_tx", "not_replayable", "released",

@@ -56,7 +56,7 @@ const (
 func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol *Policy, st *reqState, ev *Event) {
 	m := h.m
 	st.cw.w, st.cw.limit, st.cw.buf = w, m.maxBody, &st.respBuf
-	st.cw.bufferFlushes = pol.BufferFlushes
+	st.cw.bufferFlushes, st.cw.observe = pol.BufferFlushes, pol.Observe
 	cw := &st.cw
 	ctx := r.Context()
 	// The heartbeat stops once, on whichever way the handler leaves: before

@@ -38,6 +38,7 @@ var (
 	SituationNoKey          = Situation{Name: "no_key"}
 	SituationFailOpen       = Situation{Name: "fail_open"}
 	SituationCanceled       = Situation{Name: "canceled", Status: 499}
+	SituationObserved       = Situation{Name: "observed"}
 	SituationMissingKey     = Situation{Name: "missing_key", Status: http.StatusBadRequest, Problem: ProblemMissingKey, Title: "Idempotency-Key required"}
 	SituationInvalidKey     = Situation{Name: "invalid_key", Status: http.StatusBadRequest, Problem: ProblemInvalidKey, Title: "Invalid Idempotency-Key"}
 	SituationMismatch       = Situation{Name: "mismatch", Status: http.StatusUnprocessableEntity, Problem: ProblemMismatch, Title: "Idempotency-Key reused"}
@@ -62,7 +63,7 @@ var (
 // those with a problem document.
 func Situations() []Situation {
 	return []Situation{
-		SituationAcquired, SituationReplayed, SituationNoKey, SituationFailOpen, SituationCanceled,
+		SituationAcquired, SituationReplayed, SituationNoKey, SituationFailOpen, SituationCanceled, SituationObserved,
 		SituationMissingKey, SituationInvalidKey, SituationMismatch, SituationInFlight, SituationNeedsReview,
 		SituationNotReplayable, SituationTooLong, SituationBodyTooLarge, SituationBodyUnreadable,
 		SituationScopeDenied, SituationScopeMissing, SituationUnavailable, SituationSealed,

@@ -92,6 +92,9 @@ type Config struct {
 // Settings is how a route is protected. Unset fields inherit from the
 // global settings, then from the defaults.
 type Settings struct {
+	// Mode is enforce or observe (forward everything, count what
+	// enforcement would do; see docs/adoption.md). Defaults to enforce.
+	Mode Mode `yaml:"mode"`
 	// OptionalKey lets a protected request without a key through,
 	// unprotected, instead of 400. Defaults to false.
 	OptionalKey *bool `yaml:"optional_key"`
@@ -312,6 +315,9 @@ func (s Settings) validate() error {
 
 // merge returns s with the unset fields taken from parent.
 func (s Settings) merge(parent Settings) Settings {
+	if s.Mode == "" {
+		s.Mode = parent.Mode
+	}
 	if s.OptionalKey == nil {
 		s.OptionalKey = parent.OptionalKey
 	}
@@ -372,7 +378,7 @@ func (s Settings) policy() idem.Policy {
 	// A ReverseProxy flushes every answer without a Content-Length as it
 	// copies it; buffering those flushes keeps ordinary chunked answers
 	// replayable (event streams still stream).
-	p := idem.Policy{ExcludeFields: s.ExcludeFields, MaxRequestBody: DefaultMaxBody, BufferFlushes: true}
+	p := idem.Policy{ExcludeFields: s.ExcludeFields, MaxRequestBody: DefaultMaxBody, BufferFlushes: true, Observe: s.Mode == ModeObserve}
 	if s.OptionalKey != nil {
 		p.KeyOptional = *s.OptionalKey
 	}

@@ -21,6 +21,7 @@ type Metrics struct {
 	Registry *prometheus.Registry
 
 	outcomes *prometheus.CounterVec
+	findings *prometheus.CounterVec
 	store    *prometheus.HistogramVec
 	upstream *prometheus.HistogramVec
 }
@@ -33,6 +34,10 @@ func NewMetrics() *Metrics {
 			Name: "idem_proxy_requests_total",
 			Help: "Protected requests by outcome, named as in the Idempotency-Outcome header (acquired, replayed, mismatch, in_flight, needs_review, missing_key, unavailable, upstream_unreachable, upstream_failed, upstream_timeout, shutting_down, …) and, for acquired ones and the proxy's own answers, what became of the key (completed, released, escalated, lost, failed).",
 		}, []string{"outcome", "settlement"}),
+		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_observe_findings_total",
+			Help: "Requests on routes in observe mode that enforcement would have answered itself, by route (its match pattern, or default) and finding: missing_key, invalid_key (400), would_replay (the stored answer), would_conflict (422), would_wait (409 in flight), would_review (409 needs review), would_refuse (401, 413, 414).",
+		}, []string{"route", "finding"}),
 		store: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "idem_store_duration_seconds",
 			Help:    "Latency of store calls by operation and result.",
@@ -44,7 +49,7 @@ func NewMetrics() *Metrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"code"}),
 	}
-	m.Registry.MustRegister(m.outcomes, m.store, m.upstream,
+	m.Registry.MustRegister(m.outcomes, m.findings, m.store, m.upstream,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -56,6 +61,17 @@ func (m *Metrics) Handler() http.Handler {
 
 func (m *Metrics) observeOutcome(ev idem.Event) {
 	m.outcomes.WithLabelValues(ev.Outcome, ev.Settlement).Inc()
+}
+
+// observeRoute makes the route's findings show, at zero, before any.
+func (m *Metrics) observeRoute(route string) {
+	for _, f := range idem.Findings() {
+		m.findings.WithLabelValues(route, f)
+	}
+}
+
+func (m *Metrics) observeFinding(route, finding string) {
+	m.findings.WithLabelValues(route, finding).Inc()
 }
 
 // observeAnswer counts an answer the proxy made itself (an upstream failure,

@@ -36,11 +36,24 @@ type Options struct {
 // the upstream through idem's middleware, one middleware per configured
 // route, all sharing one engine.
 type Proxy struct {
-	handler  http.Handler
+	handler  atomic.Pointer[routes] // swapped whole by Reload
 	upstream *url.URL
 	log      *slog.Logger
 	metrics  *Metrics
 	closing  atomic.Bool
+
+	engine    *idem.Engine
+	opts      Options
+	transport http.RoundTripper // opts.Transport, watched
+	pool      *bufferPool
+	fpKey     []byte
+	findings  *findingLog
+}
+
+// routes is the handler of one configuration.
+type routes struct {
+	h   http.Handler
+	cfg Config
 }
 
 // New returns a proxy for cfg (defaults filled, validated) over engine.
@@ -61,62 +74,57 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	if opts.Metrics != nil {
 		opts.Transport = opts.Metrics.instrumentTransport(opts.Transport)
 	}
-	p := &Proxy{upstream: up, log: opts.Logger, metrics: opts.Metrics}
-	onOutcome := func(ev idem.Event) {
+	p := &Proxy{
+		upstream: up, log: opts.Logger, metrics: opts.Metrics,
+		engine: engine, opts: opts, transport: watchBodies{opts.Transport}, pool: newBufferPool(),
+		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
+	}
+	h, err := p.build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p.handler.Store(&routes{h: h, cfg: cfg})
+	return p, nil
+}
+
+// onOutcome is the middleware's OnOutcome for the requests of route.
+func (p *Proxy) onOutcome(route string) func(idem.Event) {
+	return func(ev idem.Event) {
 		// A key the forwarder settled itself was counted by its situation.
-		if opts.Metrics != nil && ev.Settlement != settledByProxy {
-			opts.Metrics.observeOutcome(ev)
+		if p.metrics != nil && ev.Settlement != settledByProxy {
+			p.metrics.observeOutcome(ev)
 		}
-		if opts.OnOutcome != nil {
-			opts.OnOutcome(ev)
+		if ev.Finding != "" {
+			if p.metrics != nil {
+				p.metrics.observeFinding(route, ev.Finding)
+			}
+			p.findings.note(route, ev)
+		}
+		if p.opts.OnOutcome != nil {
+			p.opts.OnOutcome(ev)
 		}
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
 				slog.String("operation", ev.Operation), slog.String("key", ev.Key), slog.String("outcome", ev.Outcome),
-				slog.String("settlement", ev.Settlement), slog.Int("status", ev.Status), slog.Duration("duration", ev.Duration))
+				slog.String("finding", ev.Finding), slog.String("settlement", ev.Settlement), slog.Int("status", ev.Status),
+				slog.Duration("duration", ev.Duration))
 		}
 	}
-	fpKey := derive(opts.ScopeSecret, "fingerprint")
-	pool := newBufferPool()
-	transport := watchBodies{opts.Transport}
-	build := func(s Settings, methods []string, disabled bool) (http.Handler, error) {
-		fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline()}
-		fwd.rp = &httputil.ReverseProxy{
-			Rewrite:      fwd.rewrite,
-			Transport:    transport,
-			BufferPool:   pool,
-			ErrorHandler: fwd.upstreamError,
-			ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
-		}
-		if disabled {
-			return fwd, nil
-		}
-		mw, err := idem.NewMiddleware(engine, idem.Config{
-			Scope:          NewScope(s.scopeSources(), opts.ScopeSecret, s.Anonymous),
-			FingerprintKey: fpKey,
-			Methods:        methods,
-			Operation:      operation,
-			Policy:         s.policy(),
-			OnOutcome:      onOutcome,
-			Logger:         p.log,
-		})
-		if err != nil {
-			return nil, err
-		}
-		return mw(fwd), nil
-	}
-	def, err := build(cfg.Settings, nil, false)
+}
+
+// build returns the handler of cfg's routes.
+func (p *Proxy) build(cfg Config) (http.Handler, error) {
+	def, err := p.buildRoute(DefaultRouteLabel, cfg.Settings, nil, false)
 	if err != nil {
 		return nil, err
 	}
 	if len(cfg.Routes) == 0 {
-		p.handler = def
-		return p, nil
+		return def, nil
 	}
 	mux := http.NewServeMux()
 	hasRoot := false
 	for _, r := range cfg.Routes {
-		h, err := build(r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled)
+		h, err := p.buildRoute(r.Match.Pattern, r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
 		}
@@ -128,8 +136,40 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	if !hasRoot {
 		mux.Handle("/", def)
 	}
-	p.handler = mux
-	return p, nil
+	return mux, nil
+}
+
+// buildRoute returns the handler of one route: the middleware with s's
+// policy around a forwarder, or the forwarder alone when disabled.
+func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool) (http.Handler, error) {
+	fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline()}
+	fwd.rp = &httputil.ReverseProxy{
+		Rewrite:      fwd.rewrite,
+		Transport:    p.transport,
+		BufferPool:   p.pool,
+		ErrorHandler: fwd.upstreamError,
+		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+	if disabled {
+		return fwd, nil
+	}
+	pol := s.policy()
+	if pol.Observe && p.metrics != nil {
+		p.metrics.observeRoute(label)
+	}
+	mw, err := idem.NewMiddleware(p.engine, idem.Config{
+		Scope:          NewScope(s.scopeSources(), p.opts.ScopeSecret, s.Anonymous),
+		FingerprintKey: p.fpKey,
+		Methods:        methods,
+		Operation:      operation,
+		Policy:         pol,
+		OnOutcome:      p.onOutcome(label),
+		Logger:         p.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mw(fwd), nil
 }
 
 // patternMethods returns the method a ServeMux pattern names, or nil (the
@@ -142,7 +182,7 @@ func patternMethods(pattern string) []string {
 }
 
 // ServeHTTP forwards r through the middleware.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.handler.ServeHTTP(w, r) }
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.handler.Load().h.ServeHTTP(w, r) }
 
 // BeginShutdown makes the proxy refuse to forward protected requests that
 // were not forwarded yet: their keys are released and they get 503 with

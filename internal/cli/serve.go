@@ -34,6 +34,7 @@ type serveFlags struct {
 	upstreamDeadline, upstreamIdleTimeout            time.Duration
 	adminTokenFile, resolverURL, reviewWebhook       string
 	storeRequest                                     bool
+	mode                                             string
 }
 
 func newServeCmd() *cobra.Command {
@@ -99,6 +100,7 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.DurationVar(&f.retention, "retention", 24*time.Hour, "how long a completed key is kept and replayed")
 	fl.DurationVar(&f.lease, "lease", 30*time.Second, "in-flight lease, renewed while the upstream works")
 	fl.Int64Var(&f.maxBody, "max-body", idemproxy.DefaultMaxBody, "request body limit in bytes for fingerprinting; larger requests get 413")
+	fl.StringVar(&f.mode, "mode", string(idemproxy.ModeEnforce), "enforce, or observe: forward every request and answer unchanged, and count what enforcement would do in idem_observe_findings_total (see docs/adoption.md); mode: per route in --config")
 	fl.BoolVar(&f.optionalKey, "optional-key", false, "let protected requests without a key through instead of 400")
 	fl.StringArrayVar(&f.scopeHeaders, "scope-header", nil, "header whose value scopes keys (repeatable; default Authorization unless --scope-cookie is set)")
 	fl.StringArrayVar(&f.scopeCookies, "scope-cookie", nil, "cookie whose value scopes keys (repeatable), after the scope headers")
@@ -165,6 +167,13 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if set("max-body") {
 		cfg.MaxBody = &f.maxBody
+	}
+	if set("mode") {
+		m, err := idemproxy.ParseMode(f.mode)
+		if err != nil {
+			return cfg, fmt.Errorf("--mode: %w", err)
+		}
+		cfg.Mode = m
 	}
 	if set("optional-key") {
 		cfg.OptionalKey = &f.optionalKey
