@@ -44,7 +44,8 @@ func inOneBatch(t *testing.T, s *idempg.Store, calls ...func() batchResult) []ba
 
 func reserveCall(ctx context.Context, s idemstore.Store, k idemstore.Key, tok string) func() batchResult {
 	return func() batchResult {
-		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: time.Minute})
+		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: time.Minute,
+			Request: &idemstore.Request{Method: "POST", Path: "/x", Body: []byte(tok)}})
 		return batchResult{rec, created, err}
 	}
 }
@@ -104,6 +105,68 @@ func TestBatchOutcomes(t *testing.T) {
 	if batches, calls := s.Batcher().Stats(); batches != 1 || calls != 6 {
 		t.Fatalf("Stats() = %d batches, %d calls; want the six calls in one batch", batches, calls)
 	}
+}
+
+// TestBatchManyRows: one round with several Reserves (new keys, a pending
+// key, a completed one) and several Completes, each in one multi-row
+// statement; the records and a waiter's wake-up are as without batching.
+func TestBatchManyRows(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, testPool(t, ""), idempg.Config{})
+	ctx := t.Context()
+	seed := func(name, tok string) idemstore.Key {
+		k := testKey(name)
+		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: time.Minute}); err != nil || !created {
+			t.Fatalf("seed %s: %v %v", name, created, err)
+		}
+		return k
+	}
+	c1, c2, c3, pending, done := seed("c1", "t1"), seed("c2", "t2"), seed("c3", "t3"), seed("pending", "p"), seed("done", "d")
+	if err := s.Complete(ctx, idemstore.CompleteParams{Key: done, Token: "d", Response: &idemstore.Response{Status: 200, Body: []byte("done")}, Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	woken, cancel, err := s.Subscribe(ctx, c2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cancel()
+	got := inOneBatch(t, s,
+		reserveCall(ctx, s, testKey("new-a"), "na"),
+		reserveCall(ctx, s, testKey("new-b"), "nb"),
+		reserveCall(ctx, s, pending, "late"),
+		reserveCall(ctx, s, done, "later"),
+		completeCall(ctx, s, c1, "t1"),
+		completeCall(ctx, s, c2, "t2"),
+		completeCall(ctx, s, c3, "wrong"),
+	)
+	for i, r := range got[:2] {
+		if r.err != nil || !r.created {
+			t.Fatalf("Reserve %d of a new key: %+v", i, r)
+		}
+	}
+	if r := got[2]; r.err != nil || r.created || r.rec == nil || r.rec.Token != "p" || r.rec.State != idemstore.StatePending || r.rec.Fingerprint != "fp-p" {
+		t.Fatalf("Reserve of a pending key: %+v", r)
+	}
+	if r := got[3]; r.err != nil || r.created || r.rec == nil || r.rec.State != idemstore.StateCompleted || string(r.rec.Response.Body) != "done" {
+		t.Fatalf("Reserve of a completed key: %+v", r)
+	}
+	if got[4].err != nil || got[5].err != nil || !errors.Is(got[6].err, idemstore.ErrLeaseLost) {
+		t.Fatalf("Completes: %v, %v, %v; want nil, nil, ErrLeaseLost", got[4].err, got[5].err, got[6].err)
+	}
+	for _, k := range []idemstore.Key{c1, c2} {
+		rec, err := s.Get(ctx, k)
+		if err != nil || rec.State != idemstore.StateCompleted || rec.ExpiresAt.Sub(rec.UpdatedAt) != time.Hour || string(rec.Response.Body) != rec.Token {
+			t.Fatalf("%s after the batch: %+v, %v", k.Key, rec, err)
+		}
+	}
+	if rec, err := s.Get(ctx, c3); err != nil || rec.State != idemstore.StatePending {
+		t.Fatalf("c3 after a stranger's Complete: %+v, %v", rec, err)
+	}
+	if rec, err := s.Get(ctx, testKey("new-b")); err != nil || rec.Token != "nb" || rec.Request == nil || string(rec.Request.Body) != "nb" ||
+		rec.LeaseUntil.Sub(rec.CreatedAt) != time.Minute {
+		t.Fatalf("new-b after the batch: %+v, %v", rec, err)
+	}
+	<-woken // the waiter of c2 is told; the test times out otherwise
 }
 
 // TestBatchPoisonCallRunsAlone: a value the server refuses (a NUL byte in
