@@ -87,10 +87,14 @@
 // nothing extra. Calls that arrive while it runs queue up, and when it
 // ends they are sent together as one pipeline (pgx SendBatch: one round
 // trip), which PostgreSQL runs as one implicit transaction, committed at
-// its end. Each call runs the statement it would run alone, in key order
-// (so that batches from several processes lock rows in one order), except
-// that a Reserve reads a conflicting record in the same statement as its
-// INSERT … ON CONFLICT DO NOTHING. There is no timer: a batch is what
+// its end. The calls go in key order (so that batches from several
+// processes lock rows in one order), in rounds of distinct keys (the calls
+// of one key one round after another, in order). In each round the
+// Reserves are one multi-row INSERT … ON CONFLICT DO NOTHING, which in the
+// same statement reads the existing records of the keys it did not
+// insert, and the Completes one multi-row fenced UPDATE, which returns the
+// keys it completed and wakes their waiters; Release, Escalate and Extend
+// run the statement each runs alone. There is no timer: a batch is what
 // queued during the previous one.
 //
 // Every caller gets its own outcome: two Reserves of one key in one batch
