@@ -20,6 +20,7 @@ test: lint ## Run every check and test CI runs (starts the services it needs)
 	. .tmp/services.env; \
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
 	@set -euo pipefail; . .tmp/services.env; cd examples/worker && $(GO) test $(RACE) -mod=mod -count=1 -timeout 10m ./...
+	@$(MAKE) --no-print-directory fuzz
 
 .PHONY: test-short
 test-short: ## Run the tests that need no server
@@ -39,11 +40,19 @@ chaos: ## Run the chaos test of idem serve, 3 minutes of faults per store (CHAOS
 	. .tmp/services.env; \
 	IDEM_CHAOS=long $(GO) test $(RACE) -count=1 -timeout 2h -v -run '^TestChaos' ./internal/chaos $(if $(CHAOS_DURATION),-args -chaos.duration=$(CHAOS_DURATION))
 
+# Fuzz targets, as package:function. make test runs each for FUZZTIME.
+FUZZ_TARGETS = .:FuzzParseKeyHeader .:FuzzCanonicalJSON \
+	./idemstore:FuzzDecodeResponse ./idemstore:FuzzDecodeRequest \
+	./idemproxy:FuzzParseConfig \
+	./idemseal:FuzzOpen ./idemseal:FuzzSealRoundTrip
+FUZZTIME ?= 15s
+
 .PHONY: fuzz
-fuzz: ## Fuzz key parsing, JSON canonicalisation and stored-response decoding, 30s each
-	$(GO) test -run '^$$' -fuzz '^FuzzParseKeyHeader$$' -fuzztime 30s .
-	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalJSON$$' -fuzztime 30s .
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeResponse$$' -fuzztime 30s ./idemstore
+fuzz: ## Fuzz key parsing, JSON canonicalisation, record decoders, the config parser and sealed answers, FUZZTIME (15s) each
+	@set -euo pipefail; for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn in $$pkg for $(FUZZTIME)"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
+	done
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck

@@ -65,6 +65,12 @@ type Config struct {
 	// sharing a store needs the same secret. Defaults to none (or
 	// IDEM_SCOPE_SECRET).
 	ScopeSecretFile string `yaml:"scope_secret_file"`
+	// EncryptionKeyFile holds the keys that seal stored answers and kept
+	// requests at rest with AES-256-GCM (see idemseal): one [ID:]SECRET a
+	// line, the first one sealing, the others still opening what they
+	// sealed. Every instance sharing a store needs the same keys. Defaults
+	// to none (or IDEM_ENCRYPTION_KEY): stored in clear.
+	EncryptionKeyFile string `yaml:"encryption_key_file"`
 
 	// ReadHeaderTimeout bounds how long a client may take to send its
 	// request headers. Defaults to 10s.

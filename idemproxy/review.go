@@ -27,8 +27,9 @@ type review struct {
 	log      *slog.Logger
 	keys     prometheus.Gauge
 	oldest   prometheus.Gauge
-	hook     *webhook      // nil without --review-webhook
-	resolver idem.Resolver // nil without any resolver URL
+	hook     *webhook         // nil without --review-webhook
+	resolver idem.Resolver    // nil without any resolver URL
+	sealer   idemstore.Sealer // opens sealed keys on the review page; nil: none
 
 	// recoverNow asks the recovery loop to run soon (a key went to review
 	// and a resolver may settle it); refreshNow asks for the gauges.
@@ -122,7 +123,7 @@ func (rv *review) adminHandler(cfg Config, tokens map[string]string) (http.Handl
 		retention = cfg.Retention.d()
 	}
 	return idemadmin.New(idemadmin.Config{Store: rv.store, Tokens: tokens, Retention: retention, Logger: rv.log,
-		OnChange: func(idemadmin.Result) { kick(rv.refreshNow) }})
+		OnChange: func(idemadmin.Result) { kick(rv.refreshNow) }, Sealer: rv.sealer})
 }
 
 // run delivers webhook events and keeps the gauges current until ctx

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemseal"
 	"github.com/idem-dev/idem/idemstore"
 )
 
@@ -36,6 +37,9 @@ type Server struct {
 	// ScopeSecret keys scopes and fingerprints, when Config.ScopeSecretFile
 	// names no file (idem serve passes IDEM_SCOPE_SECRET's here).
 	ScopeSecret []byte
+	// EncryptionKeys seal stored answers, when Config.EncryptionKeyFile
+	// names no file (idem serve passes IDEM_ENCRYPTION_KEY's here).
+	EncryptionKeys *idemseal.Keyring
 }
 
 // readyKey is the sentinel record /readyz reads: cheap, and absent.
@@ -65,12 +69,27 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	warnScopes(log, cfg, secret)
+	keys := s.EncryptionKeys
+	if cfg.EncryptionKeyFile != "" {
+		if keys, err = idemseal.LoadKeyFile(cfg.EncryptionKeyFile); err != nil {
+			return err
+		}
+	}
+	if keys != nil {
+		log.Info("stored answers are sealed", slog.String("key_id", keys.ID()), slog.Int("keys", len(keys.IDs())))
+	}
 	rv := newReview(cfg, store, metrics, log)
+	if keys != nil {
+		rv.sealer = keys // the review page opens what it shows
+	}
 	adminAPI, err := rv.adminHandler(cfg, tokens)
 	if err != nil {
 		return err
 	}
 	ecfg := idem.EngineConfig{Logger: log, OnReview: rv.onReview}
+	if keys != nil {
+		ecfg.Sealer = keys
+	}
 	if cfg.Lease != nil {
 		ecfg.Lease = cfg.Lease.d()
 	}

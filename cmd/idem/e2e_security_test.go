@@ -177,3 +177,48 @@ func runIdem(t *testing.T, env []string, args ...string) (string, error) {
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
+
+// TestSealedAnswersAtRest: with an encryption key, no file of the SQLite
+// store holds an answer body, the credential or its SHA-256, and replays
+// still give the first answer. A proxy without the key cannot open them,
+// and does not run the request again either.
+func TestSealedAnswersAtRest(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	db := filepath.Join(t.TempDir(), "idem.db")
+	store := "sqlite://" + db
+	keyFile := filepath.Join(t.TempDir(), "encryption.keys")
+	if err := os.WriteFile(keyFile, []byte("# the first key seals\n2026-12:"+strings.Repeat("ab", 32)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	secret := writeSecret(t, "0123456789abcdef-shared-secret")
+	p := startProxyAs(t, "--upstream", up.URL, "--store", store, "--scope-secret-file", secret, "--encryption-key-file", keyFile, "--store-request")
+	const cred = "Bearer sk_live_4f9a7c1e0b2d"
+	const reqMarker = "request-body-marker-5d1e"
+	first := do(t, "POST", "http://"+p.addr+"/secret-answer", "k", `{"note":"`+reqMarker+`"}`, "Authorization", cred)
+	want(t, "first", first.status, 201)
+	if !strings.Contains(first.body, secretAnswer) {
+		t.Fatalf("first answer %q", first.body)
+	}
+	again := do(t, "POST", "http://"+p.addr+"/secret-answer", "k", `{"note":"`+reqMarker+`"}`, "Authorization", cred)
+	want(t, "replayed", again.header.Get("Idempotent-Replayed"), "true")
+	want(t, "replayed body", again.body, first.body)
+	if !strings.Contains(p.log(), "sealed") {
+		t.Error("the proxy does not say that answers are sealed")
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.exited
+	sum := sha256.Sum256([]byte(cred))
+	assertNotInFiles(t, db, secretAnswer, reqMarker, cred, hex.EncodeToString(sum[:]))
+
+	// Without the key the answer cannot be opened: no replay of garbage,
+	// and the upstream does not run again.
+	blind := startProxyAs(t, "--upstream", up.URL, "--store", store, "--scope-secret-file", secret)
+	a := do(t, "POST", "http://"+blind.addr+"/secret-answer", "k", `{"note":"`+reqMarker+`"}`, "Authorization", cred)
+	want(t, "without the key: status", a.status, 500)
+	want(t, "without the key: problem", a.problemType(), "answer-sealed")
+	if strings.Contains(a.body, secretAnswer) {
+		t.Errorf("a proxy without the key answered %q", a.body)
+	}
+	want(t, "upstream runs", up.runs("/secret-answer"), 1)
+}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/idem-dev/idem/idemadmin"
 	"github.com/idem-dev/idem/idemproxy"
+	"github.com/idem-dev/idem/idemseal"
 	"github.com/idem-dev/idem/internal/storeurl"
 )
 
@@ -28,7 +29,7 @@ type serveFlags struct {
 	optionalKey                                      bool
 	logFormat, logLevel                              string
 	scopeHeaders, scopeCookies                       []string
-	anonymous, scopeSecretFile                       string
+	anonymous, scopeSecretFile, encryptionKeyFile    string
 	readHeaderTimeout, readTimeout, idleTimeout      time.Duration
 	maxHeaderBytes                                   int
 	upstreamDeadline, upstreamIdleTimeout            time.Duration
@@ -106,6 +107,7 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.StringArrayVar(&f.scopeCookies, "scope-cookie", nil, "cookie whose value scopes keys (repeatable), after the scope headers")
 	fl.StringVar(&f.anonymous, "anonymous", string(idemproxy.AnonymousReject), "a protected request with no scope header or cookie: reject (401) or shared (one scope for all such requests)")
 	fl.StringVar(&f.scopeSecretFile, "scope-secret-file", "", "file holding the secret (16+ bytes) that keys scopes and fingerprints with HMAC; or IDEM_SCOPE_SECRET")
+	fl.StringVar(&f.encryptionKeyFile, "encryption-key-file", "", "file of AES-256 keys ([ID:]SECRET per line, the first sealing) that seal stored answers at rest; or IDEM_ENCRYPTION_KEY")
 	fl.DurationVar(&f.readHeaderTimeout, "read-header-timeout", idemproxy.DefaultReadHeaderTimeout, "longest a client may take to send its request headers")
 	fl.DurationVar(&f.readTimeout, "read-timeout", idemproxy.DefaultReadTimeout, "longest a client may take to send its whole request, body included")
 	fl.DurationVar(&f.idleTimeout, "idle-timeout", idemproxy.DefaultIdleTimeout, "how long an idle keep-alive client connection is kept")
@@ -191,6 +193,9 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	if set("scope-secret-file") {
 		cfg.ScopeSecretFile = f.scopeSecretFile
 	}
+	if set("encryption-key-file") {
+		cfg.EncryptionKeyFile = f.encryptionKeyFile
+	}
 	if set("read-header-timeout") {
 		cfg.ReadHeaderTimeout = idemproxy.Duration(f.readHeaderTimeout)
 	}
@@ -242,6 +247,14 @@ func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak
 		}
 		if srv.ScopeSecret, err = idemproxy.ParseSecret([]byte(env)); err != nil {
 			return usageError{fmt.Errorf("IDEM_SCOPE_SECRET: %w", err)}
+		}
+	}
+	if env := os.Getenv("IDEM_ENCRYPTION_KEY"); env != "" {
+		if cfg.EncryptionKeyFile != "" {
+			return usageError{errors.New("both IDEM_ENCRYPTION_KEY and an encryption key file are set; keep one")}
+		}
+		if srv.EncryptionKeys, err = idemseal.ParseKeys(env); err != nil {
+			return usageError{fmt.Errorf("IDEM_ENCRYPTION_KEY: %w", err)}
 		}
 	}
 	if env := os.Getenv("IDEM_ADMIN_TOKEN"); env != "" {

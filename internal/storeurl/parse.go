@@ -86,6 +86,7 @@ func Parse(rawURL string) (*Target, error) {
 }
 
 // parseSQLite reads PATH[?busy_timeout=DUR&synchronous=normal|full&max_open_conns=N].
+// synchronous defaults to full here, unlike idemsqlite's own default.
 func (t *Target) parseSQLite(rest string) error {
 	path, query, _ := strings.Cut(rest, "?")
 	if path == "" {
@@ -123,6 +124,12 @@ func (t *Target) parseSQLite(rest string) error {
 		default:
 			return fmt.Errorf("unknown sqlite parameter %q (known: busy_timeout, synchronous, max_open_conns, batch)", name)
 		}
+	}
+	if t.sqliteOpts.Synchronous == "" {
+		// An acknowledged reservation must survive a power loss: with
+		// NORMAL, the last commits before it can roll back, and a retry
+		// of a request that ran would run again.
+		t.sqliteOpts.Synchronous = idemsqlite.SynchronousFull
 	}
 	return nil
 }

@@ -21,7 +21,13 @@ func TestParse(t *testing.T) {
 		wantErr string // substring; empty means success
 		check   func(t *testing.T, tg *Target)
 	}{
-		{url: "sqlite://idem.db", kind: KindSQLite, check: func(t *testing.T, tg *Target) { eq(t, tg.sqlitePath, "idem.db") }},
+		{url: "sqlite://idem.db", kind: KindSQLite, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.sqlitePath, "idem.db")
+			eq(t, string(tg.sqliteOpts.Synchronous), string(idemsqlite.SynchronousFull)) // durable by default
+		}},
+		{url: "sqlite://idem.db?synchronous=normal", kind: KindSQLite, check: func(t *testing.T, tg *Target) {
+			eq(t, string(tg.sqliteOpts.Synchronous), string(idemsqlite.SynchronousNormal))
+		}},
 		{url: "sqlite://./data/idem.db", kind: KindSQLite, check: func(t *testing.T, tg *Target) { eq(t, tg.sqlitePath, "./data/idem.db") }},
 		{url: "sqlite:///var/lib/idem/idem.db", kind: KindSQLite, check: func(t *testing.T, tg *Target) { eq(t, tg.sqlitePath, "/var/lib/idem/idem.db") }},
 		{url: "sqlite://x.db?synchronous=full&busy_timeout=2s&max_open_conns=4", kind: KindSQLite, check: func(t *testing.T, tg *Target) {
