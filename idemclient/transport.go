@@ -36,8 +36,11 @@ import (
 // run out, the last answer (or network error) is returned. The caller's
 // request is never modified: each attempt sends a clone.
 //
-// Redirected requests (307, 308) go through the Transport again and get a
-// new key unless the context carries one.
+// A redirected request (307, 308; http.Client sends it through the
+// Transport again) keeps the key of the request it follows: a node that
+// redirects a retry to another (a leader that stepped down, say) must not
+// turn it into a new operation. A redirect that changes the method to GET
+// (301, 302, 303) is a request of its own, unprotected.
 type Transport struct {
 	// Base sends each attempt. Defaults to http.DefaultTransport.
 	Base http.RoundTripper
@@ -164,6 +167,13 @@ func (t *Transport) key(req *http.Request) (key string, set, protected bool, err
 			return "", false, false, fmt.Errorf("idemclient: the key from WithKey: %w", err)
 		}
 		return k, true, true, nil
+	}
+	// A redirect (307, 308) is the same operation sent elsewhere: http.Client
+	// copies the caller's header, not the key this Transport added.
+	if req.Response != nil && req.Response.Request != nil {
+		if k := req.Response.Request.Header.Get(idem.HeaderName); k != "" {
+			return k, true, true, nil
+		}
 	}
 	if t.NewKey != nil {
 		key = t.NewKey()
