@@ -25,11 +25,18 @@ func ParseLevel(s string) (slog.Level, error) {
 // C0 controls, so that a request path or key cannot rewrite the log line
 // an operator reads.
 func NewLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	return NewLevelLogger(w, format, level, new(slog.LevelVar))
+}
+
+// NewLevelLogger is NewLogger with its level in v, set to level, so that
+// it can change while the logger is in use (Server.LogLevel).
+func NewLevelLogger(w io.Writer, format, level string, v *slog.LevelVar) (*slog.Logger, error) {
 	l, err := ParseLevel(level)
 	if err != nil {
 		return nil, err
 	}
-	o := &slog.HandlerOptions{Level: l}
+	v.Set(l)
+	o := &slog.HandlerOptions{Level: v}
 	switch strings.ToLower(format) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(visibleJSON{w}, o)), nil

@@ -37,6 +37,11 @@ type Server struct {
 	// ScopeSecret keys scopes and fingerprints, when Config.ScopeSecretFile
 	// names no file (idem serve passes IDEM_SCOPE_SECRET's here).
 	ScopeSecret []byte
+	// LogLevel, if set, is the level of Logger's handler, which Reload
+	// changes to the new log_level. Unset, a new level needs a restart.
+	LogLevel *slog.LevelVar
+
+	running reloadState // for Reload
 	// EncryptionKeys seal stored answers, when Config.EncryptionKeyFile
 	// names no file (idem serve passes IDEM_ENCRYPTION_KEY's here).
 	EncryptionKeys *idemseal.Keyring
@@ -104,6 +109,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+
+	s.running.start(proxy, cfg, log)
+	defer s.running.stop()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -71,5 +73,61 @@ func TestObserveMode(t *testing.T) {
 		if !strings.Contains(p.log(), fmt.Sprintf(`route=default finding=%s`, f)) {
 			t.Errorf("no log line for %s:\n%s", f, p.log())
 		}
+	}
+}
+
+// TestSIGHUPReloads: switching one route from observe to enforce by SIGHUP
+// takes effect without a restart and without failing a request in flight;
+// a file with an error is refused and the running routes kept; a setting
+// only a restart applies is named.
+func TestSIGHUPReloads(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	store := sqliteStore(t)
+	conf := func(mode string) string {
+		return fmt.Sprintf("upstream: %s\nstore: %s\nanonymous: shared\nroutes:\n  - match: POST /pay\n    mode: %s\n  - match: POST /slow\n", up.URL, store, mode)
+	}
+	path := writeConfig(t, conf("observe"))
+	p := startProxyAs(t, "--config", path, "--listen", "127.0.0.1:0")
+	base := "http://" + p.addr
+	want(t, "observed keyless POST", do(t, "POST", base+"/pay", "", `{}`).status, 201)
+
+	inFlight := make(chan answer)
+	go func() { inFlight <- do(t, "POST", base+"/slow?sleep=1s", "slow-1", `{}`) }()
+	waitRuns(t, up, "/slow", 1)
+	reloads := strings.Count(p.log(), "configuration reloaded")
+	hup := func() {
+		t.Helper()
+		if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(path, []byte(conf("enforce")), 0o600)
+	hup()
+	eventually(t, "the reload", func() bool { return strings.Count(p.log(), "configuration reloaded") > reloads })
+	want(t, "enforced keyless POST", do(t, "POST", base+"/pay", "", `{}`).status, 400)
+	a := <-inFlight
+	want(t, "request in flight during the reload", a.status, 201)
+	want(t, "its replay", do(t, "POST", base+"/slow?sleep=1s", "slow-1", `{}`).header.Get("Idempotent-Replayed"), "true")
+
+	os.WriteFile(path, []byte(conf("enforce")+"retension: 1h\n"), 0o600)
+	hup()
+	eventually(t, "the refusal", func() bool { return strings.Contains(p.log(), "the configuration was not reloaded") })
+	if !strings.Contains(p.log(), `did you mean retention?`) {
+		t.Errorf("the refusal does not say why:\n%s", p.log())
+	}
+	want(t, "still enforced", do(t, "POST", base+"/pay", "", `{}`).status, 400)
+
+	os.WriteFile(path, []byte(conf("observe")+"purge_batch: 7\n"), 0o600)
+	hup()
+	eventually(t, "the restart warning", func() bool { return strings.Contains(p.log(), "need a restart") })
+	if !strings.Contains(p.log(), "settings=purge_batch") {
+		t.Errorf("the warning does not name purge_batch:\n%s", p.log())
+	}
+	want(t, "observed again", do(t, "POST", base+"/pay", "", `{}`).status, 201)
+	select {
+	case err := <-p.exited:
+		t.Fatalf("idem serve exited after SIGHUP: %v", err)
+	default:
 	}
 }

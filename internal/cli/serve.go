@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -77,15 +79,26 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
   idem serve --config idem.yaml --listen 127.0.0.1:8081`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// SIGHUP reloads the configuration; caught from the start, so
+			// that it never ends the process.
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			ctx, cancel := context.WithCancel(cmd.Context())
+			defer cancel()
 			cfg, err := f.resolve(cmd.Flags())
 			if err != nil {
 				return usageError{err}
 			}
-			log, err := idemproxy.NewLogger(cmd.ErrOrStderr(), cfg.LogFormat, cfg.LogLevel)
+			level := new(slog.LevelVar)
+			log, err := idemproxy.NewLevelLogger(cmd.ErrOrStderr(), cfg.LogFormat, cfg.LogLevel, level)
 			if err != nil {
 				return usageError{err}
 			}
-			return runServe(cmd.Context(), cfg, log, nil)
+			return runServe(ctx, cfg, log, func(s *idemproxy.Server) {
+				s.LogLevel = level
+				go reloadOnHUP(ctx, hup, s, log, func() (idemproxy.Config, error) { return f.resolve(cmd.Flags()) })
+			})
 		},
 	}
 	fl := cmd.Flags()
