@@ -255,25 +255,33 @@ func TestSealedRecoverAndResolve(t *testing.T) {
 	}
 }
 
-// On SQLite, with CompleteTx in the caller's transaction, no file of the
-// database (db, -wal, -shm) ever holds the answer or the request in clear.
-func TestSealedSQLiteFiles(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
+// sqliteEngine opens a SQLite store in a new directory, closed when t
+// ends, and an engine over it with sealer.
+func sqliteEngine(t *testing.T, sealer idemstore.Sealer) (string, *sql.DB, *idemsqlite.Store, *idem.Engine) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "idem.db")
 	db, err := idemsqlite.Open(path, idemsqlite.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	t.Cleanup(func() { db.Close() })
 	store, err := idemsqlite.New(db, idemsqlite.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := idem.NewEngine(store, idem.EngineConfig{Sealer: keyring(t, "a")})
+	e, err := idem.NewEngine(store, idem.EngineConfig{Sealer: sealer})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return path, db, store, e
+}
+
+// On SQLite, with CompleteTx in the caller's transaction, no file of the
+// database (db, -wal, -shm) ever holds the answer or the request in clear.
+func TestSealedSQLiteFiles(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	path, db, store, e := sqliteEngine(t, keyring(t, "a"))
 	res := mustBegin(t, e, sealedReq("plain-complete"), idem.Acquired)
 	if err := res.Lease.Complete(ctx, secretAnswer); err != nil {
 		t.Fatal(err)
@@ -314,11 +322,7 @@ func TestSealedSQLiteFiles(t *testing.T) {
 		t.Fatalf("found %d of the database's files; want the db and its WAL at least", files)
 	}
 	// The check can fail: without a Sealer, the same run leaves plaintext.
-	plainPath := filepath.Join(t.TempDir(), "plain.db")
-	pdb, _ := idemsqlite.Open(plainPath, idemsqlite.OpenOptions{})
-	defer pdb.Close()
-	pstore, _ := idemsqlite.New(pdb, idemsqlite.Config{})
-	pe, _ := idem.NewEngine(pstore, idem.EngineConfig{})
+	plainPath, _, _, pe := sqliteEngine(t, nil)
 	res = mustBegin(t, pe, sealedReq("k"), idem.Acquired)
 	if err := res.Lease.Complete(ctx, secretAnswer); err != nil {
 		t.Fatal(err)
@@ -386,20 +390,7 @@ func TestSealedDo(t *testing.T) {
 	raw, _ := store.Get(ctx, req("job").Key)
 	assertNoSecret(t, "Do's stored result", idemstore.EncodeResponse(raw.Response))
 
-	path := filepath.Join(t.TempDir(), "idem.db")
-	db, err := idemsqlite.Open(path, idemsqlite.OpenOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	sq, err := idemsqlite.New(db, idemsqlite.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	se, err := idem.NewEngine(sq, idem.EngineConfig{Sealer: keyring(t, "a")})
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, db, _, se := sqliteEngine(t, keyring(t, "a"))
 	r := req("tx-job")
 	r.Kind = idem.Transactional
 	for range 2 {

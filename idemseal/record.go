@@ -60,9 +60,10 @@ func appendString(b []byte, s string) []byte {
 
 // SealResponse returns r with its headers and body sealed, bound to key
 // and r's status. A response with NotReplayable set has neither, and is
-// returned as it is.
+// returned as it is. A nil Keyring, as a Sealer, seals nothing and opens
+// nothing sealed, as a nil Sealer does.
 func (k *Keyring) SealResponse(key idemstore.Key, r *idemstore.Response) (*idemstore.Response, error) {
-	if r == nil || r.NotReplayable != "" {
+	if k == nil || r == nil || r.NotReplayable != "" {
 		return r, nil
 	}
 	plain := idemstore.EncodeResponse(&idemstore.Response{Header: r.Header, Body: r.Body})
@@ -76,6 +77,9 @@ func (k *Keyring) SealResponse(key idemstore.Key, r *idemstore.Response) (*idems
 func (k *Keyring) OpenResponse(key idemstore.Key, r *idemstore.Response) (*idemstore.Response, error) {
 	if !idemstore.IsSealedResponse(r) {
 		return r, nil
+	}
+	if k == nil {
+		return nil, fmt.Errorf("%w: its answer is sealed, and no key to open it is configured", idemstore.ErrSealed)
 	}
 	if v := r.Header[idemstore.SealedHeader]; len(v) != 1 || v[0] != sealedV1 {
 		return nil, fmt.Errorf("%w: unknown format %q", idemstore.ErrSealed, v)
@@ -100,7 +104,7 @@ func (k *Keyring) OpenResponse(key idemstore.Key, r *idemstore.Response) (*idems
 // SealRequest returns r with its query and body sealed, bound to key and
 // r's method and path. A request with neither is returned as it is.
 func (k *Keyring) SealRequest(key idemstore.Key, r *idemstore.Request) (*idemstore.Request, error) {
-	if r == nil || r.Query == "" && len(r.Body) == 0 {
+	if k == nil || r == nil || r.Query == "" && len(r.Body) == 0 {
 		return r, nil
 	}
 	plain := idemstore.EncodeRequest(&idemstore.Request{Query: r.Query, Body: r.Body})
@@ -114,6 +118,9 @@ func (k *Keyring) SealRequest(key idemstore.Key, r *idemstore.Request) (*idemsto
 func (k *Keyring) OpenRequest(key idemstore.Key, r *idemstore.Request) (*idemstore.Request, error) {
 	if !idemstore.IsSealedRequest(r) {
 		return r, nil
+	}
+	if k == nil {
+		return nil, fmt.Errorf("%w: its request is sealed, and no key to open it is configured", idemstore.ErrSealed)
 	}
 	plain, err := k.open(r.Body, &binding{purpose: forRequest, key: &key, method: r.Method, path: r.Path})
 	if err != nil {

@@ -251,3 +251,29 @@ func TestNewRejects(t *testing.T) {
 		}
 	}
 }
+
+// A nil *Keyring given as a Sealer (no key configured) behaves as no
+// Sealer: it seals nothing, and refuses what is sealed.
+func TestNilKeyring(t *testing.T) {
+	t.Parallel()
+	var none *idemseal.Keyring
+	var s idemstore.Sealer = none
+	if got, err := s.SealResponse(recKey, answer); got != answer || err != nil {
+		t.Fatalf("SealResponse: %+v, %v", got, err)
+	}
+	if got, err := s.SealRequest(recKey, request); got != request || err != nil {
+		t.Fatalf("SealRequest: %+v, %v", got, err)
+	}
+	if got, err := s.OpenResponse(recKey, answer); got != answer || err != nil {
+		t.Fatalf("OpenResponse of a plain answer: %+v, %v", got, err)
+	}
+	k := ring(t, key1)
+	sresp, _ := k.SealResponse(recKey, answer)
+	sreq, _ := k.SealRequest(recKey, request)
+	if _, err := s.OpenResponse(recKey, sresp); !errors.Is(err, idemstore.ErrSealed) {
+		t.Fatalf("OpenResponse of a sealed answer: %v", err)
+	}
+	if _, err := s.OpenRequest(recKey, sreq); !errors.Is(err, idemstore.ErrSealed) {
+		t.Fatalf("OpenRequest of a sealed request: %v", err)
+	}
+}
