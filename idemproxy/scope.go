@@ -110,8 +110,7 @@ type ScopeSources struct {
 // MinScopeSecret is the shortest scope secret the proxy accepts, in bytes.
 const MinScopeSecret = 16
 
-// ReadSecret reads a secret from a file: its content with surrounding white
-// space removed, at least MinScopeSecret bytes.
+// ReadSecret reads a secret from a file, as ParseSecret reads it.
 func ReadSecret(path string) ([]byte, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -121,9 +120,11 @@ func ReadSecret(path string) ([]byte, error) {
 }
 
 // ParseSecret checks a secret given inline (an environment variable): its
-// bytes with surrounding white space removed, at least MinScopeSecret bytes.
+// bytes with surrounding white space and a leading byte order mark (which
+// some editors write) removed, at least MinScopeSecret bytes. A file and a
+// variable holding one secret so give one key.
 func ParseSecret(b []byte) ([]byte, error) {
-	b = bytes.TrimSpace(b)
+	b = bytes.TrimSpace(bytes.TrimPrefix(bytes.TrimSpace(b), []byte("\ufeff")))
 	if len(b) < MinScopeSecret {
 		return nil, fmt.Errorf("the secret is %d bytes; use at least %d random bytes (e.g. openssl rand -hex 32)", len(b), MinScopeSecret)
 	}
@@ -179,14 +180,8 @@ func NewScope(src ScopeSources, secret []byte, anon Anonymous) idem.ScopeFunc {
 			}
 		}
 		for _, c := range cookies {
-			if found {
-				break
-			}
-			for _, ck := range r.CookiesNamed(c) {
-				if ck.Value != "" {
-					found = true
-					break
-				}
+			if !found {
+				found = present(cookieValues(r.Header, c))
 			}
 		}
 		if !found {
@@ -221,12 +216,12 @@ func NewScope(src ScopeSources, secret []byte, anon Anonymous) idem.ScopeFunc {
 			}
 		}
 		for _, name := range cookies {
-			cs := r.CookiesNamed(name)
+			vs := cookieValues(r.Header, name)
 			buf = append(buf, 'c')
 			field(name)
-			buf = binary.AppendUvarint(buf, uint64(len(cs)))
-			for _, c := range cs {
-				field(c.Value)
+			buf = binary.AppendUvarint(buf, uint64(len(vs)))
+			for _, v := range vs {
+				field(v)
 			}
 		}
 		h.Write(buf)
@@ -234,7 +229,35 @@ func NewScope(src ScopeSources, secret []byte, anon Anonymous) idem.ScopeFunc {
 	}
 }
 
-// present reports whether a header has a non-empty value.
+// cookieValues returns the values of the cookies named name in h's Cookie
+// lines, in order, as net/http reads them (surrounding white space and
+// double quotes removed) but keeping the values net/http drops for bytes
+// RFC 6265 disallows (JSON, backslash escapes, UTF-8) and without its limit
+// on the number of cookies: each is still the client's credential, and
+// dropping it would make the request anonymous, where it shares a scope
+// with every other such request under AnonymousShared.
+func cookieValues(h http.Header, name string) []string {
+	var vs []string
+	for _, line := range h["Cookie"] {
+		for part := range strings.SplitSeq(line, ";") {
+			n, v, _ := strings.Cut(strings.Trim(part, asciiSpace), "=")
+			if strings.Trim(n, asciiSpace) != name {
+				continue
+			}
+			if len(v) > 1 && v[0] == '"' && v[len(v)-1] == '"' {
+				v = v[1 : len(v)-1]
+			}
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// asciiSpace is the white space net/http trims around cookies.
+const asciiSpace = " \t\r\n"
+
+// present reports whether a header or cookie has a value other than white
+// space.
 func present(vs []string) bool {
 	for _, v := range vs {
 		if strings.TrimSpace(v) != "" {
