@@ -33,13 +33,18 @@ var (
 	// ErrNotReplayable: the operation completed, but its result was not kept
 	// (larger than EngineConfig.MaxResponseBody). It will not run again.
 	ErrNotReplayable = errors.New("idem: the operation completed but its result was not kept")
+	// ErrNotAResult: the key was completed with an answer that is not a
+	// result of Do, a status other than 2xx: a Resolver or an operator
+	// settled it so (a failure, say). OutcomeError.Record holds the answer.
+	// It will not run again.
+	ErrNotAResult = errors.New("idem: the key was completed with an answer that is not a result")
 )
 
 // OutcomeError is returned by Do and DoTx when fn did not run: the key is in
 // flight, was used for another request, needs review, or holds a result that
 // cannot be replayed as the asked type. errors.Is matches ErrInFlight,
-// ErrMismatch, ErrNeedsReview or ErrNotReplayable; a result that does not
-// decode unwraps to the JSON error.
+// ErrMismatch, ErrNeedsReview, ErrNotReplayable or ErrNotAResult; a result
+// that does not decode unwraps to the JSON error.
 type OutcomeError struct {
 	// Outcome is what Begin found: InFlight, Mismatch, NeedsReview, or
 	// Replayed (a result that could not be given back).
@@ -67,14 +72,16 @@ func (e *OutcomeError) Error() string {
 		return err.Error() + ": " + e.Record.Reason
 	case err == ErrNotReplayable && e.Record != nil && e.Record.Response != nil && e.Record.Response.NotReplayable != "":
 		return err.Error() + " (" + e.Record.Response.NotReplayable + ")"
-	case e.Outcome == Replayed && err != ErrNotReplayable:
+	case err == ErrNotAResult && e.Record != nil && e.Record.Response != nil:
+		return fmt.Sprintf("%v (status %d)", err, e.Record.Response.Status)
+	case e.Outcome == Replayed && err != ErrNotReplayable && err != ErrNotAResult:
 		return "idem: the stored result does not decode: " + err.Error()
 	}
 	return err.Error()
 }
 
 // Unwrap returns the sentinel (ErrInFlight, ErrMismatch, ErrNeedsReview,
-// ErrNotReplayable) or the JSON decoding error.
+// ErrNotReplayable, ErrNotAResult) or the JSON decoding error.
 func (e *OutcomeError) Unwrap() error {
 	if e.err != nil {
 		return e.err
@@ -137,6 +144,8 @@ func Ambiguous(err error) error {
 //
 //   - Retryable(err): released; the next call runs fn again.
 //   - Ambiguous(err): escalated to needs_review.
+//   - errors joined (errors.Join): escalated if any is Ambiguous, released
+//     if every one is Retryable, otherwise as for any other error.
 //   - any other error, a panic (which Do passes on) or runtime.Goexit:
 //     escalated when req.Kind is External (the default: fn's effect may have
 //     happened), released when it is Transactional.
@@ -152,11 +161,12 @@ func Ambiguous(err error) error {
 //
 // When fn did not run because of the key, Do returns an *OutcomeError:
 // ErrInFlight (set req.Wait to wait for the holder and get its result
-// instead), ErrMismatch, ErrNeedsReview or ErrNotReplayable. The first call
-// returns fn's value itself; replays return its JSON round trip. If fn
-// succeeded but its result could not be stored, Do returns the value with
-// the error, and the key goes to review (or, on ErrLeaseLost, was already
-// settled by someone else) so that fn never runs again blindly.
+// instead), ErrMismatch, ErrNeedsReview, ErrNotReplayable or ErrNotAResult
+// (an operator or a Resolver completed the key with a non-2xx answer). The
+// first call returns fn's value itself; replays return its JSON round trip.
+// If fn succeeded but its result could not be stored, Do returns the value
+// with the error, and the key goes to review (or, on ErrLeaseLost, was
+// already settled by someone else) so that fn never runs again blindly.
 func Do[T any](ctx context.Context, e *Engine, req Request, fn func(ctx context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := checkJob(e, req, fn == nil); err != nil {
@@ -380,6 +390,9 @@ func begin[T any](ctx context.Context, e *Engine, req Request) (T, *Lease, error
 		switch {
 		case res.Response == nil || res.Response.NotReplayable != "":
 			oe.err = ErrNotReplayable
+		case res.Response.Status < 200 || res.Response.Status > 299:
+			// Do stores 200; someone else settled the key with a failure.
+			oe.err = ErrNotAResult
 		default:
 			if oe.err = json.Unmarshal(res.Response.Body, &v); oe.err == nil {
 				return v, nil, nil
@@ -404,12 +417,48 @@ func encodeResult(v any) (*Response, error) {
 }
 
 // failureSettlement says whether a job that failed with err is released
-// (else escalated, with reason).
+// (else escalated, with reason). An error that joins several (errors.Join)
+// is escalated if any of them is Ambiguous, released if every one is
+// Retryable, and otherwise settled by kind.
 func failureSettlement(err error, kind Kind) (release bool, reason string) {
-	if f, ok := errors.AsType[*jobFailure](err); ok {
-		return !f.escalate, "the job failed with an ambiguous error: " + f.err.Error()
+	ambiguous, retryable := failureMarks(err)
+	switch {
+	case ambiguous != nil:
+		return false, "the job failed with an ambiguous error: " + ambiguous.err.Error()
+	case retryable:
+		return true, ""
 	}
 	return kind == Transactional, "the job failed and its effect is unknown: " + err.Error()
+}
+
+// failureMarks walks err's tree: ambiguous is an Ambiguous mark found
+// anywhere in it; retryable reports that every branch ends in a Retryable
+// mark.
+func failureMarks(err error) (ambiguous *jobFailure, retryable bool) {
+	switch x := err.(type) {
+	case *jobFailure:
+		if x.escalate {
+			return x, false
+		}
+		if a, _ := failureMarks(x.err); a != nil {
+			return a, false
+		}
+		return nil, true
+	case interface{ Unwrap() error }:
+		return failureMarks(x.Unwrap())
+	case interface{ Unwrap() []error }:
+		errs := x.Unwrap()
+		retryable = len(errs) > 0
+		for _, e := range errs {
+			a, r := failureMarks(e)
+			if a != nil {
+				return a, false
+			}
+			retryable = retryable && r
+		}
+		return nil, retryable
+	}
+	return nil, false
 }
 
 // crashReason describes a job that ended without returning: a panic with
