@@ -78,9 +78,11 @@ func (w *PayoutWorker) Work(ctx context.Context, job *river.Job[PayoutArgs]) err
 		// Another worker holds the payout (or held it, and died: its lease
 		// runs out soon). Look again once it should be done.
 		return river.JobSnooze(oe.RetryAfter)
-	case errors.Is(err, idem.ErrMismatch), errors.Is(err, idem.ErrNeedsReview):
-		// The payout ID was reused for other arguments, or an operator must
-		// decide: no retry can help.
+	case errors.As(err, &oe):
+		// The payout ID was reused for other arguments (ErrMismatch), an
+		// operator must decide (ErrNeedsReview) or settled it as failed
+		// (ErrNotAResult), or its result no longer decodes: no retry can
+		// help.
 		return river.JobCancel(err)
 	case err != nil:
 		return err // rolled back and released: River retries
