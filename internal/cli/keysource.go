@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/idem-dev/idem/idemadmin"
+	"github.com/idem-dev/idem/idemseal"
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/storeurl"
 )
@@ -52,13 +53,14 @@ func (s storeKeys) Delete(ctx context.Context, id, note string) (idemadmin.Resul
 // keySource is where the key commands find keys: --admin-url (the admin
 // API of a running idem serve) or --store (the store itself).
 type keySource struct {
-	adminURL, tokenFile, store string
+	adminURL, tokenFile, store, encryptionKeyFile string
 }
 
 func (s *keySource) flags(fl *pflag.FlagSet) {
 	fl.StringVar(&s.adminURL, "admin-url", "", "the admin listener of a running idem serve, e.g. http://127.0.0.1:9090 (or IDEM_ADMIN_URL)")
 	fl.StringVar(&s.tokenFile, "admin-token-file", "", "file holding the admin token for --admin-url (or IDEM_ADMIN_TOKEN)")
 	fl.StringVar(&s.store, "store", "", "open this store directly instead: sqlite://PATH (which must exist), postgres://…, mysql://…, redis://…")
+	fl.StringVar(&s.encryptionKeyFile, "encryption-key-file", "", "with --store: the keys idem serve seals answers with, to open them and seal the answers stored here (or IDEM_ENCRYPTION_KEY)")
 }
 
 // open returns the key service the flags name. It never creates a store:
@@ -89,14 +91,43 @@ func (s *keySource) open(cmd *cobra.Command) (keyService, func() error, error) {
 		if err := t.CheckExisting(); err != nil {
 			return nil, nil, err
 		}
+		sealer, err := s.sealer()
+		if err != nil {
+			return nil, nil, usageError{err}
+		}
 		st, closeFn, err := t.Connect(cmd.Context(), false)
 		if err != nil {
 			return nil, nil, err
 		}
 		log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-		return storeKeys{keys: &idemadmin.Keys{Store: st, Logger: log}, who: osUser()}, closeFn, nil
+		keys := &idemadmin.Keys{Store: st, Logger: log}
+		if sealer != nil {
+			keys.Sealer = sealer
+		}
+		return storeKeys{keys: keys, who: osUser()}, closeFn, nil
 	}
 	return nil, nil, usageError{errors.New("say where the keys are: --admin-url URL (the --admin listener of a running idem serve, with its token) or --store URL (the store itself)")}
+}
+
+// sealer reads the keyring of --encryption-key-file or IDEM_ENCRYPTION_KEY,
+// as idem serve does, so that a store opened directly shows the answers
+// the proxy sealed and seals the answers an operator stores in it; nil
+// when neither is set.
+func (s *keySource) sealer() (*idemseal.Keyring, error) {
+	env := os.Getenv("IDEM_ENCRYPTION_KEY")
+	switch {
+	case s.encryptionKeyFile != "" && env != "":
+		return nil, errors.New("both IDEM_ENCRYPTION_KEY and --encryption-key-file are set; keep one")
+	case s.encryptionKeyFile != "":
+		return idemseal.LoadKeyFile(s.encryptionKeyFile)
+	case env != "":
+		k, err := idemseal.ParseKeys(env)
+		if err != nil {
+			return nil, fmt.Errorf("IDEM_ENCRYPTION_KEY: %w", err)
+		}
+		return k, nil
+	}
+	return nil, nil
 }
 
 // token reads the admin token from --admin-token-file or IDEM_ADMIN_TOKEN.
