@@ -263,3 +263,55 @@ func TestAttackDoTxGoexit(t *testing.T) {
 		t.Fatalf("DoTx after the exit = %v, %v; %d rows", v, err, b.rows(t))
 	}
 }
+
+// extendBlips fails the first n Extends, as a store that blips does.
+type extendBlips struct {
+	*idemmem.Store
+	n atomic.Int32
+}
+
+func (s *extendBlips) Extend(ctx context.Context, p idemstore.ExtendParams) error {
+	if s.n.Add(-1) >= 0 {
+		return fmt.Errorf("i/o timeout: %w", idemstore.ErrUnavailable)
+	}
+	return s.Store.Extend(ctx, p)
+}
+
+// The store blips on the first heartbeats of a job that runs for many
+// leases (fake time): the heartbeat tries again within the lease, so a
+// duplicate still finds the key in flight instead of taking it over.
+func TestAttackDoHeartbeatThroughBlips(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		st := &extendBlips{Store: idemmem.MustNew(idemmem.Config{})}
+		st.n.Store(2)
+		defer st.Close()
+		e, err := idem.NewEngine(st, quiet(idem.EngineConfig{Lease: 3 * time.Second}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		idem.SetHeartbeatLinger(e, 0)
+		ctx := context.Background()
+		r := jobReq("k", idem.Transactional)
+		var probes []error
+		v, err := idem.Do(ctx, e, r, func(context.Context) (int, error) {
+			for range 5 {
+				time.Sleep(4 * time.Second) // more than a lease each time
+				_, err := idem.Do(ctx, e, r, func(context.Context) (int, error) { return 2, nil })
+				probes = append(probes, err)
+			}
+			return 1, nil
+		})
+		if v != 1 || err != nil {
+			t.Fatalf("Do = %v, %v", v, err)
+		}
+		for i, err := range probes {
+			if !errors.Is(err, idem.ErrInFlight) {
+				t.Fatalf("duplicate %d during a long job: %v", i, err)
+			}
+		}
+		if st.n.Load() >= 0 {
+			t.Fatal("the store never blipped")
+		}
+	})
+}
