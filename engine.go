@@ -126,6 +126,9 @@ type Engine struct {
 	tokenPrefix uint64
 	tokenSeq    atomic.Uint64
 	hb          heartbeat
+	// orphanTimeout bounds the release of a failed Reserve's reservation
+	// (defaultOrphanTimeout; tests under load set it longer).
+	orphanTimeout time.Duration
 
 	resolveMu     sync.Mutex
 	resolveCursor string // where Recover's next resolver pass starts
@@ -141,7 +144,7 @@ func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{store: store, cfg: cfg}
+	e := &Engine{store: store, cfg: cfg, orphanTimeout: defaultOrphanTimeout}
 	e.hb.e, e.hb.linger = e, heartbeatLinger
 	if n, ok := store.(idemstore.Notifier); ok && store.Capabilities().Notify {
 		e.notifier = n

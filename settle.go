@@ -23,10 +23,10 @@ const (
 	settleMaxPause   = time.Second
 )
 
-// orphanTimeout bounds the release of a reservation whose Reserve failed:
+// defaultOrphanTimeout bounds the release of a reservation whose Reserve failed:
 // a few quick attempts, because the caller waits to answer its error, and a
 // store that is down must not make every such answer slow.
-const orphanTimeout = 250 * time.Millisecond
+const defaultOrphanTimeout = 250 * time.Millisecond
 
 // settle runs change on key's record until it succeeds, is refused for good,
 // or timeout passes, detached from ctx's cancellation. done is given the
@@ -77,10 +77,10 @@ func transient(err error) bool {
 // or Takeover may have left behind with nobody holding it (the insert
 // committed, the reply was lost). A record that is not pending under token
 // (the usual case: nothing was written) is left alone. If the store stays
-// unreachable past orphanTimeout, the reservation waits for its lease to
+// unreachable past Engine.orphanTimeout, the reservation waits for its lease to
 // expire and recovery.
 func (e *Engine) releaseOrphan(ctx context.Context, key Key, token string) {
-	err := e.settle(ctx, key, min(orphanTimeout, e.cfg.SettleTimeout),
+	err := e.settle(ctx, key, min(e.orphanTimeout, e.cfg.SettleTimeout),
 		func(ctx context.Context) error {
 			return e.store.Release(ctx, idemstore.ReleaseParams{Key: key, Token: token})
 		},
