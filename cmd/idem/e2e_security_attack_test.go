@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -83,4 +85,38 @@ func TestReviewCLISealsWithTheProxysKey(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	<-p.exited
 	assertNotInFiles(t, db, marker, secretAnswer)
+}
+
+// TestCredentialsNeverLogged: at debug level, through a replay, a
+// refused anonymous request, a lost upstream and /metrics, neither the
+// credential nor the session cookie, nor the plain SHA-256 of either,
+// reaches the log, the metrics or a problem document.
+func TestCredentialsNeverLogged(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	secret := writeSecret(t, "0123456789abcdef-log-secret")
+	p := startProxyAs(t, "--upstream", up.URL, "--store", "memory://", "--log-level", "debug",
+		"--scope-header", "Authorization", "--scope-cookie", "session", "--scope-secret-file", secret, "--admin", "127.0.0.1:0")
+	const cred, cookie = "Bearer sk_live_logged_9e2f", "sess-logged-41b7"
+	hdr := []string{"Authorization", cred, "Cookie", "session=" + cookie}
+	var bodies []string
+	for _, path := range []string{"/pay", "/pay", "/reset"} {
+		bodies = append(bodies, do(t, "POST", "http://"+p.addr+path, "k", `{}`, hdr...).body)
+	}
+	bodies = append(bodies, do(t, "POST", "http://"+p.addr+"/pay", "k2", `{}`).body)
+	bodies = append(bodies, do(t, "GET", "http://"+p.admin+"/metrics", "", "").body)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.exited
+	everything := p.log() + strings.Join(bodies, "\n")
+	if !strings.Contains(p.log(), "msg=request") {
+		t.Fatalf("no debug line per request:\n%s", p.log())
+	}
+	for _, s := range []string{cred, "sk_live_logged_9e2f", cookie} {
+		sum := sha256.Sum256([]byte(s))
+		for _, needle := range []string{s, hex.EncodeToString(sum[:])} {
+			if strings.Contains(everything, needle) {
+				t.Errorf("%q appears in the log, a problem document or /metrics", needle)
+			}
+		}
+	}
 }
