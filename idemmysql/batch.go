@@ -3,6 +3,7 @@ package idemmysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,49 +20,74 @@ func (s *Store) do(ctx context.Context, op *groupcommit.Op) error {
 	return op.Err
 }
 
-// single runs op alone, in autocommit, as without batching.
-func (s *Store) single(ctx context.Context, op *groupcommit.Op) {
-	switch op.Kind {
-	case groupcommit.Reserve:
-		op.Record, op.Created, op.Err = s.reserveOnce(ctx, op.ReserveParams())
-	case groupcommit.Complete:
-		op.Err = complete(ctx, s.db, op.CompleteParams())
-	case groupcommit.Release:
-		op.Err = s.release(ctx, op.ReleaseParams())
-	case groupcommit.Escalate:
-		op.Err = s.escalate(ctx, op.EscalateParams())
-	case groupcommit.Extend:
-		op.Err = s.extend(ctx, op.ExtendParams())
+// alone are the store's calls as it makes them without batching.
+func (s *Store) alone() groupcommit.Calls {
+	return groupcommit.Calls{
+		Reserve:  s.reserveOnce,
+		Complete: func(ctx context.Context, p idemstore.CompleteParams) error { return complete(ctx, s.db, p) },
+		Release:  s.release,
+		Escalate: s.escalate,
+		Extend:   s.extend,
 	}
 }
 
-// runBatch writes ops in one READ COMMITTED transaction, in rounds of
-// distinct keys (see groupcommit.Rounds). Each round takes a few multi-row
-// statements whatever its size:
+// runBatch writes ops in one transaction, in rounds of distinct keys (see
+// groupcommit.Rounds). Each round takes a few multi-row statements
+// whatever its size:
 //
-//   - the records that fenced changes (Complete, Release, Escalate,
-//     Extend) aim at are read with SELECT … FOR UPDATE, which at READ
-//     COMMITTED locks the rows found and takes no gap lock; a change whose
-//     record is not pending under its token gets idemstore.ErrLeaseLost
-//     there, and the rows of the others stay locked until the commit, so
-//     the changes applied next match exactly them;
 //   - Reserves are one INSERT IGNORE of every new record (the inputs are
 //     checked before they queue, so IGNORE can only skip a duplicate key);
 //     when it inserted fewer rows than it was given, one read tells which
 //     records are ours (their token is the Reserve's own: every Reserve
 //     offers a fresh token) and returns the others' existing records;
-//   - the changes are applied with one UPDATE (values chosen by CASE on
-//     the key) or DELETE per kind.
+//   - the fenced changes (Complete, Release, Escalate, Extend) are one
+//     UPDATE (values chosen by CASE on the key) or DELETE per kind, each
+//     conditioned on every record being pending under its token.
+//
+// That is the optimistic try, in a transaction at the session's own
+// isolation level: the usual case, where every fenced change matches, takes
+// no other statement. If a change matched fewer records than it was given
+// (a lease was lost, or an Extend rewrote the same deadline), the
+// transaction rolls back and the batch runs again, locking first: in a
+// READ COMMITTED transaction, one SELECT … FOR UPDATE per round reads the
+// records the fenced changes aim at (locking the rows found, and no gap),
+// the changes whose record is not pending under their token get
+// idemstore.ErrLeaseLost there, and the others, whose rows stay locked,
+// are applied as above.
 //
 // The server's clock is read in each statement, as without batching.
 func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
-	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	err := s.runTx(ctx, ops, false)
+	if errors.Is(err, errUnmatched) {
+		for _, op := range ops {
+			op.Record, op.Created, op.Err = nil, false, nil
+		}
+		err = s.runTx(ctx, ops, true)
+	}
+	return err
+}
+
+// errUnmatched says that an optimistic batch's fenced change matched fewer
+// records than it was given; the batch was rolled back.
+var errUnmatched = errors.New("idemmysql: a fenced change in a batch matched fewer records than it was given")
+
+// runTx runs ops in one transaction, optimistically or locking first (see
+// runBatch).
+func (s *Store) runTx(ctx context.Context, ops []*groupcommit.Op, locking bool) error {
+	var opts *sql.TxOptions
+	if locking {
+		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+	}
+	tx, err := s.db.BeginTx(ctx, opts)
 	if err != nil {
 		return groupcommit.Failed(interpretError(ctx, err))
 	}
 	for _, round := range groupcommit.Rounds(ops) {
-		if err := runRound(ctx, tx, round); err != nil {
+		if err := runRound(ctx, tx, round, locking); err != nil {
 			_ = tx.Rollback()
+			if errors.Is(err, errUnmatched) {
+				return err
+			}
 			return groupcommit.Failed(interpretError(ctx, err))
 		}
 	}
@@ -72,8 +98,11 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 }
 
 // runRound runs calls on distinct keys in tx and sets their outcomes.
-func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op) error {
-	var reserves, fenced []*groupcommit.Op
+func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op, locking bool) error {
+	var (
+		reserves, fenced []*groupcommit.Op
+		held             [groupcommit.Extend + 1][]*groupcommit.Op
+	)
 	for _, op := range round {
 		if op.Kind == groupcommit.Reserve {
 			reserves = append(reserves, op)
@@ -81,8 +110,7 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op) error {
 			fenced = append(fenced, op)
 		}
 	}
-	var held [groupcommit.Extend + 1][]*groupcommit.Op
-	if len(fenced) > 0 {
+	if locking && len(fenced) > 0 {
 		tokens, err := lockPending(ctx, tx, fenced)
 		if err != nil {
 			return err
@@ -93,6 +121,10 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op) error {
 			} else {
 				op.Err = idemstore.ErrLeaseLost
 			}
+		}
+	} else {
+		for _, op := range fenced {
+			held[op.Kind] = append(held[op.Kind], op)
 		}
 	}
 	for _, part := range chunks(reserves, func(op *groupcommit.Op) int {
@@ -112,7 +144,7 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op) error {
 		b.add(", expires_at = " + nowMillis + " + ")
 		b.caseLit(part, func(op *groupcommit.Op) int64 { return millis(op.Retention) })
 		b.add(", updated_at = " + nowMillis)
-		if err := b.fenced(ctx, tx, part); err != nil {
+		if err := b.fenced(ctx, tx, part, locking); err != nil {
 			return err
 		}
 	}
@@ -121,7 +153,7 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op) error {
 		b.add("UPDATE idem_records SET state = 'needs_review', reason = ")
 		b.caseArg(part, func(op *groupcommit.Op) any { return op.Reason })
 		b.add(", updated_at = " + nowMillis)
-		if err := b.fenced(ctx, tx, part); err != nil {
+		if err := b.fenced(ctx, tx, part, locking); err != nil {
 			return err
 		}
 	}
@@ -130,14 +162,14 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op) error {
 		b.add("UPDATE idem_records SET lease_until = " + nowMillis + " + ")
 		b.caseLit(part, func(op *groupcommit.Op) int64 { return millis(op.Lease) })
 		b.add(", updated_at = " + nowMillis)
-		if err := b.fenced(ctx, tx, part); err != nil {
+		if err := b.fenced(ctx, tx, part, locking); err != nil {
 			return err
 		}
 	}
 	for _, part := range chunks(held[groupcommit.Release], nil) {
 		var b stmt
 		b.add("DELETE FROM idem_records")
-		if err := b.fenced(ctx, tx, part); err != nil {
+		if err := b.fenced(ctx, tx, part, locking); err != nil {
 			return err
 		}
 	}
@@ -276,14 +308,22 @@ func (b *stmt) caseLit(ops []*groupcommit.Op, val func(*groupcommit.Op) int64) {
 	b.add(" END")
 }
 
-// fenced ends a change of the records of ops, which lockPending found
-// pending under their tokens and which stay locked, with its WHERE, and
-// runs it.
-func (b *stmt) fenced(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op) error {
+// fenced ends a change of the records of ops, each pending under its
+// token, with its WHERE, and runs it. When the records were not locked
+// first, a change that matched fewer records than ops (some were not
+// pending under their tokens) returns errUnmatched.
+func (b *stmt) fenced(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op, locked bool) error {
 	b.add(" WHERE state = 'pending' AND (")
 	b.keys(ops)
 	b.add(")")
-	_, err := tx.ExecContext(ctx, b.String(), b.args...)
+	res, err := tx.ExecContext(ctx, b.String(), b.args...)
+	if err != nil || locked {
+		return err
+	}
+	n, err := res.RowsAffected()
+	if err == nil && int(n) != len(ops) {
+		err = errUnmatched
+	}
 	return err
 }
 

@@ -4,57 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idem-dev/idem/idemmysql"
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/dropproxy"
+	"github.com/idem-dev/idem/internal/groupcommit/batchtest"
 )
-
-// batchResult is what one call of a batch returned.
-type batchResult struct {
-	rec     *idemstore.Record
-	created bool
-	err     error
-}
-
-// inOneBatch makes the calls, each from its own goroutine, while the
-// store's batcher is paused, so that they all run in one batch, and
-// returns what each got.
-func inOneBatch(t *testing.T, s *idemmysql.Store, calls ...func() batchResult) []batchResult {
-	t.Helper()
-	p := s.Batcher().Pause()
-	out := make([]batchResult, len(calls))
-	var wg sync.WaitGroup
-	for i, call := range calls {
-		wg.Go(func() { out[i] = call() })
-		p.Wait(i + 1)
-	}
-	p.Resume()
-	wg.Wait()
-	return out
-}
-
-func reserveCall(ctx context.Context, s idemstore.Store, k idemstore.Key, tok string, lease time.Duration) func() batchResult {
-	return func() batchResult {
-		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: lease,
-			Request: &idemstore.Request{Method: "POST", Path: "/x", Body: []byte(tok)}})
-		return batchResult{rec, created, err}
-	}
-}
-
-func completeCall(ctx context.Context, s idemstore.Store, k idemstore.Key, tok string, retention time.Duration) func() batchResult {
-	return func() batchResult {
-		return batchResult{err: s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok,
-			Response: &idemstore.Response{Status: 201, Body: []byte(tok)}, Retention: retention})}
-	}
-}
-
-func testKey(name string) idemstore.Key {
-	return idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: name}
-}
 
 // TestBatchOutcomes puts every kind of batched call in one batch, in two
 // rounds (two calls on some keys), with holders and strangers, and checks
@@ -64,7 +21,7 @@ func TestBatchOutcomes(t *testing.T) {
 	s, _ := newStore(t, "")
 	ctx := t.Context()
 	seed := func(name, tok string) idemstore.Key {
-		k := testKey(name)
+		k := batchtest.Key(name)
 		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, Lease: time.Minute}); err != nil || !created {
 			t.Fatalf("seed %s: %v %v", name, created, err)
 		}
@@ -72,50 +29,50 @@ func TestBatchOutcomes(t *testing.T) {
 	}
 	c1, c2 := seed("complete-1", "c1"), seed("complete-2", "c2")
 	esc, ext, rel := seed("escalate", "e"), seed("extend", "x"), seed("release", "r")
-	fresh, contended := testKey("fresh"), testKey("contended")
+	fresh, contended := batchtest.Key("fresh"), batchtest.Key("contended")
 	before, err := s.Get(ctx, ext)
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := inOneBatch(t, s,
-		reserveCall(ctx, s, contended, "first", time.Minute),  // 0: wins
-		reserveCall(ctx, s, contended, "second", time.Minute), // 1: sees first's
-		reserveCall(ctx, s, fresh, "fresh", -time.Second),     // 2: created, expired lease
-		reserveCall(ctx, s, c1, "late", time.Minute),          // 3: sees c1's pending record
-		completeCall(ctx, s, c1, "c1", time.Hour),             // 4
-		completeCall(ctx, s, c2, "c2", 2*time.Hour),           // 5: another retention
-		completeCall(ctx, s, c2, "c2", time.Hour),             // 6: second round: already completed
-		completeCall(ctx, s, c1, "stranger", time.Hour),       // 7: second round: lost
-		func() batchResult { // 8
-			return batchResult{err: s.Escalate(ctx, idemstore.EscalateParams{Key: esc, Token: "e", Reason: "unknown outcome"})}
+	got := batchtest.InOneBatch(t, s.Batcher(),
+		batchtest.Reserve(ctx, s, contended, "first", time.Minute),  // 0: wins
+		batchtest.Reserve(ctx, s, contended, "second", time.Minute), // 1: sees first's
+		batchtest.Reserve(ctx, s, fresh, "fresh", -time.Second),     // 2: created, expired lease
+		batchtest.Reserve(ctx, s, c1, "late", time.Minute),          // 3: sees c1's pending record
+		batchtest.Complete(ctx, s, c1, "c1", time.Hour),             // 4
+		batchtest.Complete(ctx, s, c2, "c2", 2*time.Hour),           // 5: another retention
+		batchtest.Complete(ctx, s, c2, "c2", time.Hour),             // 6: second round: already completed
+		batchtest.Complete(ctx, s, c1, "stranger", time.Hour),       // 7: second round: lost
+		func() batchtest.Result { // 8
+			return batchtest.Result{Err: s.Escalate(ctx, idemstore.EscalateParams{Key: esc, Token: "e", Reason: "unknown outcome"})}
 		},
-		func() batchResult { // 9
-			return batchResult{err: s.Extend(ctx, idemstore.ExtendParams{Key: ext, Token: "x", Lease: time.Hour})}
+		func() batchtest.Result { // 9
+			return batchtest.Result{Err: s.Extend(ctx, idemstore.ExtendParams{Key: ext, Token: "x", Lease: time.Hour})}
 		},
-		func() batchResult { // 10
-			return batchResult{err: s.Release(ctx, idemstore.ReleaseParams{Key: rel, Token: "r"})}
+		func() batchtest.Result { // 10
+			return batchtest.Result{Err: s.Release(ctx, idemstore.ReleaseParams{Key: rel, Token: "r"})}
 		},
-		func() batchResult { // 11: second round on rel: gone
-			return batchResult{err: s.Release(ctx, idemstore.ReleaseParams{Key: rel, Token: "r"})}
+		func() batchtest.Result { // 11: second round on rel: gone
+			return batchtest.Result{Err: s.Release(ctx, idemstore.ReleaseParams{Key: rel, Token: "r"})}
 		},
-		func() batchResult { // 12: stranger on ext
-			return batchResult{err: s.Extend(ctx, idemstore.ExtendParams{Key: ext, Token: "nobody", Lease: time.Hour})}
+		func() batchtest.Result { // 12: stranger on ext
+			return batchtest.Result{Err: s.Extend(ctx, idemstore.ExtendParams{Key: ext, Token: "nobody", Lease: time.Hour})}
 		},
 	)
-	if got[0].err != nil || !got[0].created {
+	if got[0].Err != nil || !got[0].Created {
 		t.Fatalf("first Reserve: %+v", got[0])
 	}
-	if r := got[1]; r.err != nil || r.created || r.rec == nil || r.rec.Token != "first" || r.rec.State != idemstore.StatePending || r.rec.ReadAt.IsZero() {
+	if r := got[1]; r.Err != nil || r.Created || r.Record == nil || r.Record.Token != "first" || r.Record.State != idemstore.StatePending || r.Record.ReadAt.IsZero() {
 		t.Fatalf("second Reserve: %+v, want the first's pending record", r)
 	}
-	if got[2].err != nil || !got[2].created {
+	if got[2].Err != nil || !got[2].Created {
 		t.Fatalf("fresh Reserve: %+v", got[2])
 	}
-	if r := got[3]; r.err != nil || r.created || r.rec == nil || r.rec.Token != "c1" {
+	if r := got[3]; r.Err != nil || r.Created || r.Record == nil || r.Record.Token != "c1" {
 		t.Fatalf("Reserve of a held key: %+v", r)
 	}
 	for i, want := range map[int]error{4: nil, 5: nil, 6: idemstore.ErrLeaseLost, 7: idemstore.ErrLeaseLost, 8: nil, 9: nil, 10: nil, 11: idemstore.ErrLeaseLost, 12: idemstore.ErrLeaseLost} {
-		if err := got[i].err; (want == nil) != (err == nil) || !errors.Is(err, want) {
+		if err := got[i].Err; (want == nil) != (err == nil) || !errors.Is(err, want) {
 			t.Errorf("call %d: %v, want %v", i, err, want)
 		}
 	}
@@ -160,16 +117,16 @@ func TestBatchPoisonCallRunsAlone(t *testing.T) {
 		"BEGIN IF NEW.`key` = 'poison' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poison key refused'; END IF; END"); err != nil {
 		t.Fatal(err)
 	}
-	got := inOneBatch(t, s,
-		reserveCall(ctx, s, testKey("a"), "a", time.Minute),
-		reserveCall(ctx, s, testKey("poison"), "p", time.Minute),
-		reserveCall(ctx, s, testKey("z"), "z", time.Minute),
+	got := batchtest.InOneBatch(t, s.Batcher(),
+		batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute),
+		batchtest.Reserve(ctx, s, batchtest.Key("poison"), "p", time.Minute),
+		batchtest.Reserve(ctx, s, batchtest.Key("z"), "z", time.Minute),
 	)
-	if got[1].err == nil || errors.Is(got[1].err, idemstore.ErrRetryable) || errors.Is(got[1].err, idemstore.ErrUnavailable) {
+	if got[1].Err == nil || errors.Is(got[1].Err, idemstore.ErrRetryable) || errors.Is(got[1].Err, idemstore.ErrUnavailable) {
 		t.Fatalf("poison Reserve: %+v, want the server's refusal", got[1])
 	}
 	for _, i := range []int{0, 2} {
-		if got[i].err != nil || !got[i].created {
+		if got[i].Err != nil || !got[i].Created {
 			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
 		}
 	}
@@ -182,7 +139,7 @@ func TestBatchLargeValuesRunAlone(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t, "")
 	ctx := t.Context()
-	k := testKey("large")
+	k := batchtest.Key("large")
 	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "t", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +149,7 @@ func TestBatchLargeValuesRunAlone(t *testing.T) {
 	if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "t", Response: &idemstore.Response{Status: 200, Body: body}, Retention: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: testKey("large-req"), Fingerprint: "fp", Token: "u", Lease: time.Minute,
+	if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: batchtest.Key("large-req"), Fingerprint: "fp", Token: "u", Lease: time.Minute,
 		Request: &idemstore.Request{Method: "POST", Body: body}}); err != nil || !created {
 		t.Fatalf("Reserve with a large request: %v %v", created, err)
 	}
@@ -210,9 +167,9 @@ func TestBatchUnreachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	got := inOneBatch(t, s, reserveCall(ctx, s, testKey("a"), "a", time.Minute), completeCall(ctx, s, testKey("b"), "b", time.Hour))
+	got := batchtest.InOneBatch(t, s.Batcher(), batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute), batchtest.Complete(ctx, s, batchtest.Key("b"), "b", time.Hour))
 	for i, r := range got {
-		if !errors.Is(r.err, idemstore.ErrUnavailable) || r.created {
+		if !errors.Is(r.Err, idemstore.ErrUnavailable) || r.Created {
 			t.Fatalf("member %d: %+v, want ErrUnavailable", i, r)
 		}
 	}
@@ -236,21 +193,21 @@ func TestBatchLostCommit(t *testing.T) {
 	// The COMMIT command itself (COM_QUERY, 0x03), not the batch's SET
 	// TRANSACTION ISOLATION LEVEL READ COMMITTED.
 	proxy.DropNext([]byte("\x03COMMIT"))
-	got := inOneBatch(t, s, reserveCall(ctx, s, testKey("a"), "t1", time.Minute), reserveCall(ctx, s, testKey("b"), "t2", time.Minute))
+	got := batchtest.InOneBatch(t, s.Batcher(), batchtest.Reserve(ctx, s, batchtest.Key("a"), "t1", time.Minute), batchtest.Reserve(ctx, s, batchtest.Key("b"), "t2", time.Minute))
 	if proxy.Armed() {
 		t.Fatal("the proxy did not see the batch's COMMIT")
 	}
 	for i, r := range got {
-		if r.err == nil || r.created || !errors.Is(r.err, idemstore.ErrUnavailable) || errors.Is(r.err, idemstore.ErrRetryable) {
+		if r.Err == nil || r.Created || !errors.Is(r.Err, idemstore.ErrUnavailable) || errors.Is(r.Err, idemstore.ErrRetryable) {
 			t.Fatalf("member %d after a lost commit reply: %+v; want ErrUnavailable, never ErrRetryable", i, r)
 		}
 	}
 	for i, name := range []string{"a", "b"} {
 		tok := []string{"t1", "t2"}[i]
-		if rec := get(t, s, testKey(name)); rec.Token != tok {
+		if rec := get(t, s, batchtest.Key(name)); rec.Token != tok {
 			t.Fatalf("%s: %+v; want the committed reservation", name, rec)
 		}
-		if err := s.Release(ctx, idemstore.ReleaseParams{Key: testKey(name), Token: tok}); err != nil {
+		if err := s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key(name), Token: tok}); err != nil {
 			t.Fatalf("release of %s after the failed Reserve: %v", name, err)
 		}
 	}
@@ -264,7 +221,7 @@ func TestBatchMemberLeavesThenReleases(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, "")
 	ctx := t.Context()
-	held := testKey("x-held")
+	held := batchtest.Key("x-held")
 	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: held, Fingerprint: "fp", Token: "h", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -278,28 +235,28 @@ func TestBatchMemberLeavesThenReleases(t *testing.T) {
 	}
 	leaving, leave := context.WithCancel(ctx)
 	p := s.Batcher().Pause()
-	results := make(chan batchResult, 2)
-	go func() { results <- reserveCall(leaving, s, testKey("left"), "left", time.Minute)() }()
+	results := make(chan batchtest.Result, 2)
+	go func() { results <- batchtest.Reserve(leaving, s, batchtest.Key("left"), "left", time.Minute)() }()
 	p.Wait(1)
-	go func() { results <- completeCall(ctx, s, held, "h", time.Hour)() }()
+	go func() { results <- batchtest.Complete(ctx, s, held, "h", time.Hour)() }()
 	p.Wait(2)
 	p.Resume() // both are taken; the batch waits on the row lock
 	leave()
-	if left := <-results; !errors.Is(left.err, context.Canceled) {
+	if left := <-results; !errors.Is(left.Err, context.Canceled) {
 		t.Fatalf("member that left: %+v, want context.Canceled", left)
 	}
 	released := make(chan error)
-	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: testKey("left"), Token: "left"}) }()
+	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key("left"), Token: "left"}) }()
 	if err := blocker.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if stayed := <-results; stayed.err != nil {
+	if stayed := <-results; stayed.Err != nil {
 		t.Fatalf("member that stayed: %+v", stayed)
 	}
 	if err := <-released; err != nil {
 		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
 	}
-	if _, err := s.Get(ctx, testKey("left")); !errors.Is(err, idemstore.ErrNotFound) {
+	if _, err := s.Get(ctx, batchtest.Key("left")); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("released key: %v", err)
 	}
 }

@@ -49,21 +49,23 @@
 // Resolve, Delete or the IfExpired variants) go through a queue. A call
 // that finds the store idle runs at once, alone, as without batching: a
 // lone request pays nothing extra. Calls that arrive while it runs queue
-// up, and when it ends they are written together in one READ COMMITTED
-// transaction, in key order and in rounds of distinct keys, each round in
-// a few multi-row statements whatever its size: one SELECT … FOR UPDATE of
-// the records the fenced changes aim at (at READ COMMITTED it locks only
-// the rows it finds, no gaps; a change whose record is not pending under
-// its token gets idemstore.ErrLeaseLost there, and the others' rows stay
-// locked, so what follows matches exactly them), one INSERT IGNORE of the
-// new reservations (inputs are checked before they queue, so IGNORE can
-// only skip a duplicate key; when rows were skipped, one read tells which
-// records carry the Reserve's own token — every Reserve offers a fresh
-// token — and returns the others' existing records), and one UPDATE or
-// DELETE per kind of change. There is no timer: a batch is what queued
-// during the previous one. Calls carrying a body over 256 KiB run alone, so
-// that a value over the server's max_allowed_packet fails only its own
-// call.
+// up, and when it ends they are written together in one transaction, in
+// key order and in rounds of distinct keys, each round in a few multi-row
+// statements whatever its size: one INSERT IGNORE of the new reservations
+// (inputs are checked before they queue, so IGNORE can only skip a
+// duplicate key; when rows were skipped, one read tells which records
+// carry the Reserve's own token — every Reserve offers a fresh token — and
+// returns the others' existing records), and one UPDATE or DELETE per kind
+// of fenced change, conditioned on every record being pending under its
+// token. When a change matches fewer records than it was given (a lease
+// was lost), the transaction rolls back and the batch runs again locking
+// first: in a READ COMMITTED transaction, a SELECT … FOR UPDATE of the
+// records the fenced changes aim at (which at READ COMMITTED locks only
+// the rows it finds, no gaps) tells which changes lost their lease, and
+// the others are applied to their still locked rows. There is no timer: a
+// batch is what queued during the previous one. Calls carrying a body over
+// 256 KiB run alone, so that a value over the server's max_allowed_packet
+// fails only its own call.
 //
 // Every caller gets its own outcome: two Reserves of one key in one batch
 // see what they would see one after the other (one wins, the other gets

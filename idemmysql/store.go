@@ -105,7 +105,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}
 	s := &Store{db: db, cfg: cfg}
 	if !cfg.DisableBatch {
-		s.batch = groupcommit.New(groupcommit.Config{Single: s.single, Batch: s.runBatch})
+		s.batch = groupcommit.New(groupcommit.Config{Single: s.alone().Run, Batch: s.runBatch})
 	}
 	return s, nil
 }

@@ -21,19 +21,16 @@ func (s *Store) do(ctx context.Context, op *groupcommit.Op) error {
 	return op.Err
 }
 
-// single runs op alone, in autocommit, as without batching.
-func (s *Store) single(ctx context.Context, op *groupcommit.Op) {
-	switch op.Kind {
-	case groupcommit.Reserve:
-		op.Record, op.Created, op.Err = s.reserveOnce(ctx, op.ReserveParams())
-	case groupcommit.Complete:
-		op.Err = s.complete(ctx, s.pool, s.q.complete, op.CompleteParams())
-	case groupcommit.Release:
-		op.Err = s.release(ctx, op.ReleaseParams())
-	case groupcommit.Escalate:
-		op.Err = s.escalate(ctx, op.EscalateParams())
-	case groupcommit.Extend:
-		op.Err = s.extend(ctx, op.ExtendParams())
+// alone are the store's calls as it makes them without batching.
+func (s *Store) alone() groupcommit.Calls {
+	return groupcommit.Calls{
+		Reserve: s.reserveOnce,
+		Complete: func(ctx context.Context, p idemstore.CompleteParams) error {
+			return s.complete(ctx, s.pool, s.q.complete, p)
+		},
+		Release:  s.release,
+		Escalate: s.escalate,
+		Extend:   s.extend,
 	}
 }
 

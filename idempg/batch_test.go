@@ -6,7 +6,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,56 +15,8 @@ import (
 	"github.com/idem-dev/idem/idempg"
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/dropproxy"
+	"github.com/idem-dev/idem/internal/groupcommit/batchtest"
 )
-
-// batchResult is what one call of a batch returned.
-type batchResult struct {
-	rec     *idemstore.Record
-	created bool
-	err     error
-}
-
-// inOneBatch makes the calls, each from its own goroutine, while the
-// store's batcher is paused, so that they all run in one batch, and
-// returns what each got.
-func inOneBatch(t *testing.T, s *idempg.Store, calls ...func() batchResult) []batchResult {
-	t.Helper()
-	p := s.Batcher().Pause()
-	out := make([]batchResult, len(calls))
-	var wg sync.WaitGroup
-	for i, call := range calls {
-		wg.Go(func() { out[i] = call() })
-		p.Wait(i + 1)
-	}
-	p.Resume()
-	wg.Wait()
-	return out
-}
-
-func reserveCall(ctx context.Context, s idemstore.Store, k idemstore.Key, tok string) func() batchResult {
-	return func() batchResult {
-		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: time.Minute,
-			Request: &idemstore.Request{Method: "POST", Path: "/x", Body: []byte(tok)}})
-		return batchResult{rec, created, err}
-	}
-}
-
-func completeCall(ctx context.Context, s idemstore.Store, k idemstore.Key, tok string) func() batchResult {
-	return func() batchResult {
-		return batchResult{err: s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok,
-			Response: &idemstore.Response{Status: 201, Body: []byte(tok)}, Retention: time.Hour})}
-	}
-}
-
-func extendCall(ctx context.Context, s idemstore.Store, k idemstore.Key, tok string) func() batchResult {
-	return func() batchResult {
-		return batchResult{err: s.Extend(ctx, idemstore.ExtendParams{Key: k, Token: tok, Lease: time.Hour})}
-	}
-}
-
-func testKey(name string) idemstore.Key {
-	return idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: name}
-}
 
 // TestBatchOutcomes: in one batch, two Reserves of one key (the first wins,
 // the second sees its pending record, as if it came second), a Complete by
@@ -74,29 +25,31 @@ func TestBatchOutcomes(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, testPool(t, ""), idempg.Config{})
 	ctx := t.Context()
-	held := testKey("held")
+	held := batchtest.Key("held")
 	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: held, Fingerprint: "fp", Token: "old", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	k := testKey("contended")
-	got := inOneBatch(t, s,
-		reserveCall(ctx, s, k, "first"),
-		reserveCall(ctx, s, k, "second"),
-		extendCall(ctx, s, held, "old"),
-		extendCall(ctx, s, held, "stranger"),
-		completeCall(ctx, s, held, "old"),
-		completeCall(ctx, s, held, "stranger"),
+	k := batchtest.Key("contended")
+	got := batchtest.InOneBatch(t, s.Batcher(),
+		batchtest.Reserve(ctx, s, k, "first", time.Minute),
+		batchtest.Reserve(ctx, s, k, "second", time.Minute),
+		batchtest.Call(func() error { return s.Extend(ctx, idemstore.ExtendParams{Key: held, Token: "old", Lease: time.Hour}) }),
+		batchtest.Call(func() error {
+			return s.Extend(ctx, idemstore.ExtendParams{Key: held, Token: "stranger", Lease: time.Hour})
+		}),
+		batchtest.Complete(ctx, s, held, "old", time.Hour),
+		batchtest.Complete(ctx, s, held, "stranger", time.Hour),
 	)
-	if got[0].err != nil || !got[0].created {
+	if got[0].Err != nil || !got[0].Created {
 		t.Fatalf("first Reserve: %+v, want created", got[0])
 	}
-	if got[1].err != nil || got[1].created || got[1].rec == nil || got[1].rec.Token != "first" || got[1].rec.State != idemstore.StatePending ||
-		got[1].rec.ReadAt.IsZero() || got[1].rec.Key != k {
+	if got[1].Err != nil || got[1].Created || got[1].Record == nil || got[1].Record.Token != "first" || got[1].Record.State != idemstore.StatePending ||
+		got[1].Record.ReadAt.IsZero() || got[1].Record.Key != k {
 		t.Fatalf("second Reserve: %+v, want the first's pending record", got[1])
 	}
 	for i, want := range []error{nil, idemstore.ErrLeaseLost, nil, idemstore.ErrLeaseLost} {
-		if r := got[2+i]; !errors.Is(r.err, want) || (want == nil && r.err != nil) {
-			t.Fatalf("call %d on the held key: %v, want %v", 2+i, r.err, want)
+		if r := got[2+i]; !errors.Is(r.Err, want) || (want == nil && r.Err != nil) {
+			t.Fatalf("call %d on the held key: %v, want %v", 2+i, r.Err, want)
 		}
 	}
 	if rec, err := s.Get(ctx, held); err != nil || rec.State != idemstore.StateCompleted || string(rec.Response.Body) != "old" {
@@ -115,7 +68,7 @@ func TestBatchManyRows(t *testing.T) {
 	s := newStore(t, testPool(t, ""), idempg.Config{})
 	ctx := t.Context()
 	seed := func(name, tok string) idemstore.Key {
-		k := testKey(name)
+		k := batchtest.Key(name)
 		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: time.Minute}); err != nil || !created {
 			t.Fatalf("seed %s: %v %v", name, created, err)
 		}
@@ -130,28 +83,28 @@ func TestBatchManyRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cancel()
-	got := inOneBatch(t, s,
-		reserveCall(ctx, s, testKey("new-a"), "na"),
-		reserveCall(ctx, s, testKey("new-b"), "nb"),
-		reserveCall(ctx, s, pending, "late"),
-		reserveCall(ctx, s, done, "later"),
-		completeCall(ctx, s, c1, "t1"),
-		completeCall(ctx, s, c2, "t2"),
-		completeCall(ctx, s, c3, "wrong"),
+	got := batchtest.InOneBatch(t, s.Batcher(),
+		batchtest.Reserve(ctx, s, batchtest.Key("new-a"), "na", time.Minute),
+		batchtest.Reserve(ctx, s, batchtest.Key("new-b"), "nb", time.Minute),
+		batchtest.Reserve(ctx, s, pending, "late", time.Minute),
+		batchtest.Reserve(ctx, s, done, "later", time.Minute),
+		batchtest.Complete(ctx, s, c1, "t1", time.Hour),
+		batchtest.Complete(ctx, s, c2, "t2", time.Hour),
+		batchtest.Complete(ctx, s, c3, "wrong", time.Hour),
 	)
 	for i, r := range got[:2] {
-		if r.err != nil || !r.created {
+		if r.Err != nil || !r.Created {
 			t.Fatalf("Reserve %d of a new key: %+v", i, r)
 		}
 	}
-	if r := got[2]; r.err != nil || r.created || r.rec == nil || r.rec.Token != "p" || r.rec.State != idemstore.StatePending || r.rec.Fingerprint != "fp-p" {
+	if r := got[2]; r.Err != nil || r.Created || r.Record == nil || r.Record.Token != "p" || r.Record.State != idemstore.StatePending || r.Record.Fingerprint != "fp-p" {
 		t.Fatalf("Reserve of a pending key: %+v", r)
 	}
-	if r := got[3]; r.err != nil || r.created || r.rec == nil || r.rec.State != idemstore.StateCompleted || string(r.rec.Response.Body) != "done" {
+	if r := got[3]; r.Err != nil || r.Created || r.Record == nil || r.Record.State != idemstore.StateCompleted || string(r.Record.Response.Body) != "done" {
 		t.Fatalf("Reserve of a completed key: %+v", r)
 	}
-	if got[4].err != nil || got[5].err != nil || !errors.Is(got[6].err, idemstore.ErrLeaseLost) {
-		t.Fatalf("Completes: %v, %v, %v; want nil, nil, ErrLeaseLost", got[4].err, got[5].err, got[6].err)
+	if got[4].Err != nil || got[5].Err != nil || !errors.Is(got[6].Err, idemstore.ErrLeaseLost) {
+		t.Fatalf("Completes: %v, %v, %v; want nil, nil, ErrLeaseLost", got[4].Err, got[5].Err, got[6].Err)
 	}
 	for _, k := range []idemstore.Key{c1, c2} {
 		rec, err := s.Get(ctx, k)
@@ -162,7 +115,7 @@ func TestBatchManyRows(t *testing.T) {
 	if rec, err := s.Get(ctx, c3); err != nil || rec.State != idemstore.StatePending {
 		t.Fatalf("c3 after a stranger's Complete: %+v, %v", rec, err)
 	}
-	if rec, err := s.Get(ctx, testKey("new-b")); err != nil || rec.Token != "nb" || rec.Request == nil || string(rec.Request.Body) != "nb" ||
+	if rec, err := s.Get(ctx, batchtest.Key("new-b")); err != nil || rec.Token != "nb" || rec.Request == nil || string(rec.Request.Body) != "nb" ||
 		rec.LeaseUntil.Sub(rec.CreatedAt) != time.Minute {
 		t.Fatalf("new-b after the batch: %+v, %v", rec, err)
 	}
@@ -175,16 +128,16 @@ func TestBatchPoisonCallRunsAlone(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, testPool(t, ""), idempg.Config{})
 	ctx := t.Context()
-	got := inOneBatch(t, s,
-		reserveCall(ctx, s, testKey("a"), "a"),
-		reserveCall(ctx, s, testKey("poi\x00son"), "p"),
-		reserveCall(ctx, s, testKey("z"), "z"),
+	got := batchtest.InOneBatch(t, s.Batcher(),
+		batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute),
+		batchtest.Reserve(ctx, s, batchtest.Key("poi\x00son"), "p", time.Minute),
+		batchtest.Reserve(ctx, s, batchtest.Key("z"), "z", time.Minute),
 	)
-	if got[1].err == nil || errors.Is(got[1].err, idemstore.ErrRetryable) || errors.Is(got[1].err, idemstore.ErrUnavailable) {
+	if got[1].Err == nil || errors.Is(got[1].Err, idemstore.ErrRetryable) || errors.Is(got[1].Err, idemstore.ErrUnavailable) {
 		t.Fatalf("poison Reserve: %+v, want the server's refusal", got[1])
 	}
 	for _, i := range []int{0, 2} {
-		if got[i].err != nil || !got[i].created {
+		if got[i].Err != nil || !got[i].Created {
 			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
 		}
 	}
@@ -200,9 +153,9 @@ func TestBatchUnreachable(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := t.Context()
-	got := inOneBatch(t, s, reserveCall(ctx, s, testKey("a"), "a"), completeCall(ctx, s, testKey("b"), "b"))
+	got := batchtest.InOneBatch(t, s.Batcher(), batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute), batchtest.Complete(ctx, s, batchtest.Key("b"), "b", time.Hour))
 	for i, r := range got {
-		if !errors.Is(r.err, idemstore.ErrUnavailable) || r.created {
+		if !errors.Is(r.Err, idemstore.ErrUnavailable) || r.Created {
 			t.Fatalf("member %d: %+v, want ErrUnavailable", i, r)
 		}
 	}
@@ -244,24 +197,24 @@ func TestBatchLostCommit(t *testing.T) {
 	ctx := t.Context()
 	// Warm up: the batch's statements are prepared, so the next batch
 	// sends only their parameters, in which the proxy looks for the key.
-	inOneBatch(t, s, reserveCall(ctx, s, testKey("w1"), "w1"), reserveCall(ctx, s, testKey("w2"), "w2"))
+	batchtest.InOneBatch(t, s.Batcher(), batchtest.Reserve(ctx, s, batchtest.Key("w1"), "w1", time.Minute), batchtest.Reserve(ctx, s, batchtest.Key("w2"), "w2", time.Minute))
 	proxy.DropNext([]byte("LOSTREPLY"))
-	got := inOneBatch(t, s, reserveCall(ctx, s, testKey("lostreply"), "t1"), reserveCall(ctx, s, testKey("other"), "t2"))
+	got := batchtest.InOneBatch(t, s.Batcher(), batchtest.Reserve(ctx, s, batchtest.Key("lostreply"), "t1", time.Minute), batchtest.Reserve(ctx, s, batchtest.Key("other"), "t2", time.Minute))
 	if proxy.Armed() {
 		t.Fatal("the proxy did not see the batch")
 	}
 	for i, r := range got {
-		if r.err == nil || r.created || !errors.Is(r.err, idemstore.ErrUnavailable) || errors.Is(r.err, idemstore.ErrRetryable) {
+		if r.Err == nil || r.Created || !errors.Is(r.Err, idemstore.ErrUnavailable) || errors.Is(r.Err, idemstore.ErrRetryable) {
 			t.Fatalf("member %d after a lost commit reply: %+v; want ErrUnavailable, never ErrRetryable", i, r)
 		}
 	}
 	for i, name := range []string{"lostreply", "other"} {
 		tok := []string{"t1", "t2"}[i]
-		rec, err := s.Get(ctx, testKey(name))
+		rec, err := s.Get(ctx, batchtest.Key(name))
 		if err != nil || rec.Token != tok {
 			t.Fatalf("%s: %+v, %v; want the committed reservation", name, rec, err)
 		}
-		if err := s.Release(ctx, idemstore.ReleaseParams{Key: testKey(name), Token: tok}); err != nil {
+		if err := s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key(name), Token: tok}); err != nil {
 			t.Fatalf("release of %s after the failed Reserve: %v", name, err)
 		}
 	}
@@ -276,7 +229,7 @@ func TestBatchMemberLeavesThenReleases(t *testing.T) {
 	pool := testPool(t, "")
 	s, schema := newStoreIn(t, pool, idempg.Config{})
 	ctx := t.Context()
-	held := testKey("x-held")
+	held := batchtest.Key("x-held")
 	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: held, Fingerprint: "fp", Token: "h", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -290,28 +243,28 @@ func TestBatchMemberLeavesThenReleases(t *testing.T) {
 	}
 	leaving, leave := context.WithCancel(ctx)
 	p := s.Batcher().Pause()
-	results := make(chan batchResult, 2)
-	go func() { results <- reserveCall(leaving, s, testKey("left"), "left")() }()
+	results := make(chan batchtest.Result, 2)
+	go func() { results <- batchtest.Reserve(leaving, s, batchtest.Key("left"), "left", time.Minute)() }()
 	p.Wait(1)
-	go func() { results <- completeCall(ctx, s, held, "h")() }()
+	go func() { results <- batchtest.Complete(ctx, s, held, "h", time.Hour)() }()
 	p.Wait(2)
 	p.Resume() // both are taken; the batch waits on the row lock
 	leave()
-	if left := <-results; !errors.Is(left.err, context.Canceled) {
+	if left := <-results; !errors.Is(left.Err, context.Canceled) {
 		t.Fatalf("member that left: %+v, want context.Canceled", left)
 	}
 	released := make(chan error)
-	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: testKey("left"), Token: "left"}) }()
+	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key("left"), Token: "left"}) }()
 	if err := blocker.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if stayed := <-results; stayed.err != nil {
+	if stayed := <-results; stayed.Err != nil {
 		t.Fatalf("member that stayed: %+v", stayed)
 	}
 	if err := <-released; err != nil {
 		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
 	}
-	if _, err := s.Get(ctx, testKey("left")); !errors.Is(err, idemstore.ErrNotFound) {
+	if _, err := s.Get(ctx, batchtest.Key("left")); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("released key: %v", err)
 	}
 }

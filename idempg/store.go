@@ -139,7 +139,7 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	}
 	s.l = newListener(pool, cfg.Channel, cfg.ListenerRetry)
 	if !cfg.DisableBatch {
-		s.batch = groupcommit.New(groupcommit.Config{Single: s.single, Batch: s.runBatch})
+		s.batch = groupcommit.New(groupcommit.Config{Single: s.alone().Run, Batch: s.runBatch})
 	}
 	return s, nil
 }

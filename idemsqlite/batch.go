@@ -16,24 +16,19 @@ func (s *Store) do(ctx context.Context, op *groupcommit.Op) error {
 	return op.Err
 }
 
-// apply runs op's statements through q and sets its outcome.
-func (s *Store) apply(ctx context.Context, q querier, op *groupcommit.Op) {
-	switch op.Kind {
-	case groupcommit.Reserve:
-		op.Record, op.Created, op.Err = s.reserveOnce(ctx, q, op.ReserveParams())
-	case groupcommit.Complete:
-		op.Err = s.complete(ctx, q, op.CompleteParams())
-	case groupcommit.Release:
-		op.Err = s.release(ctx, q, op.ReleaseParams())
-	case groupcommit.Escalate:
-		op.Err = s.escalate(ctx, q, op.EscalateParams())
-	case groupcommit.Extend:
-		op.Err = s.extend(ctx, q, op.ExtendParams())
+// calls are the store's calls through q: the store's database
+// (autocommit), or a batch's transaction.
+func (s *Store) calls(q querier) groupcommit.Calls {
+	return groupcommit.Calls{
+		Reserve: func(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+			return s.reserveOnce(ctx, q, p)
+		},
+		Complete: func(ctx context.Context, p idemstore.CompleteParams) error { return s.complete(ctx, q, p) },
+		Release:  func(ctx context.Context, p idemstore.ReleaseParams) error { return s.release(ctx, q, p) },
+		Escalate: func(ctx context.Context, p idemstore.EscalateParams) error { return s.escalate(ctx, q, p) },
+		Extend:   func(ctx context.Context, p idemstore.ExtendParams) error { return s.extend(ctx, q, p) },
 	}
 }
-
-// single runs op alone, in autocommit, as without batching.
-func (s *Store) single(ctx context.Context, op *groupcommit.Op) { s.apply(ctx, s.q, op) }
 
 // runBatch runs ops in one write transaction (BEGIN IMMEDIATE with Open's
 // settings), one after another. An outcome of the contract
@@ -44,9 +39,9 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 	if err != nil {
 		return groupcommit.Failed(interpretError(ctx, err))
 	}
-	q := &txQuerier{c: s.q.c, tx: tx}
+	calls := s.calls(&txQuerier{c: s.q.c, tx: tx})
 	for _, op := range ops {
-		s.apply(ctx, q, op)
+		calls.Run(ctx, op)
 		if op.Err != nil && !errors.Is(op.Err, idemstore.ErrLeaseLost) {
 			_ = tx.Rollback()
 			return groupcommit.Failed(op.Err)

@@ -4,54 +4,13 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idem-dev/idem/idemsqlite"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/groupcommit/batchtest"
 )
-
-// batchResult is what one call of a batch returned.
-type batchResult struct {
-	rec     *idemstore.Record
-	created bool
-	err     error
-}
-
-// inOneBatch makes the calls, each from its own goroutine, while the
-// store's batcher is paused, so that they all run in one batch, and
-// returns what each got.
-func inOneBatch(t *testing.T, s *idemsqlite.Store, calls ...func() batchResult) []batchResult {
-	t.Helper()
-	p := s.Batcher().Pause()
-	out := make([]batchResult, len(calls))
-	var wg sync.WaitGroup
-	for i, call := range calls {
-		wg.Go(func() { out[i] = call() })
-		p.Wait(i + 1)
-	}
-	p.Resume()
-	wg.Wait()
-	return out
-}
-
-func reserveCall(ctx context.Context, s *idemsqlite.Store, k idemstore.Key, tok string) func() batchResult {
-	return func() batchResult {
-		rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + tok, Token: tok, Lease: time.Minute})
-		return batchResult{rec, created, err}
-	}
-}
-
-func completeCall(ctx context.Context, s *idemsqlite.Store, k idemstore.Key, tok string) func() batchResult {
-	return func() batchResult {
-		return batchResult{err: s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: benchResponse, Retention: time.Hour})}
-	}
-}
-
-func testKey(name string) idemstore.Key {
-	return idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: name}
-}
 
 // TestBatchSameKeyOneWinner: two Reserves of one key in one batch, as if
 // one came after the other: the first wins, the second sees its pending
@@ -60,28 +19,28 @@ func TestBatchSameKeyOneWinner(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
 	ctx := t.Context()
-	done := testKey("done")
+	done := batchtest.Key("done")
 	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: done, Fingerprint: "fp", Token: "old", Lease: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
-	k := testKey("contended")
-	got := inOneBatch(t, s,
-		reserveCall(ctx, s, k, "first"),
-		reserveCall(ctx, s, k, "second"),
-		completeCall(ctx, s, done, "old"),
-		completeCall(ctx, s, done, "stranger"),
+	k := batchtest.Key("contended")
+	got := batchtest.InOneBatch(t, s.Batcher(),
+		batchtest.Reserve(ctx, s, k, "first", time.Minute),
+		batchtest.Reserve(ctx, s, k, "second", time.Minute),
+		batchtest.Complete(ctx, s, done, "old", time.Hour),
+		batchtest.Complete(ctx, s, done, "stranger", time.Hour),
 	)
-	if got[0].err != nil || !got[0].created {
+	if got[0].Err != nil || !got[0].Created {
 		t.Fatalf("first Reserve: %+v, want created", got[0])
 	}
-	if got[1].err != nil || got[1].created || got[1].rec == nil || got[1].rec.Token != "first" || got[1].rec.State != idemstore.StatePending {
+	if got[1].Err != nil || got[1].Created || got[1].Record == nil || got[1].Record.Token != "first" || got[1].Record.State != idemstore.StatePending {
 		t.Fatalf("second Reserve: %+v, want the first's pending record", got[1])
 	}
-	if got[2].err != nil {
-		t.Fatalf("Complete by the holder: %v", got[2].err)
+	if got[2].Err != nil {
+		t.Fatalf("Complete by the holder: %v", got[2].Err)
 	}
-	if !errors.Is(got[3].err, idemstore.ErrLeaseLost) {
-		t.Fatalf("Complete by a stranger: %v, want ErrLeaseLost", got[3].err)
+	if !errors.Is(got[3].Err, idemstore.ErrLeaseLost) {
+		t.Fatalf("Complete by a stranger: %v, want ErrLeaseLost", got[3].Err)
 	}
 	if rec, err := s.Get(ctx, done); err != nil || rec.State != idemstore.StateCompleted {
 		t.Fatalf("completed key: %+v, %v", rec, err)
@@ -101,20 +60,20 @@ func TestBatchPoisonCallRunsAlone(t *testing.T) {
 		WHEN NEW."key" = 'poison' BEGIN SELECT RAISE(ABORT, 'poison key refused'); END`); err != nil {
 		t.Fatal(err)
 	}
-	got := inOneBatch(t, s,
-		reserveCall(ctx, s, testKey("a"), "a"),
-		reserveCall(ctx, s, testKey("poison"), "p"),
-		reserveCall(ctx, s, testKey("z"), "z"),
+	got := batchtest.InOneBatch(t, s.Batcher(),
+		batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute),
+		batchtest.Reserve(ctx, s, batchtest.Key("poison"), "p", time.Minute),
+		batchtest.Reserve(ctx, s, batchtest.Key("z"), "z", time.Minute),
 	)
-	if got[1].err == nil || errors.Is(got[1].err, idemstore.ErrRetryable) || errors.Is(got[1].err, idemstore.ErrUnavailable) {
+	if got[1].Err == nil || errors.Is(got[1].Err, idemstore.ErrRetryable) || errors.Is(got[1].Err, idemstore.ErrUnavailable) {
 		t.Fatalf("poison Reserve: %+v, want the database's refusal", got[1])
 	}
 	for _, i := range []int{0, 2} {
-		if got[i].err != nil || !got[i].created {
+		if got[i].Err != nil || !got[i].Created {
 			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
 		}
 	}
-	if _, err := s.Get(ctx, testKey("poison")); !errors.Is(err, idemstore.ErrNotFound) {
+	if _, err := s.Get(ctx, batchtest.Key("poison")); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("poison key stored: %v", err)
 	}
 }
@@ -137,17 +96,17 @@ func TestBatchFailureFailsEveryMember(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := inOneBatch(t, s, reserveCall(ctx, s, testKey("a"), "a"), reserveCall(ctx, s, testKey("b"), "b"))
+	got := batchtest.InOneBatch(t, s.Batcher(), batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute), batchtest.Reserve(ctx, s, batchtest.Key("b"), "b", time.Minute))
 	if err := blocker.Rollback(); err != nil {
 		t.Fatal(err)
 	}
 	for i, r := range got {
-		if !errors.Is(r.err, idemstore.ErrRetryable) || r.created {
+		if !errors.Is(r.Err, idemstore.ErrRetryable) || r.Created {
 			t.Fatalf("member %d: %+v, want ErrRetryable and nothing created", i, r)
 		}
 	}
 	for _, name := range []string{"a", "b"} {
-		if _, err := s.Get(ctx, testKey(name)); !errors.Is(err, idemstore.ErrNotFound) {
+		if _, err := s.Get(ctx, batchtest.Key(name)); !errors.Is(err, idemstore.ErrNotFound) {
 			t.Fatalf("key %s after the failed batch: %v", name, err)
 		}
 	}
@@ -167,29 +126,29 @@ func TestBatchMemberLeavesThenReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := s.Batcher().Pause()
-	results := make(chan batchResult, 2)
-	go func() { results <- reserveCall(leaving, s, testKey("left"), "left")() }()
+	results := make(chan batchtest.Result, 2)
+	go func() { results <- batchtest.Reserve(leaving, s, batchtest.Key("left"), "left", time.Minute)() }()
 	p.Wait(1)
-	go func() { results <- reserveCall(ctx, s, testKey("stayed"), "stayed")() }()
+	go func() { results <- batchtest.Reserve(ctx, s, batchtest.Key("stayed"), "stayed", time.Minute)() }()
 	p.Wait(2)
 	p.Resume() // both are taken: the batch is waiting on the lock
 	leave()
 	left := <-results
-	if !errors.Is(left.err, context.Canceled) {
+	if !errors.Is(left.Err, context.Canceled) {
 		t.Fatalf("member that left: %+v, want context.Canceled", left)
 	}
 	released := make(chan error)
-	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: testKey("left"), Token: "left"}) }()
+	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key("left"), Token: "left"}) }()
 	if err := blocker.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if stayed := <-results; stayed.err != nil || !stayed.created {
+	if stayed := <-results; stayed.Err != nil || !stayed.Created {
 		t.Fatalf("member that stayed: %+v", stayed)
 	}
 	if err := <-released; err != nil {
 		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
 	}
-	if _, err := s.Get(ctx, testKey("left")); !errors.Is(err, idemstore.ErrNotFound) {
+	if _, err := s.Get(ctx, batchtest.Key("left")); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("released key: %v", err)
 	}
 }
@@ -201,15 +160,15 @@ func TestBatchCancelledWhileQueuedWritesNothing(t *testing.T) {
 	s, _ := newStore(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	p := s.Batcher().Pause()
-	res := make(chan batchResult)
-	go func() { res <- reserveCall(ctx, s, testKey("k"), "t")() }()
+	res := make(chan batchtest.Result)
+	go func() { res <- batchtest.Reserve(ctx, s, batchtest.Key("k"), "t", time.Minute)() }()
 	p.Wait(1)
 	cancel()
-	if r := <-res; !errors.Is(r.err, context.Canceled) {
+	if r := <-res; !errors.Is(r.Err, context.Canceled) {
 		t.Fatalf("Reserve: %+v, want context.Canceled", r)
 	}
 	p.Resume()
-	if _, err := s.Get(t.Context(), testKey("k")); !errors.Is(err, idemstore.ErrNotFound) {
+	if _, err := s.Get(t.Context(), batchtest.Key("k")); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("key after a Reserve cancelled while queued: %v", err)
 	}
 }

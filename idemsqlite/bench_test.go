@@ -159,4 +159,3 @@ func populate(b *testing.B, s *idemsqlite.Store, n int) {
 		}
 	}
 }
-

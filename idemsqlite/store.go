@@ -40,7 +40,7 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	}
 	s := &Store{db: db, q: dbQuerier{&stmtCache{db: db}}, cfg: cfg}
 	if !cfg.DisableBatch {
-		s.batch = groupcommit.New(groupcommit.Config{Single: s.single, Batch: s.runBatch})
+		s.batch = groupcommit.New(groupcommit.Config{Single: s.calls(s.q).Run, Batch: s.runBatch})
 	}
 	return s, nil
 }

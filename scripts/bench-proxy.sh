@@ -24,7 +24,7 @@
 # PostgreSQL gets a schema of its own and MySQL a database of its own, both
 # dropped at the end; Redis keys carry a prefix of their own and are deleted.
 # MySQL's URL adds interpolateParams=true (one round trip per statement, as
-# docs/stores recommends for throughput).
+# idemmysql's documentation recommends for throughput).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-10s}

@@ -10,20 +10,14 @@
 #   scripts/bench-sqlite.sh            # SECONDS_PER_RUN=5
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/benchlib.sh
 secs=${SECONDS_PER_RUN:-5}
 echo "# go test -run '^\$' -bench 'BenchmarkReserveComplete|BenchmarkRawInsertUpdate' -benchmem -benchtime ${secs}s ./idemsqlite/; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 gob=$(go test -run '^$' -bench 'BenchmarkReserveComplete|BenchmarkRawInsertUpdate' -benchmem -benchtime "${secs}s" ./idemsqlite/)
 echo "$gob" | grep '^Benchmark'
-metric() { # NAME METRIC: the value of METRIC on benchmark line NAME
-	echo "$gob" | awk -v n="Benchmark$1-" -v m="$2" 'index($1, n) == 1 { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }'
-}
 for c in 16 32 50; do
-	awk -v on="$(metric "ReserveComplete/batch=on/c=$c" pairs/s)" -v off="$(metric "ReserveComplete/batch=off/c=$c" pairs/s)" \
-		-v r="$(metric "RawInsertUpdate/c=$c" pairs/s)" -v c="$c" 'BEGIN {
+	awk -v on="$(metric "$gob" "ReserveComplete/batch=on/c=$c" pairs/s)" -v off="$(metric "$gob" "ReserveComplete/batch=off/c=$c" pairs/s)" \
+		-v r="$(metric "$gob" "RawInsertUpdate/c=$c" pairs/s)" -v c="$c" 'BEGIN {
 		printf "c=%d: store %.0f pairs/s (batching off: %.0f), raw loop %.0f: ratio %.2f (target >= 3); batching off %.2f\n", c, on, off, r, on / r, off / r }'
 done
-for c in 1 32; do
-	for b in on off; do
-		echo "latency c=$c batch=$b: p50 $(metric "ReserveComplete/batch=$b/c=$c" p50-µs)µs p99 $(metric "ReserveComplete/batch=$b/c=$c" p99-µs)µs"
-	done
-done
+latencies "$gob" ReserveComplete

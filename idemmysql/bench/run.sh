@@ -17,6 +17,7 @@
 # "-uroot -h127.0.0.1").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/benchlib.sh
 dsn=${IDEM_TEST_MYSQL_DSN:?run: eval "\$(scripts/services.sh --bench)"}
 secs=${SECONDS_PER_RUN:-10}
 clients=${CLIENTS:-16 32 50}
@@ -28,9 +29,6 @@ case "$dsn" in *\?*) sep='&' ;; *) sep='?' ;; esac
 echo "# go test -run '^\$' -bench BenchmarkReserveComplete -benchmem -benchtime ${secs}s ./idemmysql/  (DSN + interpolateParams=true)"
 gob=$(IDEM_TEST_MYSQL_DSN="${dsn}${sep}interpolateParams=true" go test -run '^$' -bench BenchmarkReserveComplete -benchmem -benchtime "${secs}s" ./idemmysql/)
 echo "$gob" | grep '^Benchmark'
-metric() { # NAME METRIC: the value of METRIC on benchmark line NAME
-	echo "$gob" | awk -v n="BenchmarkReserveComplete/$1-" -v m="$2" 'index($1, n) == 1 { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }'
-}
 
 mysql "${my[@]}" -e 'DROP DATABASE IF EXISTS idem_bench; CREATE DATABASE idem_bench'
 trap 'mysql "${my[@]}" -e "DROP DATABASE IF EXISTS idem_bench"' EXIT
@@ -38,7 +36,7 @@ cat idemmysql/migrations/*.sql | grep -v '^\s*--' | mysql "${my[@]}" idem_bench
 declare -A native=()
 for c in $clients; do
 	# About as many pairs as the raw loop does in SECONDS_PER_RUN.
-	queries=$(awk -v s="$(metric "raw/c=$c" pairs/s)" -v t="$secs" -v c="$c" 'BEGIN { q = int(s * t * 2 / (2 * c)) * 2 * c; print (q < 200 * c ? 200 * c : q) }')
+	queries=$(awk -v s="$(metric "$gob" "ReserveComplete/raw/c=$c" pairs/s)" -v t="$secs" -v c="$c" 'BEGIN { q = int(s * t * 2 / (2 * c)) * 2 * c; print (q < 200 * c ? 200 * c : q) }')
 	echo "# mysqlslap --concurrency=$c --iterations=1 --number-of-queries=$queries --delimiter=';' --query=idemmysql/bench/mysqlslap.sql"
 	slap=$(mysqlslap "${my[@]}" --create-schema=idem_bench --no-drop --concurrency="$c" --iterations=1 \
 		--number-of-queries="$queries" --delimiter=";" --query=idemmysql/bench/mysqlslap.sql)
@@ -47,12 +45,8 @@ for c in $clients; do
 done
 
 for c in $clients; do
-	awk -v on="$(metric "batch=on/c=$c" pairs/s)" -v off="$(metric "batch=off/c=$c" pairs/s)" -v r="$(metric "raw/c=$c" pairs/s)" -v n="${native[$c]}" -v c="$c" 'BEGIN {
+	awk -v on="$(metric "$gob" "ReserveComplete/batch=on/c=$c" pairs/s)" -v off="$(metric "$gob" "ReserveComplete/batch=off/c=$c" pairs/s)" -v r="$(metric "$gob" "ReserveComplete/raw/c=$c" pairs/s)" -v n="${native[$c]}" -v c="$c" 'BEGIN {
 		printf "c=%d: store %.0f pairs/s (batching off: %.0f), raw database/sql %.0f, mysqlslap %.0f: store/mysqlslap %.2f (target >= 2), store/raw %.2f; batching off: %.2f, %.2f\n",
 			c, on, off, r, n, on / n, on / r, off / n, off / r }'
 done
-for c in 1 32; do
-	for b in on off; do
-		echo "latency c=$c batch=$b: p50 $(metric "batch=$b/c=$c" p50-µs)µs p99 $(metric "batch=$b/c=$c" p99-µs)µs"
-	done
-done
+latencies "$gob" ReserveComplete

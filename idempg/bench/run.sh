@@ -13,6 +13,7 @@
 # CLIENTS ("16 32 50"), PGBENCH_FLAGS (extra pgbench flags, e.g. "-M prepared").
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/benchlib.sh
 url=${IDEM_TEST_POSTGRES_URL:?run: eval "\$(scripts/services.sh --bench)"}
 secs=${SECONDS_PER_RUN:-10}
 clients=${CLIENTS:-16 32 50}
@@ -34,15 +35,8 @@ done
 echo "# go test -run '^\$' -bench 'BenchmarkReserveComplete/batch' -benchmem -benchtime ${secs}s ./idempg/"
 gob=$(go test -run '^$' -bench 'BenchmarkReserveComplete/batch' -benchmem -benchtime "${secs}s" ./idempg/)
 echo "$gob" | grep '^Benchmark'
-metric() { # NAME METRIC: the value of METRIC on benchmark line NAME
-	echo "$gob" | awk -v n="BenchmarkReserveComplete/$1-" -v m="$2" 'index($1, n) == 1 { for (i = 2; i < NF; i++) if ($(i+1) == m) print $i }'
-}
 for c in $clients; do
-	awk -v on="$(metric "batch=on/c=$c" pairs/s)" -v off="$(metric "batch=off/c=$c" pairs/s)" -v n="${native[$c]}" -v c="$c" 'BEGIN {
+	awk -v on="$(metric "$gob" "ReserveComplete/batch=on/c=$c" pairs/s)" -v off="$(metric "$gob" "ReserveComplete/batch=off/c=$c" pairs/s)" -v n="${native[$c]}" -v c="$c" 'BEGIN {
 		printf "c=%d: store %.0f pairs/s (batching off: %.0f), pgbench %.0f tx/s: ratio %.2f (target >= 2), batching off %.2f\n", c, on, off, n, on / n, off / n }'
 done
-for c in 1 32; do
-	for b in on off; do
-		echo "latency c=$c batch=$b: p50 $(metric "batch=$b/c=$c" p50-µs)µs p99 $(metric "batch=$b/c=$c" p99-µs)µs"
-	done
-done
+latencies "$gob" ReserveComplete

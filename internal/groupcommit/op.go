@@ -165,3 +165,28 @@ func Rounds(ops []*Op) [][]*Op {
 	}
 	return rounds
 }
+
+// Calls are a store's calls as it makes them alone, one per kind of Op.
+type Calls struct {
+	Reserve  func(context.Context, idemstore.ReserveParams) (*idemstore.Record, bool, error)
+	Complete func(context.Context, idemstore.CompleteParams) error
+	Release  func(context.Context, idemstore.ReleaseParams) error
+	Escalate func(context.Context, idemstore.EscalateParams) error
+	Extend   func(context.Context, idemstore.ExtendParams) error
+}
+
+// Run makes the call op stands for and sets its outcome: a Config.Single.
+func (c Calls) Run(ctx context.Context, op *Op) {
+	switch op.Kind {
+	case Reserve:
+		op.Record, op.Created, op.Err = c.Reserve(ctx, op.ReserveParams())
+	case Complete:
+		op.Err = c.Complete(ctx, op.CompleteParams())
+	case Release:
+		op.Err = c.Release(ctx, op.ReleaseParams())
+	case Escalate:
+		op.Err = c.Escalate(ctx, op.EscalateParams())
+	case Extend:
+		op.Err = c.Extend(ctx, op.ExtendParams())
+	}
+}
