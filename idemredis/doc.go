@@ -219,4 +219,11 @@
 // someone else since its first run (released and reserved anew, for
 // instance) reports what it finds. Set Config.Resends to -1 to get
 // ErrUnavailable instead of a resend.
+//
+// A call returns as soon as its ctx ends, except Reserve and Takeover:
+// rueidis still sends a script it has queued for a caller that gave up,
+// and the engine then releases the token that may have been granted. So
+// that this release cannot reach the server first over another
+// connection, Reserve and Takeover wait up to a second more for their
+// script's reply before they return ctx's error.
 package idemredis
