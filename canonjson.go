@@ -24,19 +24,24 @@ var errNotJSON = errors.New("idem: not canonicalisable JSON")
 // It returns an error for text that is not a single valid JSON value in
 // UTF-8, or that nests deeper than 512 levels.
 func CanonicalJSON(dst, src []byte, exclude []string) ([]byte, error) {
+	return canonicalJSON(dst, src, exclude, nil)
+}
+
+// canonicalJSON is CanonicalJSON that, with include set, keeps only the
+// members at or under the JSON Pointers in include (see
+// FingerprintOptions.IncludeFields).
+func canonicalJSON(dst, src []byte, exclude, include []string) ([]byte, error) {
 	c := canonicalizer{src: src}
-	if len(exclude) > 0 {
-		c.exclude = make([][]string, 0, len(exclude))
-		for _, p := range exclude {
-			toks, err := parsePointer(p)
-			if err != nil {
-				return dst, err
-			}
-			c.exclude = append(c.exclude, toks)
-		}
+	var err error
+	if c.exclude, err = parsePointers("excluded", exclude); err != nil {
+		return dst, err
 	}
+	if c.include, err = parsePointers("included", include); err != nil {
+		return dst, err
+	}
+	c.tracked = c.exclude != nil || c.include != nil
 	start := len(dst)
-	dst, err := c.value(dst, 0)
+	dst, err = c.value(dst, 0)
 	if err == nil {
 		c.skipSpace()
 		if c.pos != len(src) {
@@ -49,10 +54,29 @@ func CanonicalJSON(dst, src []byte, exclude []string) ([]byte, error) {
 	return dst, nil
 }
 
+// parsePointers parses JSON Pointers, or returns nil for none. kind names
+// them in errors ("excluded").
+func parsePointers(kind string, ptrs []string) ([][]string, error) {
+	if len(ptrs) == 0 {
+		return nil, nil
+	}
+	out := make([][]string, 0, len(ptrs))
+	for _, p := range ptrs {
+		toks, err := parsePointerOf(kind, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, toks)
+	}
+	return out, nil
+}
+
 // parsePointer splits an RFC 6901 JSON Pointer into its unescaped tokens.
-func parsePointer(p string) ([]string, error) {
+func parsePointer(p string) ([]string, error) { return parsePointerOf("excluded", p) }
+
+func parsePointerOf(kind, p string) ([]string, error) {
 	if p == "" || p[0] != '/' {
-		return nil, pointerError{errors.New("idem: excluded field " + strconv.Quote(p) + " is not a JSON Pointer (it must start with /)")}
+		return nil, pointerError{errors.New("idem: " + kind + " field " + strconv.Quote(p) + " is not a JSON Pointer (it must start with /)")}
 	}
 	toks := strings.Split(p[1:], "/")
 	for i, t := range toks {
@@ -67,8 +91,10 @@ type canonicalizer struct {
 	src     []byte
 	pos     int
 	exclude [][]string
-	path    []string // only maintained when exclude is set
-	members []member // a stack shared by nested objects
+	include [][]string // nil: everything counts
+	tracked bool       // exclude or include is set: path is maintained
+	path    []string   // only maintained when tracked
+	members []member   // a stack shared by nested objects
 	scratch []byte
 }
 
@@ -141,16 +167,16 @@ func (c *canonicalizer) object(dst []byte, depth int) ([]byte, error) {
 		c.pos++
 		dst = append(dst, ':')
 		excluded := false
-		if c.exclude != nil {
+		if c.tracked {
 			name, _ := strconv.Unquote(string(dst[start:keyEnd]))
 			c.path = append(c.path, name)
-			excluded = c.isExcluded()
+			excluded = c.dropped()
 		}
 		dst, err = c.value(dst, depth+1)
 		if err != nil {
 			return dst, err
 		}
-		if c.exclude != nil {
+		if c.tracked {
 			c.path = c.path[:len(c.path)-1]
 		}
 		if excluded {
@@ -193,13 +219,31 @@ func compareMember(buf []byte, a, b member) int {
 	return bytes.Compare(buf[a.keyEnd:a.end], buf[b.keyEnd:b.end])
 }
 
-func (c *canonicalizer) isExcluded() bool {
+// dropped reports whether the value at c.path (at c.pos) is left out: it is
+// excluded, or include is set and it is neither at or under an included
+// pointer nor an object or array on the way to one.
+func (c *canonicalizer) dropped() bool {
 	for _, ex := range c.exclude {
 		if slices.Equal(ex, c.path) {
 			return true
 		}
 	}
-	return false
+	if c.include == nil {
+		return false
+	}
+	for _, in := range c.include {
+		if len(in) <= len(c.path) && slices.Equal(in, c.path[:len(in)]) {
+			return false // at or under an included pointer
+		}
+	}
+	for _, in := range c.include {
+		if len(in) > len(c.path) && slices.Equal(in[:len(c.path)], c.path) {
+			// On the way to an included pointer: kept if it can hold it.
+			c.skipSpace()
+			return c.pos >= len(c.src) || (c.src[c.pos] != '{' && c.src[c.pos] != '[')
+		}
+	}
+	return true
 }
 
 func (c *canonicalizer) array(dst []byte, depth int) ([]byte, error) {
@@ -216,16 +260,16 @@ func (c *canonicalizer) array(dst []byte, depth int) ([]byte, error) {
 		}
 		start := len(dst)
 		excluded := false
-		if c.exclude != nil {
+		if c.tracked {
 			c.path = append(c.path, strconv.Itoa(i))
-			excluded = c.isExcluded()
+			excluded = c.dropped()
 		}
 		var err error
 		dst, err = c.value(dst, depth+1)
 		if err != nil {
 			return dst, err
 		}
-		if c.exclude != nil {
+		if c.tracked {
 			c.path = c.path[:len(c.path)-1]
 		}
 		if excluded {

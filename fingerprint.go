@@ -45,6 +45,12 @@ type FingerprintOptions struct {
 	// count, such as client timestamps or trace IDs. Defaults to none.
 	ExcludeFields []string
 
+	// IncludeFields, if set, are the only JSON Pointers of body members that
+	// count: a change anywhere else in the body leaves the fingerprint as it
+	// is. ExcludeFields still apply under them. Defaults to none: the whole
+	// body counts.
+	IncludeFields []string
+
 	// Key, if set, keys the digest: the fingerprint is then
 	// HMAC-SHA-256(Key, SHA-256 digest) and starts "v1k:". A plain
 	// fingerprint of a low-entropy body (an amount, a short message) can be
@@ -75,7 +81,8 @@ var fpPool = sync.Pool{New: func() any { return &fpState{h: sha256.New()} }}
 // insignificant whitespace and number spelling do not change the result; a
 // body that is not valid JSON is hashed as raw bytes, under a different tag
 // so the two can never collide. The only error is a malformed ExcludeFields
-// pointer.
+// or IncludeFields pointer. With IncludeFields, the digest is of the body's
+// included members only.
 func Fingerprint(in FingerprintInput, opts FingerprintOptions) (string, error) {
 	st := fpPool.Get().(*fpState)
 	defer fpPool.Put(st)
@@ -89,7 +96,7 @@ func Fingerprint(in FingerprintInput, opts FingerprintOptions) (string, error) {
 	tag := "raw"
 	if isJSONContentType(in.ContentType) {
 		st.c = canonicalizer{src: in.Body, members: st.c.members[:0], scratch: st.c.scratch[:0]}
-		canon, err := canonicalJSONWith(&st.c, st.canon[:0], in.Body, opts.ExcludeFields)
+		canon, err := canonicalJSONWith(&st.c, st.canon[:0], in.Body, opts.ExcludeFields, opts.IncludeFields)
 		st.c.src = nil
 		switch {
 		case err == nil:
@@ -125,10 +132,10 @@ func Fingerprint(in FingerprintInput, opts FingerprintOptions) (string, error) {
 }
 
 // canonicalJSONWith is CanonicalJSON on a reusable canonicalizer.
-func canonicalJSONWith(c *canonicalizer, dst, src []byte, exclude []string) ([]byte, error) {
-	if len(exclude) > 0 {
-		// Exclusions are rare; the plain path keeps its allocations low.
-		return CanonicalJSON(dst, src, exclude)
+func canonicalJSONWith(c *canonicalizer, dst, src []byte, exclude, include []string) ([]byte, error) {
+	if len(exclude) > 0 || len(include) > 0 {
+		// Field rules are rare; the plain path keeps its allocations low.
+		return canonicalJSON(dst, src, exclude, include)
 	}
 	dst, err := c.value(dst, 0)
 	if err == nil {

@@ -125,7 +125,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fp, err := Fingerprint(FingerprintInput{
 		Method: r.Method, Operation: op, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery,
 		ContentType: firstValue(r.Header["Content-Type"]), Body: buf.Bytes(),
-	}, FingerprintOptions{ExcludeFields: pol.ExcludeFields, Key: m.cfg.FingerprintKey})
+	}, FingerprintOptions{ExcludeFields: pol.ExcludeFields, IncludeFields: pol.IncludeFields, Key: m.cfg.FingerprintKey})
 	if err != nil { // validated at construction; kept for safety
 		panic(err)
 	}
@@ -232,6 +232,7 @@ func tooLarge(limit int64, key string) Problem {
 // and returns that outcome and the status.
 func (m *middleware) problem(w http.ResponseWriter, p Problem) (string, int) {
 	outcome := situationOf[p.Type]
+	p.Type = RebaseProblemType(p.Type, m.cfg.ProblemBaseURL)
 	w.Header().Set(outcomeHeader, outcome)
 	WriteProblem(w, p)
 	return outcome, p.Status

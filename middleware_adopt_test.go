@@ -123,3 +123,113 @@ func reserved(t *testing.T, f *fixture, key string) bool {
 	rec, err := f.e.Get(t.Context(), idem.Key{Scope: "user:alice", Operation: "POST /slow", Key: key})
 	return err == nil && rec.State == idemstore.StatePending
 }
+
+func TestFingerprintIncludeFields(t *testing.T) {
+	t.Parallel()
+	fp := func(body string, include, exclude []string) string {
+		t.Helper()
+		s, err := idem.Fingerprint(idem.FingerprintInput{Method: "POST", Operation: "POST /p", Path: "/p", ContentType: "application/json", Body: []byte(body)},
+			idem.FingerprintOptions{IncludeFields: include, ExcludeFields: exclude})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	inc := []string{"/amount", "/customer/id", "/items/1"}
+	base := fp(`{"amount":1,"customer":{"id":"c1","name":"A"},"items":[1,2],"ts":5}`, inc, nil)
+	for _, same := range []string{
+		`{"ts":6,"amount":1,"customer":{"name":"B","id":"c1"},"items":[9,2]}`,
+		`{"amount":1.0,"customer":{"id":"c1"},"items":[0,2],"note":{"x":1}}`,
+	} {
+		if got := fp(same, inc, nil); got != base {
+			t.Errorf("%s: a change outside the included fields changed the fingerprint", same)
+		}
+	}
+	for _, diff := range []string{
+		`{"amount":2,"customer":{"id":"c1"},"items":[1,2]}`,
+		`{"amount":1,"customer":{"id":"c2"},"items":[1,2]}`,
+		`{"amount":1,"customer":{"id":"c1"},"items":[1,3]}`,
+		`{"amount":1,"items":[1,2]}`,
+	} {
+		if got := fp(diff, inc, nil); got == base {
+			t.Errorf("%s: a change inside the included fields kept the fingerprint", diff)
+		}
+	}
+	// A scalar where an included member's parent should be does not count.
+	if fp(`{"customer":5}`, []string{"/customer/id"}, nil) != fp(`{"customer":6}`, []string{"/customer/id"}, nil) {
+		t.Error("a scalar on the way to an included pointer counted")
+	}
+	// Excluded fields still apply under included ones.
+	if fp(`{"c":{"id":1,"ts":1}}`, []string{"/c"}, []string{"/c/ts"}) != fp(`{"c":{"id":1,"ts":2}}`, []string{"/c"}, []string{"/c/ts"}) {
+		t.Error("an excluded field under an included one counted")
+	}
+	if _, err := idem.Fingerprint(idem.FingerprintInput{ContentType: "application/json", Body: []byte(`{}`)}, idem.FingerprintOptions{IncludeFields: []string{"amount"}}); err == nil || !strings.Contains(err.Error(), `included field "amount" is not a JSON Pointer`) {
+		t.Errorf("a malformed included pointer: %v", err)
+	}
+}
+
+// TestMiddlewareKeepDropHeaders: the policy chooses which of the handler's
+// headers are stored and replayed; the first answer has them all.
+func TestMiddlewareKeepDropHeaders(t *testing.T) {
+	t.Parallel()
+	handler := func(_ *fixture, w http.ResponseWriter, _ *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("Location", "/payments/1")
+		h.Set("X-Request-Id", "req-1")
+		h.Set("X-Trace", "t")
+		w.WriteHeader(http.StatusCreated)
+	}
+	for _, tt := range []struct {
+		name   string
+		policy idem.Policy
+		kept   []string
+		gone   []string
+	}{
+		{"default", idem.Policy{}, []string{"Content-Type", "Location", "X-Request-Id", "X-Trace"}, nil},
+		{"drop", idem.Policy{DropHeaders: []string{"x-request-id", "X-Trace"}}, []string{"Content-Type", "Location"}, []string{"X-Request-Id", "X-Trace"}},
+		{"keep", idem.Policy{KeepHeaders: []string{"location"}}, []string{"Content-Type", "Location"}, []string{"X-Request-Id", "X-Trace"}},
+	} {
+		f := newFixture(t, idem.Config{Policy: tt.policy}, idem.EngineConfig{}, handler)
+		first := f.do(call{key: "k"})
+		replay := f.do(call{key: "k"})
+		if replay.Header().Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("%s: no replay: %d", tt.name, replay.Code)
+		}
+		for _, h := range tt.kept {
+			if replay.Header().Get(h) == "" {
+				t.Errorf("%s: replay lacks %s", tt.name, h)
+			}
+		}
+		for _, h := range tt.gone {
+			if v := replay.Header().Get(h); v != "" {
+				t.Errorf("%s: replay has %s: %s", tt.name, h, v)
+			}
+			if first.Header().Get(h) == "" {
+				t.Errorf("%s: the first answer lost %s", tt.name, h)
+			}
+		}
+	}
+	for _, bad := range []idem.Policy{{KeepHeaders: []string{"set-cookie"}}, {DropHeaders: []string{"bad name"}}, {IncludeFields: []string{"x"}}} {
+		if _, err := idem.NewMiddleware(newFixture(t, idem.Config{}, idem.EngineConfig{}, handler).e, idem.Config{Scope: idem.GlobalScope, Policy: bad}); err == nil {
+			t.Errorf("NewMiddleware accepted %+v", bad)
+		}
+	}
+}
+
+func TestMiddlewareProblemBaseURL(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, idem.Config{ProblemBaseURL: "https://api.example.com/errors#"}, idem.EngineConfig{}, paymentHandler)
+	w := f.do(call{noKey: true})
+	if got := problemType(t, w); got != "https://api.example.com/errors#missing-key" {
+		t.Errorf("type %q", got)
+	}
+	if w.Header().Get("Idempotency-Outcome") != "missing_key" {
+		t.Errorf("Idempotency-Outcome %q", w.Header().Get("Idempotency-Outcome"))
+	}
+	for _, bad := range []string{"/errors#", "errors", "https://"} {
+		if _, err := idem.NewMiddleware(f.e, idem.Config{Scope: idem.GlobalScope, ProblemBaseURL: bad}); err == nil {
+			t.Errorf("ProblemBaseURL %q accepted", bad)
+		}
+	}
+}

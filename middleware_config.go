@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"time"
 )
 
@@ -57,6 +58,20 @@ type Policy struct {
 	// ExcludeFields are JSON Pointers of body members left out of the
 	// fingerprint. Defaults to none.
 	ExcludeFields []string
+	// IncludeFields, if set, are the only JSON Pointers of body members
+	// that count in the fingerprint (ExcludeFields still apply under them).
+	// They apply, as ExcludeFields do, to bodies with a JSON Content-Type.
+	// Defaults to none: the whole body counts.
+	IncludeFields []string
+	// KeepHeaders, if set, are the only headers of the handler's answer that
+	// are stored and replayed, besides Content-Type, which is always kept.
+	// Headers that are never stored (Set-Cookie, Date, hop-by-hop headers,
+	// credentials) cannot be kept. Defaults to every header but those.
+	KeepHeaders []string
+	// DropHeaders are headers of the handler's answer never stored nor
+	// replayed, besides those never stored anyway: per-request ones such as
+	// X-Request-Id or Server-Timing. Defaults to none.
+	DropHeaders []string
 	// MaxRequestBody bounds the request body read for the fingerprint;
 	// larger requests get 413 and the handler does not run. Defaults to
 	// 1 MiB.
@@ -86,6 +101,8 @@ type Policy struct {
 }
 
 func (p Policy) withDefaults() Policy {
+	p.KeepHeaders = canonicalNames(p.KeepHeaders)
+	p.DropHeaders = canonicalNames(p.DropHeaders)
 	if p.MaxRequestBody == 0 {
 		p.MaxRequestBody = 1 << 20
 	}
@@ -180,6 +197,15 @@ type Config struct {
 	// a store needs the same key. Defaults to none (plain SHA-256).
 	FingerprintKey []byte
 
+	// ProblemBaseURL, if set, replaces ProblemTypeBase at the start of the
+	// type URI of every problem document the middleware writes, so that
+	// types point at the operator's API documentation: with
+	// "https://api.example.com/errors#", a reused key is
+	// "https://api.example.com/errors#key-reused". It must be an absolute
+	// URL. Defaults to ProblemTypeBase (docs/problems.md in idem's
+	// repository).
+	ProblemBaseURL string
+
 	// Logger receives structured logs; keys appear only as short hashes.
 	// Defaults to the engine's logger.
 	Logger *slog.Logger
@@ -211,6 +237,9 @@ func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, erro
 		cfg.Operation = DefaultOperation
 	}
 	cfg.FingerprintKey = bytes.Clone(cfg.FingerprintKey)
+	if err := checkProblemBase(cfg.ProblemBaseURL); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = e.cfg.Logger
 	}
@@ -240,9 +269,20 @@ func (p Policy) validate() error {
 	if p.Kind != External && p.Kind != Transactional {
 		return fmt.Errorf("idem: Policy.Kind %v is unknown", p.Kind)
 	}
-	for _, ptr := range p.ExcludeFields {
-		if _, err := parsePointer(ptr); err != nil {
-			return err
+	if _, err := parsePointers("excluded", p.ExcludeFields); err != nil {
+		return err
+	}
+	if _, err := parsePointers("included", p.IncludeFields); err != nil {
+		return err
+	}
+	for _, n := range p.KeepHeaders {
+		if unstored(n) {
+			return fmt.Errorf("idem: Policy.KeepHeaders: %s is never stored", n)
+		}
+	}
+	for _, n := range slices.Concat(p.KeepHeaders, p.DropHeaders) {
+		if !validHeaderName(n) {
+			return fmt.Errorf("idem: %q is not a header name", n)
 		}
 	}
 	return nil

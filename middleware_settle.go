@@ -149,6 +149,7 @@ func (m *middleware) settle(ctx context.Context, cw *captureWriter, lease *Lease
 	if slices.Contains(pol.ReleaseStatuses, resp.Status) {
 		return m.release(ctx, lease, "the handler answered a release status", later)
 	}
+	resp = pol.storedResponse(resp)
 	err := lease.Complete(ctx, resp)
 	switch {
 	case err == nil && resp.NotReplayable != "":

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
@@ -72,6 +73,17 @@ type Config struct {
 	// to none (or IDEM_ENCRYPTION_KEY): stored in clear.
 	EncryptionKeyFile string `yaml:"encryption_key_file"`
 
+	// ProblemBaseURL replaces the start of the type URIs of idem's problem
+	// documents, so that they point at the operator's own API docs:
+	// "https://api.example.com/errors#" gives
+	// "https://api.example.com/errors#key-reused". Defaults to idem's
+	// docs/problems.md.
+	ProblemBaseURL string `yaml:"problem_base_url"`
+	// CORSOrigins are the browser origins ("https://app.example.com", or
+	// "*" for any) allowed to read idem's own answers (its problem
+	// documents and replays) and the headers it adds. Defaults to none.
+	CORSOrigins []string `yaml:"cors_origins"`
+
 	// ReadHeaderTimeout bounds how long a client may take to send its
 	// request headers. Defaults to 10s.
 	ReadHeaderTimeout Duration `yaml:"read_header_timeout"`
@@ -118,6 +130,16 @@ type Settings struct {
 	// ExcludeFields are JSON Pointers of body members left out of the
 	// fingerprint. Defaults to none.
 	ExcludeFields []string `yaml:"exclude_fields"`
+	// IncludeFields, if set, are the only JSON Pointers of body members
+	// that count in the fingerprint. Defaults to none: the whole body.
+	IncludeFields []string `yaml:"include_fields"`
+	// KeepHeaders, if set, are the only headers of the upstream's answer
+	// stored and replayed (Content-Type always is). Defaults to all but
+	// those never stored (Set-Cookie, Date, hop-by-hop, credentials).
+	KeepHeaders Names `yaml:"keep_headers"`
+	// DropHeaders are headers of the upstream's answer never stored nor
+	// replayed (X-Request-Id, Server-Timing). Defaults to none.
+	DropHeaders Names `yaml:"drop_headers"`
 	// Wait makes a duplicate of an in-flight request wait up to this long
 	// and replay, instead of 409. Defaults to 0.
 	Wait *Duration `yaml:"wait"`
@@ -272,6 +294,12 @@ func (c Config) Validate() error {
 	if err := checkHookURL("review_webhook", c.ReviewWebhook); err != nil {
 		return err
 	}
+	if err := checkOrigins(c.CORSOrigins); err != nil {
+		return err
+	}
+	if err := checkProblemBase(c.ProblemBaseURL); err != nil {
+		return err
+	}
 	for _, r := range c.Routes {
 		if r.Match.Pattern == "" {
 			return fmt.Errorf("line %d: a route needs match: (a ServeMux pattern such as \"POST /payments\")", r.Match.Line)
@@ -298,6 +326,21 @@ func (s Settings) validate() error {
 	}
 	if err := checkHookURL("resolver_url", s.ResolverURL); err != nil {
 		return err
+	}
+	for _, n := range s.KeepHeaders {
+		if idem.NeverStoredHeader(n) {
+			return fmt.Errorf("keep_headers: %s is never stored", n)
+		}
+	}
+	for _, f := range []struct {
+		name string
+		ptrs []string
+	}{{"exclude_fields", s.ExcludeFields}, {"include_fields", s.IncludeFields}} {
+		for _, p := range f.ptrs {
+			if !strings.HasPrefix(p, "/") {
+				return fmt.Errorf("%s: %q is not a JSON Pointer (it must start with /)", f.name, p)
+			}
+		}
 	}
 	if s.MaxBody != nil && *s.MaxBody < 0 {
 		return fmt.Errorf("max_body %d is negative", *s.MaxBody)
@@ -335,6 +378,15 @@ func (s Settings) merge(parent Settings) Settings {
 	}
 	if s.ExcludeFields == nil {
 		s.ExcludeFields = parent.ExcludeFields
+	}
+	if s.IncludeFields == nil {
+		s.IncludeFields = parent.IncludeFields
+	}
+	if s.KeepHeaders == nil {
+		s.KeepHeaders = parent.KeepHeaders
+	}
+	if s.DropHeaders == nil {
+		s.DropHeaders = parent.DropHeaders
 	}
 	if s.Wait == nil {
 		s.Wait = parent.Wait
@@ -384,7 +436,8 @@ func (s Settings) policy() idem.Policy {
 	// A ReverseProxy flushes every answer without a Content-Length as it
 	// copies it; buffering those flushes keeps ordinary chunked answers
 	// replayable (event streams still stream).
-	p := idem.Policy{ExcludeFields: s.ExcludeFields, MaxRequestBody: DefaultMaxBody, BufferFlushes: true, Observe: s.Mode == ModeObserve}
+	p := idem.Policy{ExcludeFields: s.ExcludeFields, IncludeFields: s.IncludeFields, KeepHeaders: s.KeepHeaders, DropHeaders: s.DropHeaders,
+		MaxRequestBody: DefaultMaxBody, BufferFlushes: true, Observe: s.Mode == ModeObserve}
 	if s.OptionalKey != nil {
 		p.KeyOptional = *s.OptionalKey
 	}

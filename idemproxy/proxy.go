@@ -48,6 +48,8 @@ type Proxy struct {
 	pool      *bufferPool
 	fpKey     []byte
 	findings  *findingLog
+	// problemBase is Config.ProblemBaseURL, fixed at New.
+	problemBase string
 }
 
 // routes is the handler of one configuration.
@@ -78,6 +80,7 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		upstream: up, log: opts.Logger, metrics: opts.Metrics,
 		engine: engine, opts: opts, transport: watchBodies{opts.Transport}, pool: newBufferPool(),
 		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
+		problemBase: cfg.ProblemBaseURL,
 	}
 	h, err := p.build(cfg)
 	if err != nil {
@@ -164,6 +167,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		Operation:      operation,
 		Policy:         pol,
 		OnOutcome:      p.onOutcome(label),
+		ProblemBaseURL: p.problemBase,
 		Logger:         p.log,
 	})
 	if err != nil {
@@ -182,7 +186,14 @@ func patternMethods(pattern string) []string {
 }
 
 // ServeHTTP forwards r through the middleware.
-func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.handler.Load().h.ServeHTTP(w, r) }
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	rt := p.handler.Load()
+	if o := corsFor(rt.cfg.CORSOrigins, r); o != "" {
+		preflight := r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != ""
+		w = &corsWriter{ResponseWriter: w, origin: o, preflight: preflight}
+	}
+	rt.h.ServeHTTP(w, r)
+}
 
 // BeginShutdown makes the proxy refuse to forward protected requests that
 // were not forwarded yet: their keys are released and they get 503 with
@@ -207,7 +218,9 @@ const (
 // writeProblem answers with s's problem document and its Idempotency-Outcome.
 func (p *Proxy) writeProblem(w http.ResponseWriter, s idem.Situation, detail, key string) {
 	w.Header().Set("Idempotency-Outcome", s.Name)
-	idem.WriteProblem(w, s.ProblemDoc(detail, key))
+	doc := s.ProblemDoc(detail, key)
+	doc.Type = idem.RebaseProblemType(doc.Type, p.problemBase)
+	idem.WriteProblem(w, doc)
 }
 
 // count records an answer the proxy made itself, and what became of its

@@ -89,7 +89,7 @@ func (p *Proxy) Reload(cfg Config) error {
 }
 
 // reloadable are the top-level fields Reload applies (YAML names).
-var reloadable = []string{"log_level", "routes"}
+var reloadable = []string{"log_level", "routes", "cors_origins"}
 
 // restartFields names the settings that differ between the running cfg
 // and next and that only a restart applies.
@@ -117,7 +117,7 @@ func restartFields(running, next Config) []string {
 // only a restart applies.
 func keepRestartFields(running, next Config) Config {
 	out := running
-	out.Settings, out.Routes, out.LogLevel = next.Settings, next.Routes, next.LogLevel
+	out.Settings, out.Routes, out.LogLevel, out.CORSOrigins = next.Settings, next.Routes, next.LogLevel, next.CORSOrigins
 	// Resolver URLs stay as they run.
 	out.ResolverURL = running.ResolverURL
 	byPattern := make(map[string]string, len(running.Routes))

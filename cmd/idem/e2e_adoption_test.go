@@ -4,6 +4,7 @@ package main_test
 // idem's own answers, tracing.
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -130,4 +131,54 @@ func TestSIGHUPReloads(t *testing.T) {
 		t.Fatalf("idem serve exited after SIGHUP: %v", err)
 	default:
 	}
+}
+
+// TestCORSAndProblemBase: with --cors-origin, a preflight (answered by the
+// upstream) and a 409 from idem carry the exposed headers; with
+// --problem-base-url, problem types point at the operator's docs; and
+// keep_headers/drop_headers and include_fields apply from the file.
+func TestCORSAndProblemBase(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	cfg := writeConfig(t, fmt.Sprintf(`upstream: %s
+store: %s
+anonymous: shared
+routes:
+  - match: POST /orders
+    include_fields: [/amount]
+    drop_headers: [X-Got-Key]
+`, up.URL, sqliteStore(t)))
+	p := startProxyAs(t, "--config", cfg, "--cors-origin", "https://app.example.com", "--problem-base-url", "https://api.example.com/problems#")
+	base := "http://" + p.addr
+	const origin = "https://app.example.com"
+
+	req, _ := http.NewRequest(http.MethodOptions, base+"/pay", nil)
+	req.Header.Set("Origin", origin)
+	req.Header.Set("Access-Control-Request-Method", "POST")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	want(t, "preflight reached the upstream", up.runs("/pay"), 1)
+	want(t, "preflight exposes", resp.Header.Get("Access-Control-Expose-Headers"), "Idempotent-Replayed, Idempotency-Outcome, Retry-After")
+
+	inFlight := make(chan answer)
+	go func() { inFlight <- do(t, "POST", base+"/slow?sleep=1s", "k", `{}`, "Origin", origin) }()
+	waitRuns(t, up, "/slow", 1)
+	a := do(t, "POST", base+"/slow?sleep=1s", "k", `{}`, "Origin", origin)
+	<-inFlight
+	want(t, "status", a.status, 409)
+	want(t, "Access-Control-Allow-Origin", a.header.Get("Access-Control-Allow-Origin"), origin)
+	want(t, "Access-Control-Expose-Headers", a.header.Get("Access-Control-Expose-Headers"), "Idempotent-Replayed, Idempotency-Outcome, Retry-After")
+	var pd struct{ Type string }
+	json.Unmarshal([]byte(a.body), &pd)
+	want(t, "problem type", pd.Type, "https://api.example.com/problems#in-flight")
+
+	first := do(t, "POST", base+"/orders", "o1", `{"amount":5,"ts":1}`)
+	again := do(t, "POST", base+"/orders", "o1", `{"ts":2,"amount":5}`)
+	want(t, "replay with only an unincluded field changed", again.header.Get("Idempotent-Replayed"), "true")
+	want(t, "first X-Got-Key", first.header.Get("X-Got-Key"), "o1")
+	want(t, "replayed X-Got-Key (dropped)", again.header.Get("X-Got-Key"), "")
+	want(t, "orders runs", up.runs("/orders"), 1)
 }

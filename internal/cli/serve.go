@@ -37,7 +37,8 @@ type serveFlags struct {
 	upstreamDeadline, upstreamIdleTimeout            time.Duration
 	adminTokenFile, resolverURL, reviewWebhook       string
 	storeRequest                                     bool
-	mode                                             string
+	mode, problemBaseURL                             string
+	corsOrigins                                      []string
 }
 
 func newServeCmd() *cobra.Command {
@@ -115,6 +116,8 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.DurationVar(&f.lease, "lease", 30*time.Second, "in-flight lease, renewed while the upstream works")
 	fl.Int64Var(&f.maxBody, "max-body", idemproxy.DefaultMaxBody, "request body limit in bytes for fingerprinting; larger requests get 413")
 	fl.StringVar(&f.mode, "mode", string(idemproxy.ModeEnforce), "enforce, or observe: forward every request and answer unchanged, and count what enforcement would do in idem_observe_findings_total (see docs/adoption.md); mode: per route in --config")
+	fl.StringVar(&f.problemBaseURL, "problem-base-url", "", "base of the type URIs of idem's problem documents, e.g. https://api.example.com/problems# (default: idem's docs/problems.md)")
+	fl.StringArrayVar(&f.corsOrigins, "cors-origin", nil, "browser origin (https://app.example.com, or *) allowed to read idem's own answers and headers (repeatable); preflights still go to the upstream")
 	fl.BoolVar(&f.optionalKey, "optional-key", false, "let protected requests without a key through instead of 400")
 	fl.StringArrayVar(&f.scopeHeaders, "scope-header", nil, "header whose value scopes keys (repeatable; default Authorization unless --scope-cookie is set)")
 	fl.StringArrayVar(&f.scopeCookies, "scope-cookie", nil, "cookie whose value scopes keys (repeatable), after the scope headers")
@@ -189,6 +192,12 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 			return cfg, fmt.Errorf("--mode: %w", err)
 		}
 		cfg.Mode = m
+	}
+	if set("problem-base-url") {
+		cfg.ProblemBaseURL = f.problemBaseURL
+	}
+	if fl.Changed("cors-origin") {
+		cfg.CORSOrigins = f.corsOrigins
 	}
 	if set("optional-key") {
 		cfg.OptionalKey = &f.optionalKey
