@@ -2,7 +2,6 @@ package idemmysql_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -112,24 +111,11 @@ func TestBatchOutcomes(t *testing.T) {
 func TestBatchPoisonCallRunsAlone(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, "")
-	ctx := t.Context()
-	if _, err := db.ExecContext(ctx, "CREATE TRIGGER refuse_poison BEFORE INSERT ON idem_records FOR EACH ROW "+
+	if _, err := db.ExecContext(t.Context(), "CREATE TRIGGER refuse_poison BEFORE INSERT ON idem_records FOR EACH ROW "+
 		"BEGIN IF NEW.`key` = 'poison' THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'poison key refused'; END IF; END"); err != nil {
 		t.Fatal(err)
 	}
-	got := batchtest.InOneBatch(t, s.Batcher(),
-		batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute),
-		batchtest.Reserve(ctx, s, batchtest.Key("poison"), "p", time.Minute),
-		batchtest.Reserve(ctx, s, batchtest.Key("z"), "z", time.Minute),
-	)
-	if got[1].Err == nil || errors.Is(got[1].Err, idemstore.ErrRetryable) || errors.Is(got[1].Err, idemstore.ErrUnavailable) {
-		t.Fatalf("poison Reserve: %+v, want the server's refusal", got[1])
-	}
-	for _, i := range []int{0, 2} {
-		if got[i].Err != nil || !got[i].Created {
-			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
-		}
-	}
+	batchtest.PoisonRunsAlone(t, s, s.Batcher(), batchtest.Key("poison"))
 }
 
 // TestBatchLargeValuesRunAlone: a value that could exceed the server's
@@ -197,66 +183,28 @@ func TestBatchLostCommit(t *testing.T) {
 	if proxy.Armed() {
 		t.Fatal("the proxy did not see the batch's COMMIT")
 	}
-	for i, r := range got {
-		if r.Err == nil || r.Created || !errors.Is(r.Err, idemstore.ErrUnavailable) || errors.Is(r.Err, idemstore.ErrRetryable) {
-			t.Fatalf("member %d after a lost commit reply: %+v; want ErrUnavailable, never ErrRetryable", i, r)
-		}
-	}
-	for i, name := range []string{"a", "b"} {
-		tok := []string{"t1", "t2"}[i]
-		if rec := get(t, s, batchtest.Key(name)); rec.Token != tok {
-			t.Fatalf("%s: %+v; want the committed reservation", name, rec)
-		}
-		if err := s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key(name), Token: tok}); err != nil {
-			t.Fatalf("release of %s after the failed Reserve: %v", name, err)
-		}
-	}
+	batchtest.CommitUnknown(t, s, got, []idemstore.Key{batchtest.Key("a"), batchtest.Key("b")}, []string{"t1", "t2"})
 }
 
 // TestBatchMemberLeavesThenReleases: a Reserve whose context ends while its
 // batch waits on a row lock returns the context's error; the batch still
-// commits it. The release the contract then asks for queues behind that
-// batch and finds the reservation.
+// commits it, and the release that follows finds it.
 func TestBatchMemberLeavesThenReleases(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t, "")
 	ctx := t.Context()
-	held := batchtest.Key("x-held")
-	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: held, Fingerprint: "fp", Token: "h", Lease: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	blocker, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = blocker.Rollback() }()
-	if _, err := blocker.ExecContext(ctx, "SELECT 1 FROM idem_records WHERE `key` = ? FOR UPDATE", held.Key); err != nil {
-		t.Fatal(err)
-	}
-	leaving, leave := context.WithCancel(ctx)
-	p := s.Batcher().Pause()
-	results := make(chan batchtest.Result, 2)
-	go func() { results <- batchtest.Reserve(leaving, s, batchtest.Key("left"), "left", time.Minute)() }()
-	p.Wait(1)
-	go func() { results <- batchtest.Complete(ctx, s, held, "h", time.Hour)() }()
-	p.Wait(2)
-	p.Resume() // both are taken; the batch waits on the row lock
-	leave()
-	if left := <-results; !errors.Is(left.Err, context.Canceled) {
-		t.Fatalf("member that left: %+v, want context.Canceled", left)
-	}
-	released := make(chan error)
-	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key("left"), Token: "left"}) }()
-	if err := blocker.Rollback(); err != nil {
-		t.Fatal(err)
-	}
-	if stayed := <-results; stayed.Err != nil {
-		t.Fatalf("member that stayed: %+v", stayed)
-	}
-	if err := <-released; err != nil {
-		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
-	}
-	if _, err := s.Get(ctx, batchtest.Key("left")); !errors.Is(err, idemstore.ErrNotFound) {
-		t.Fatalf("released key: %v", err)
-	}
+	batchtest.LeaveThenRelease(t, s, s.Batcher(), func(held idemstore.Key) func() {
+		blocker, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := blocker.ExecContext(ctx, "SELECT 1 FROM idem_records WHERE `key` = ? FOR UPDATE", held.Key); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := blocker.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }

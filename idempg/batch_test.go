@@ -1,7 +1,6 @@
 package idempg_test
 
 import (
-	"context"
 	"errors"
 	"net"
 	"strconv"
@@ -127,20 +126,7 @@ func TestBatchManyRows(t *testing.T) {
 func TestBatchPoisonCallRunsAlone(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, testPool(t, ""), idempg.Config{})
-	ctx := t.Context()
-	got := batchtest.InOneBatch(t, s.Batcher(),
-		batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute),
-		batchtest.Reserve(ctx, s, batchtest.Key("poi\x00son"), "p", time.Minute),
-		batchtest.Reserve(ctx, s, batchtest.Key("z"), "z", time.Minute),
-	)
-	if got[1].Err == nil || errors.Is(got[1].Err, idemstore.ErrRetryable) || errors.Is(got[1].Err, idemstore.ErrUnavailable) {
-		t.Fatalf("poison Reserve: %+v, want the server's refusal", got[1])
-	}
-	for _, i := range []int{0, 2} {
-		if got[i].Err != nil || !got[i].Created {
-			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
-		}
-	}
+	batchtest.PoisonRunsAlone(t, s, s.Batcher(), batchtest.Key("poi\x00son"))
 }
 
 // TestBatchUnreachable: a batch whose connection cannot be had fails every
@@ -203,70 +189,31 @@ func TestBatchLostCommit(t *testing.T) {
 	if proxy.Armed() {
 		t.Fatal("the proxy did not see the batch")
 	}
-	for i, r := range got {
-		if r.Err == nil || r.Created || !errors.Is(r.Err, idemstore.ErrUnavailable) || errors.Is(r.Err, idemstore.ErrRetryable) {
-			t.Fatalf("member %d after a lost commit reply: %+v; want ErrUnavailable, never ErrRetryable", i, r)
-		}
-	}
-	for i, name := range []string{"lostreply", "other"} {
-		tok := []string{"t1", "t2"}[i]
-		rec, err := s.Get(ctx, batchtest.Key(name))
-		if err != nil || rec.Token != tok {
-			t.Fatalf("%s: %+v, %v; want the committed reservation", name, rec, err)
-		}
-		if err := s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key(name), Token: tok}); err != nil {
-			t.Fatalf("release of %s after the failed Reserve: %v", name, err)
-		}
-	}
+	batchtest.CommitUnknown(t, s, got, []idemstore.Key{batchtest.Key("lostreply"), batchtest.Key("other")}, []string{"t1", "t2"})
 }
 
 // TestBatchMemberLeavesThenReleases: a Reserve whose context ends while its
 // batch waits on a row lock returns the context's error; the batch still
-// commits it. The release the contract then asks for queues behind that
-// batch and finds the reservation.
+// commits it, and the release that follows finds it.
 func TestBatchMemberLeavesThenReleases(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t, "")
 	s, schema := newStoreIn(t, pool, idempg.Config{})
 	ctx := t.Context()
-	held := batchtest.Key("x-held")
-	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: held, Fingerprint: "fp", Token: "h", Lease: time.Minute}); err != nil {
-		t.Fatal(err)
-	}
-	blocker, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = blocker.Rollback(context.WithoutCancel(ctx)) }()
-	if _, err := blocker.Exec(ctx, "SELECT FROM "+pgx.Identifier{schema, "idem_records"}.Sanitize()+" WHERE key = $1 FOR UPDATE", held.Key); err != nil {
-		t.Fatal(err)
-	}
-	leaving, leave := context.WithCancel(ctx)
-	p := s.Batcher().Pause()
-	results := make(chan batchtest.Result, 2)
-	go func() { results <- batchtest.Reserve(leaving, s, batchtest.Key("left"), "left", time.Minute)() }()
-	p.Wait(1)
-	go func() { results <- batchtest.Complete(ctx, s, held, "h", time.Hour)() }()
-	p.Wait(2)
-	p.Resume() // both are taken; the batch waits on the row lock
-	leave()
-	if left := <-results; !errors.Is(left.Err, context.Canceled) {
-		t.Fatalf("member that left: %+v, want context.Canceled", left)
-	}
-	released := make(chan error)
-	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key("left"), Token: "left"}) }()
-	if err := blocker.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if stayed := <-results; stayed.Err != nil {
-		t.Fatalf("member that stayed: %+v", stayed)
-	}
-	if err := <-released; err != nil {
-		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
-	}
-	if _, err := s.Get(ctx, batchtest.Key("left")); !errors.Is(err, idemstore.ErrNotFound) {
-		t.Fatalf("released key: %v", err)
-	}
+	batchtest.LeaveThenRelease(t, s, s.Batcher(), func(held idemstore.Key) func() {
+		blocker, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := blocker.Exec(ctx, "SELECT FROM "+pgx.Identifier{schema, "idem_records"}.Sanitize()+" WHERE key = $1 FOR UPDATE", held.Key); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := blocker.Rollback(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestBatchDisabled: with DisableBatch the store has no batcher.

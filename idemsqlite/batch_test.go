@@ -55,25 +55,12 @@ func TestBatchSameKeyOneWinner(t *testing.T) {
 func TestBatchPoisonCallRunsAlone(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
-	ctx := t.Context()
-	if _, err := db.ExecContext(ctx, `CREATE TRIGGER refuse_poison BEFORE INSERT ON idem_records
+	if _, err := db.ExecContext(t.Context(), `CREATE TRIGGER refuse_poison BEFORE INSERT ON idem_records
 		WHEN NEW."key" = 'poison' BEGIN SELECT RAISE(ABORT, 'poison key refused'); END`); err != nil {
 		t.Fatal(err)
 	}
-	got := batchtest.InOneBatch(t, s.Batcher(),
-		batchtest.Reserve(ctx, s, batchtest.Key("a"), "a", time.Minute),
-		batchtest.Reserve(ctx, s, batchtest.Key("poison"), "p", time.Minute),
-		batchtest.Reserve(ctx, s, batchtest.Key("z"), "z", time.Minute),
-	)
-	if got[1].Err == nil || errors.Is(got[1].Err, idemstore.ErrRetryable) || errors.Is(got[1].Err, idemstore.ErrUnavailable) {
-		t.Fatalf("poison Reserve: %+v, want the database's refusal", got[1])
-	}
-	for _, i := range []int{0, 2} {
-		if got[i].Err != nil || !got[i].Created {
-			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
-		}
-	}
-	if _, err := s.Get(ctx, batchtest.Key("poison")); !errors.Is(err, idemstore.ErrNotFound) {
+	batchtest.PoisonRunsAlone(t, s, s.Batcher(), batchtest.Key("poison"))
+	if _, err := s.Get(t.Context(), batchtest.Key("poison")); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("poison key stored: %v", err)
 	}
 }
@@ -113,44 +100,23 @@ func TestBatchFailureFailsEveryMember(t *testing.T) {
 }
 
 // TestBatchMemberLeavesThenReleases: a Reserve whose context ends while its
-// batch waits for the write lock returns the context's error; the batch
-// still commits it (and the other member's). The release the contract asks
-// for then queues behind that batch and finds the reservation.
+// batch waits for the write lock (held by another transaction) returns the
+// context's error; the batch still commits it, and the release that
+// follows finds it.
 func TestBatchMemberLeavesThenReleases(t *testing.T) {
 	t.Parallel()
 	s, db := newStore(t)
-	ctx := t.Context()
-	leaving, leave := context.WithCancel(ctx)
-	blocker, err := db.BeginTx(ctx, nil) // the batch waits for this lock
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := s.Batcher().Pause()
-	results := make(chan batchtest.Result, 2)
-	go func() { results <- batchtest.Reserve(leaving, s, batchtest.Key("left"), "left", time.Minute)() }()
-	p.Wait(1)
-	go func() { results <- batchtest.Reserve(ctx, s, batchtest.Key("stayed"), "stayed", time.Minute)() }()
-	p.Wait(2)
-	p.Resume() // both are taken: the batch is waiting on the lock
-	leave()
-	left := <-results
-	if !errors.Is(left.Err, context.Canceled) {
-		t.Fatalf("member that left: %+v, want context.Canceled", left)
-	}
-	released := make(chan error)
-	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: batchtest.Key("left"), Token: "left"}) }()
-	if err := blocker.Rollback(); err != nil {
-		t.Fatal(err)
-	}
-	if stayed := <-results; stayed.Err != nil || !stayed.Created {
-		t.Fatalf("member that stayed: %+v", stayed)
-	}
-	if err := <-released; err != nil {
-		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
-	}
-	if _, err := s.Get(ctx, batchtest.Key("left")); !errors.Is(err, idemstore.ErrNotFound) {
-		t.Fatalf("released key: %v", err)
-	}
+	batchtest.LeaveThenRelease(t, s, s.Batcher(), func(idemstore.Key) func() {
+		blocker, err := db.BeginTx(t.Context(), nil) // BEGIN IMMEDIATE: holds the write lock
+		if err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := blocker.Rollback(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
 
 // TestBatchCancelledWhileQueuedWritesNothing: a Reserve whose context ends

@@ -4,6 +4,7 @@ package batchtest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -62,4 +63,91 @@ func Complete(ctx context.Context, s idemstore.Store, k idemstore.Key, tok strin
 // Call wraps a call that returns only an error.
 func Call(f func() error) func() Result {
 	return func() Result { return Result{Err: f()} }
+}
+
+// PoisonRunsAlone reserves keys a, poison and z in one batch of b and
+// requires the poison's Reserve to fail with the database's own refusal
+// (neither idemstore.ErrRetryable nor idemstore.ErrUnavailable) while the
+// other two succeed: the batch reran its members alone. The caller makes
+// the database refuse poison first.
+func PoisonRunsAlone(t testing.TB, s idemstore.Store, b *groupcommit.Batcher, poison idemstore.Key) {
+	t.Helper()
+	ctx := t.Context()
+	got := InOneBatch(t, b,
+		Reserve(ctx, s, Key("a"), "a", time.Minute),
+		Reserve(ctx, s, poison, "p", time.Minute),
+		Reserve(ctx, s, Key("z"), "z", time.Minute),
+	)
+	if got[1].Err == nil || errors.Is(got[1].Err, idemstore.ErrRetryable) || errors.Is(got[1].Err, idemstore.ErrUnavailable) {
+		t.Fatalf("poison Reserve: %+v, want the database's refusal", got[1])
+	}
+	for _, i := range []int{0, 2} {
+		if got[i].Err != nil || !got[i].Created {
+			t.Fatalf("Reserve %d beside the poison: %+v, want created", i, got[i])
+		}
+	}
+}
+
+// CommitUnknown requires what members of a batch whose commit reply was
+// lost must see: each got idemstore.ErrUnavailable, never
+// idemstore.ErrRetryable nor success, although the reservation of each key
+// (under the matching token) is there; and the release by that token,
+// which the contract then asks of the caller, removes it.
+func CommitUnknown(t testing.TB, s idemstore.Store, got []Result, keys []idemstore.Key, tokens []string) {
+	t.Helper()
+	ctx := t.Context()
+	for i, r := range got {
+		if r.Err == nil || r.Created || !errors.Is(r.Err, idemstore.ErrUnavailable) || errors.Is(r.Err, idemstore.ErrRetryable) {
+			t.Fatalf("member %d after a lost commit reply: %+v; want ErrUnavailable, never ErrRetryable", i, r)
+		}
+	}
+	for i, k := range keys {
+		if rec, err := s.Get(ctx, k); err != nil || rec.Token != tokens[i] {
+			t.Fatalf("%s: %+v, %v; want the committed reservation", k.Key, rec, err)
+		}
+		if err := s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: tokens[i]}); err != nil {
+			t.Fatalf("release of %s after the failed Reserve: %v", k.Key, err)
+		}
+	}
+}
+
+// LeaveThenRelease checks a Reserve whose context ends while its batch
+// waits: it gets the context's error, the batch still commits it (and the
+// other member, a Complete), and the release the contract then asks for
+// queues behind that batch and finds the reservation. It reserves a key
+// under token "h" and calls block with it, which must make the next batch
+// wait (hold that record's row lock, or the database's write lock) and
+// return what lets it go on.
+func LeaveThenRelease(t testing.TB, s idemstore.Store, b *groupcommit.Batcher, block func(held idemstore.Key) (unblock func())) {
+	t.Helper()
+	ctx := t.Context()
+	held, left := Key("x-held"), Key("left")
+	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: held, Fingerprint: "fp", Token: "h", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	unblock := block(held)
+	leaving, leave := context.WithCancel(ctx)
+	p := b.Pause()
+	results := make(chan Result, 2)
+	go func() { results <- Reserve(leaving, s, left, "left", time.Minute)() }()
+	p.Wait(1)
+	go func() { results <- Complete(ctx, s, held, "h", time.Hour)() }()
+	p.Wait(2)
+	p.Resume() // both are taken; the batch waits
+	leave()
+	if r := <-results; !errors.Is(r.Err, context.Canceled) {
+		t.Fatalf("member that left: %+v, want context.Canceled", r)
+	}
+	released := make(chan error)
+	go func() { released <- s.Release(ctx, idemstore.ReleaseParams{Key: left, Token: "left"}) }()
+	unblock()
+	if r := <-results; r.Err != nil {
+		t.Fatalf("member that stayed: %+v", r)
+	}
+	if err := <-released; err != nil {
+		t.Fatalf("Release of the reservation whose Reserve failed: %v; want it found and released", err)
+	}
+	if _, err := s.Get(ctx, left); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Fatalf("released key: %v", err)
+	}
 }
