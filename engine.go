@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-dev/idem/idemstore"
 )
 
@@ -72,6 +74,12 @@ type EngineConfig struct {
 	// nor run again: Begin and Get return ErrSealed. Records stored before
 	// a Sealer was set stay readable. Defaults to nil: stored in clear.
 	Sealer idemstore.Sealer
+
+	// TracerProvider, if set, traces every store call as a span (a child
+	// of the span in the caller's context, such as the middleware's):
+	// idem.store.reserve, idem.store.complete, … Defaults to nil: no spans,
+	// and no cost.
+	TracerProvider trace.TracerProvider
 }
 
 func (c EngineConfig) withDefaults() EngineConfig {
@@ -119,7 +127,8 @@ func (c EngineConfig) validate() error {
 // Engine runs the idempotency protocol over a store. It is safe for
 // concurrent use; create one per store and share it.
 type Engine struct {
-	store    idemstore.Store
+	store    idemstore.Store // traced when cfg.TracerProvider is set
+	given    idemstore.Store // as passed to NewEngine
 	notifier idemstore.Notifier
 	cfg      EngineConfig
 
@@ -144,7 +153,10 @@ func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{store: store, cfg: cfg, orphanTimeout: defaultOrphanTimeout}
+	e := &Engine{store: store, given: store, cfg: cfg, orphanTimeout: defaultOrphanTimeout}
+	if cfg.TracerProvider != nil {
+		e.store = traceStore(store, cfg.TracerProvider.Tracer(tracerName))
+	}
 	e.hb.e, e.hb.linger = e, heartbeatLinger
 	if n, ok := store.(idemstore.Notifier); ok && store.Capabilities().Notify {
 		e.notifier = n
@@ -157,8 +169,8 @@ func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
-// Store returns the engine's store.
-func (e *Engine) Store() idemstore.Store { return e.store }
+// Store returns the engine's store, as passed to NewEngine.
+func (e *Engine) Store() idemstore.Store { return e.given }
 
 // Config returns the engine's configuration, defaults filled in.
 func (e *Engine) Config() EngineConfig { return e.cfg }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-dev/idem/idemstore"
 )
 
@@ -32,6 +34,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev := Event{Request: r, Operation: op}
+	if m.tracer != nil {
+		var span trace.Span
+		r, span = m.startRequestSpan(r, op)
+		ev.Request = r
+		defer endRequestSpan(span, &ev)
+	}
 	if m.cfg.OnOutcome != nil {
 		start := time.Now()
 		defer func() {

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ScopeFunc says whose key a request carries: a user ID, a tenant, a hash
@@ -206,6 +208,13 @@ type Config struct {
 	// repository).
 	ProblemBaseURL string
 
+	// TracerProvider, if set, makes the middleware start a span per
+	// protected request ("idem.request", attributes idem.operation,
+	// idem.outcome, idem.settlement, idem.finding and the status), the
+	// parent of the engine's store spans (EngineConfig.TracerProvider) and
+	// of the handler's. Defaults to nil: no spans, and no cost.
+	TracerProvider trace.TracerProvider
+
 	// Logger receives structured logs; keys appear only as short hashes.
 	// Defaults to the engine's logger.
 	Logger *slog.Logger
@@ -244,6 +253,9 @@ func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, erro
 		cfg.Logger = e.cfg.Logger
 	}
 	m := &middleware{e: e, cfg: cfg, policy: cfg.Policy.withDefaults(), maxBody: e.Config().MaxResponseBody}
+	if cfg.TracerProvider != nil {
+		m.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	if err := m.policy.validate(); err != nil {
 		return nil, err
 	}
@@ -307,7 +319,8 @@ type middleware struct {
 	cfg     Config
 	policy  Policy
 	routes  map[string]*Policy
-	maxBody int // EngineConfig.MaxResponseBody
+	maxBody int          // EngineConfig.MaxResponseBody
+	tracer  trace.Tracer // nil: no spans
 }
 
 type handler struct {

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-dev/idem"
 )
 
@@ -30,6 +33,13 @@ type Options struct {
 	// ScopeSecret, if set, keys scopes and fingerprints (see
 	// Config.ScopeSecretFile and NewScope).
 	ScopeSecret []byte
+	// TracerProvider, if set, traces every protected request (the
+	// middleware's idem.request span, with the outcome) and every upstream
+	// call (idem.upstream), continues the W3C trace context a client sent,
+	// and passes it on to the upstream. Give the engine the same provider
+	// (idem.EngineConfig.TracerProvider) for the store calls' spans.
+	// Defaults to nil: no spans.
+	TracerProvider trace.TracerProvider
 }
 
 // Proxy is the idempotency reverse proxy: an http.Handler that forwards to
@@ -75,6 +85,9 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	}
 	if opts.Metrics != nil {
 		opts.Transport = opts.Metrics.instrumentTransport(opts.Transport)
+	}
+	if opts.TracerProvider != nil {
+		opts.Transport = tracingTransport{next: opts.Transport, tracer: opts.TracerProvider.Tracer(tracerName)}
 	}
 	p := &Proxy{
 		upstream: up, log: opts.Logger, metrics: opts.Metrics,
@@ -168,6 +181,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		Policy:         pol,
 		OnOutcome:      p.onOutcome(label),
 		ProblemBaseURL: p.problemBase,
+		TracerProvider: p.opts.TracerProvider,
 		Logger:         p.log,
 	})
 	if err != nil {
@@ -188,6 +202,10 @@ func patternMethods(pattern string) []string {
 // ServeHTTP forwards r through the middleware.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rt := p.handler.Load()
+	if p.opts.TracerProvider != nil {
+		// Continue the client's trace, if it sent one.
+		r = r.WithContext(w3c.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+	}
 	if o := corsFor(rt.cfg.CORSOrigins, r); o != "" {
 		preflight := r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != ""
 		w = &corsWriter{ResponseWriter: w, origin: o, preflight: preflight}

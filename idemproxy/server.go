@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemseal"
 	"github.com/idem-dev/idem/idemstore"
@@ -40,6 +42,10 @@ type Server struct {
 	// LogLevel, if set, is the level of Logger's handler, which Reload
 	// changes to the new log_level. Unset, a new level needs a restart.
 	LogLevel *slog.LevelVar
+	// TracerProvider, if set, traces protected requests, store calls and
+	// upstream calls (see Options.TracerProvider). idem serve sets it from
+	// the OTEL_* environment variables. Defaults to nil: no spans.
+	TracerProvider trace.TracerProvider
 
 	running reloadState // for Reload
 	// EncryptionKeys seal stored answers, when Config.EncryptionKeyFile
@@ -91,7 +97,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ecfg := idem.EngineConfig{Logger: log, OnReview: rv.onReview}
+	ecfg := idem.EngineConfig{Logger: log, OnReview: rv.onReview, TracerProvider: s.TracerProvider}
 	if keys != nil {
 		ecfg.Sealer = keys
 	}
@@ -105,7 +111,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxy, err := New(engine, cfg, Options{Logger: log, Metrics: metrics, Transport: s.Transport, OnOutcome: s.OnOutcome, ScopeSecret: secret})
+	proxy, err := New(engine, cfg, Options{Logger: log, Metrics: metrics, Transport: s.Transport, OnOutcome: s.OnOutcome, ScopeSecret: secret, TracerProvider: s.TracerProvider})
 	if err != nil {
 		return err
 	}

@@ -4,14 +4,17 @@ package main_test
 // idem's own answers, tracing.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 )
@@ -181,4 +184,50 @@ routes:
 	want(t, "first X-Got-Key", first.header.Get("X-Got-Key"), "o1")
 	want(t, "replayed X-Got-Key (dropped)", again.header.Get("X-Got-Key"), "")
 	want(t, "orders runs", up.runs("/orders"), 1)
+}
+
+// TestOTLPExport: the OTEL_* environment switches span export on; the
+// spans of a protected request reach the OTLP endpoint (flushed at
+// shutdown at the latest), with the outcome.
+func TestOTLPExport(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var bodies bytes.Buffer
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		if r.URL.Path == "/v1/traces" {
+			bodies.Write(b)
+		}
+		mu.Unlock()
+	}))
+	t.Cleanup(collector.Close)
+	up := newUpstream(t)
+	p := startProxyEnv(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + collector.URL, "OTEL_SERVICE_NAME=idem-e2e"},
+		"--upstream", up.URL, "--store", sqliteStore(t), "--anonymous", "shared")
+	if !strings.Contains(p.log(), "tracing: spans exported over OTLP") {
+		t.Errorf("no tracing line at startup:\n%s", p.log())
+	}
+	want(t, "status", do(t, "POST", "http://"+p.addr+"/pay", "k", `{}`).status, 201)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	<-p.exited
+	mu.Lock()
+	defer mu.Unlock()
+	for _, w := range []string{"idem.request", "idem.store.reserve", "idem.upstream", "acquired", "idem-e2e"} {
+		if !bytes.Contains(bodies.Bytes(), []byte(w)) {
+			t.Errorf("the exported spans lack %q", w)
+		}
+	}
+}
+
+// TestNoTracingWithoutEnv: without OTEL_* variables nothing is exported and
+// nothing said.
+func TestNoTracingWithoutEnv(t *testing.T) {
+	t.Parallel()
+	up := newUpstream(t)
+	p := startProxyEnv(t, []string{"OTEL_EXPORTER_OTLP_ENDPOINT=", "OTEL_TRACES_EXPORTER="}, "--upstream", up.URL, "--store", sqliteStore(t), "--anonymous", "shared")
+	want(t, "status", do(t, "POST", "http://"+p.addr+"/pay", "k", `{}`).status, 201)
+	if strings.Contains(p.log(), "tracing") {
+		t.Errorf("tracing without OTEL_* variables:\n%s", p.log())
+	}
 }

@@ -144,8 +144,17 @@ func startProxy(t *testing.T, args ...string) *proxy {
 // startProxyAs is startProxy with args alone: the defaults of idem serve.
 func startProxyAs(t *testing.T, args ...string) *proxy {
 	t.Helper()
+	return startProxyEnv(t, nil, args...)
+}
+
+// startProxyEnv is startProxyAs with env added to the environment.
+func startProxyEnv(t *testing.T, env []string, args ...string) *proxy {
+	t.Helper()
 	p := &proxy{exited: make(chan error, 1)}
 	p.cmd = exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--shutdown-timeout", "5s"}, args...)...)
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	pr, pw := io.Pipe()
 	p.cmd.Stderr = pw
 	if err := p.cmd.Start(); err != nil {

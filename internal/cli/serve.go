@@ -96,8 +96,21 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 			if err != nil {
 				return usageError{err}
 			}
+			tp, shutdownTracing, err := tracingFromEnv(ctx, os.Getenv)
+			if err != nil {
+				return usageError{err}
+			}
+			defer func() {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if err := shutdownTracing(sctx); err != nil {
+					log.Warn("tracing: the last spans were not exported", slog.Any("error", err))
+				}
+			}()
+			logTracing(log, tp)
 			return runServe(ctx, cfg, log, func(s *idemproxy.Server) {
 				s.LogLevel = level
+				s.TracerProvider = tp
 				go reloadOnHUP(ctx, hup, s, log, func() (idemproxy.Config, error) { return f.resolve(cmd.Flags()) })
 			})
 		},
