@@ -71,9 +71,8 @@ func parsePointers(kind string, ptrs []string) ([][]string, error) {
 	return out, nil
 }
 
-// parsePointer splits an RFC 6901 JSON Pointer into its unescaped tokens.
-func parsePointer(p string) ([]string, error) { return parsePointerOf("excluded", p) }
-
+// parsePointerOf splits an RFC 6901 JSON Pointer into its unescaped
+// tokens; kind names it in errors.
 func parsePointerOf(kind, p string) ([]string, error) {
 	if p == "" || p[0] != '/' {
 		return nil, pointerError{errors.New("idem: " + kind + " field " + strconv.Quote(p) + " is not a JSON Pointer (it must start with /)")}

@@ -40,7 +40,7 @@ func TestMiddlewareSpans(t *testing.T) {
 	attr := func(s tracetest.SpanStub, k attribute.Key) string {
 		for _, a := range s.Attributes {
 			if a.Key == k {
-				return a.Value.Emit()
+				return a.Value.String()
 			}
 		}
 		return ""
