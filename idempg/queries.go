@@ -50,8 +50,7 @@ AND l.token = r.token AND r.state = 'pending'`
 // that changed nothing returns no row, which is how the callers detect a
 // lost lease.
 type queries struct {
-	reserve, reserveMany, completeMany               string
-	get, pending, state                              string
+	reserve, reserveRead, get, pending, state        string
 	complete, completeTx                             string
 	release, escalate, extend                        string
 	lock, releaseExpired, escalateExpired, takeover  string
@@ -94,10 +93,6 @@ func buildQueries(schema string, notify bool) queries {
 			always + `, ` + strconv.FormatBool(forget) + `) FROM u`
 	}
 	const returning = ` RETURNING r.scope, r.operation, r.key)`
-	manyWake := ""
-	if notify {
-		manyWake = `, ` + wake + `($8::text, u.payload, u.scope, u.operation, u.key, false, false)`
-	}
 	complete := `WITH u AS (UPDATE {t} r SET state = 'completed', response = $5,
     expires_at = {now} + $6::interval, updated_at = {now}
 WHERE {fence}` + returning
@@ -109,29 +104,16 @@ WHERE {fence}%s` + returning
 		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
 VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
 ON CONFLICT (scope, operation, key) DO NOTHING`),
-		// reserveMany and completeMany are reserve and complete for the
-		// calls of one batch round (distinct keys), one row per call in
-		// arrays, in one statement each. reserveMany returns a row per
-		// call, by ordinality: whether its insert went in and, when it
-		// did not, the existing record (NULLs if it vanished meanwhile),
-		// read only for those calls. completeMany returns the keys it
-		// completed.
-		reserveMany: r.Replace(`WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[], $7::bytea[])
-    WITH ORDINALITY AS v(scope, operation, key, fingerprint, token, lease, request, ord)),
-ins AS (INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
-    SELECT scope, operation, key, fingerprint, 'pending', token, {now} + lease, {now}, {now}, request FROM v ORDER BY ord
-    ON CONFLICT (scope, operation, key) DO NOTHING
-    RETURNING scope, operation, key)
-SELECT v.ord, i.key IS NOT NULL, rec.* FROM v
-LEFT JOIN ins i ON i.scope = v.scope AND i.operation = v.operation AND i.key = v.key
-LEFT JOIN LATERAL (SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb}
-    WHERE r.scope = v.scope AND r.operation = v.operation AND r.key = v.key AND i.key IS NULL) rec ON true`),
-		completeMany: r.Replace(`WITH v AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::interval[], $7::text[])
-    AS v(scope, operation, key, token, response, retention, payload)),
-u AS (UPDATE {t} r SET state = 'completed', response = v.response, expires_at = {now} + v.retention, updated_at = {now}
-    FROM v WHERE r.scope = v.scope AND r.operation = v.operation AND r.key = v.key AND r.state = 'pending' AND r.token = v.token
-    RETURNING r.scope, r.operation, r.key, v.payload)
-SELECT u.scope, u.operation, u.key` + manyWake + ` FROM u`),
+		// reserveRead is reserve for a batch, where a second round trip
+		// to read a conflicting record costs the whole batch a wait: it
+		// returns one row, whether the insert went in and, when it did
+		// not, the existing record (NULLs if it vanished meanwhile). The
+		// read is skipped when the insert went in.
+		reserveRead: r.Replace(`WITH ins AS (INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
+VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
+ON CONFLICT (scope, operation, key) DO NOTHING RETURNING 1)
+SELECT EXISTS (SELECT FROM ins), rec.* FROM (SELECT) one LEFT JOIN (
+    SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key} AND NOT EXISTS (SELECT FROM ins)) rec ON true`),
 		get:     r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key}`),
 		pending: r.Replace(`SELECT FROM {t} r WHERE {fence}`),
 		state:   r.Replace(`SELECT r.state, r.token FROM {t} r WHERE {key}`),
