@@ -34,8 +34,7 @@ components:
 `
 	d, err := Parse(t.Context(), []byte(doc), "test", Options{})
 	if err != nil {
-		t.Logf("Parse: %v", err)
-		return
+		t.Fatalf("Parse: %v", err)
 	}
 	fs := mustAudit(t, d)
 	for _, f := range fs {
@@ -46,7 +45,9 @@ components:
 		{"POST", "/old-key", MissingKey, Medium},
 		{"POST", "/refunds", MissingKey, High},
 	}
-	if got := verdicts(fs); !slices.Equal(got[:min(3, len(got))], want) {
+	// A $ref'd path item is audited as if inline, a look-alike header is
+	// no key, and "POST:" (not an OpenAPI method) is no operation.
+	if got := verdicts(fs); !slices.Equal(got, want) {
 		t.Errorf("got  %v\nwant %v", got, want)
 	}
 }
