@@ -28,6 +28,12 @@ import (
 // scripts that change records stay single-key and single-round-trip; the
 // price is that List, ListExpiredLeases and Purge read through every key of
 // every master (see doc.go).
+//
+// The commands of the listings are read-only, which rueidis retries on a
+// new connection when one breaks, and every one of them is pinned (never
+// recycled into rueidis's pool): the broken connection's writer can still
+// be reading a command when its retry succeeds and would recycle it, and a
+// recycled command's memory is reused by the next command built.
 
 // node is one master that holds part of the keyspace.
 type node struct {
@@ -61,7 +67,7 @@ func (s *Store) masters(ctx context.Context) ([]node, error) {
 			return nil, fmt.Errorf("idemredis: master %s is not known to the Cluster client yet: %w", unknown[0].addr, idemstore.ErrRetryable)
 		}
 		for _, n := range unknown {
-			_ = s.client.Do(ctx, s.client.B().Exists().Key(keyInSlot(n.slots[0][0])).Build()).Error()
+			_ = s.client.Do(ctx, s.client.B().Exists().Key(keyInSlot(n.slots[0][0])).Build().Pin()).Error()
 		}
 	}
 }
@@ -75,7 +81,7 @@ func (s *Store) clusterMasters(ctx context.Context) ([]node, error) {
 	for _, addr := range slices.Sorted(maps.Keys(known)) {
 		c := known[addr]
 		var entries []rueidis.RedisMessage
-		if entries, err = c.Do(ctx, c.B().ClusterSlots().Build()).ToArray(); err == nil {
+		if entries, err = c.Do(ctx, c.B().ClusterSlots().Build().Pin()).ToArray(); err == nil {
 			return parseClusterSlots(entries, addr, known)
 		}
 	}
@@ -155,7 +161,7 @@ func crc16(s string) uint16 {
 
 // scan runs one SCAN step of this store's record keys on the node c.
 func (s *Store) scan(ctx context.Context, c rueidis.Client, cursor uint64) (keys []string, next uint64, err error) {
-	e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(s.match).Count(int64(s.cfg.ScanCount)).Type("hash").Build()).AsScanEntry()
+	e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(s.match).Count(int64(s.cfg.ScanCount)).Type("hash").Build().Pin()).AsScanEntry()
 	if err != nil {
 		return nil, 0, interpretError(ctx, err)
 	}
@@ -293,9 +299,9 @@ func (s *Store) summaries(ctx context.Context, c rueidis.Client, keys []string) 
 		return nil, nil
 	}
 	cmds := make(rueidis.Commands, 0, 1+len(keys))
-	cmds = append(cmds, c.B().Time().Build())
+	cmds = append(cmds, c.B().Time().Build().Pin())
 	for _, k := range keys {
-		cmds = append(cmds, c.B().Hmget().Key(k).Field(fieldNames[fState], fieldNames[fLeaseUntil], fieldNames[fOperation]).Build())
+		cmds = append(cmds, c.B().Hmget().Key(k).Field(fieldNames[fState], fieldNames[fLeaseUntil], fieldNames[fOperation]).Build().Pin())
 	}
 	res := c.DoMulti(ctx, cmds...)
 	if err := firstError(res); err != nil {
@@ -349,13 +355,13 @@ func (s *Store) fetch(ctx context.Context, hits []hit, keep func(summary) bool) 
 			continue
 		}
 		node, c := hits[first].pos.node, hits[first].node
-		cmds := rueidis.Commands{c.B().Time().Build()}
+		cmds := rueidis.Commands{c.B().Time().Build().Pin()}
 		var idx []int
 		for i := first; i < len(hits); i++ {
 			if !done[i] && hits[i].pos.node == node {
 				done[i] = true
 				idx = append(idx, i)
-				cmds = append(cmds, c.B().Hmget().Key(hits[i].pos.key).Field(fieldNames[:]...).Build())
+				cmds = append(cmds, c.B().Hmget().Key(hits[i].pos.key).Field(fieldNames[:]...).Build().Pin())
 			}
 		}
 		res := c.DoMulti(ctx, cmds...)
