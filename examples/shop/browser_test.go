@@ -167,7 +167,11 @@ func TestCheckoutPageInChromium(t *testing.T) {
 		key, tries := checkout(t, browser, ts, func(ctx context.Context) error {
 			return chromedp.Do(ctx, chromedp.Click(chromedp.ID("buy")))
 		}, nil)
-		if tries != 4 { // the order twice, the payment twice: the page resent each
+		// The shop saw the order twice and the payment twice (below). The
+		// page resent each, unless Chromium resent one itself first (it
+		// may, when a connection closes before any byte of the answer),
+		// so the page counts two to four requests, never more.
+		if tries < 2 || tries > 4 {
 			t.Fatalf("the page sent %d requests", tries)
 		}
 		for _, path := range []string{"/orders", "/orders/1/pay"} {
