@@ -59,9 +59,9 @@ func TestBatchOutcomes(t *testing.T) {
 	}
 }
 
-// TestBatchManyRows: one round with several Reserves (new keys, a pending
-// key, a completed one) and several Completes, each in one multi-row
-// statement; the records and a waiter's wake-up are as without batching.
+// TestBatchManyRows: one batch with several Reserves (new keys, a pending
+// key, a completed one) and several Completes; the records and a waiter's
+// wake-up are as without batching.
 func TestBatchManyRows(t *testing.T) {
 	t.Parallel()
 	s := newStore(t, testPool(t, ""), idempg.Config{})

@@ -88,14 +88,12 @@
 // ends they are sent together as one pipeline (pgx SendBatch: one round
 // trip), which PostgreSQL runs as one implicit transaction, committed at
 // its end. The calls go in key order (so that batches from several
-// processes lock rows in one order), in rounds of distinct keys (the calls
-// of one key one round after another, in order). In each round the
-// Reserves are one multi-row INSERT … ON CONFLICT DO NOTHING, which in the
-// same statement reads the existing records of the keys it did not
-// insert, and the Completes one multi-row fenced UPDATE, which returns the
-// keys it completed and wakes their waiters; Release, Escalate and Extend
-// run the statement each runs alone. There is no timer: a batch is what
-// queued during the previous one.
+// processes lock rows in one order; the calls of one key keep their
+// order), each the statement it runs alone, with its own result, except
+// that a Reserve's INSERT … ON CONFLICT DO NOTHING reads the existing
+// record in the same statement when it did not insert, so that no call
+// needs a second round trip. There is no timer: a batch is what queued
+// during the previous one.
 //
 // Every caller gets its own outcome: two Reserves of one key in one batch
 // see what they would see one after the other (one wins, the other gets
