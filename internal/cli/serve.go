@@ -10,7 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -268,7 +267,6 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 // runServe opens the store lazily (the proxy starts even when it is down)
 // and runs the proxy until ctx ends.
 func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak func(*idemproxy.Server)) error {
-	redis.SetLogger(redisLogger{log})
 	store, closeStore, err := storeurl.Open(ctx, cfg.Store, storeurl.Options{Lazy: true, Migrate: true, Logger: log})
 	if err != nil {
 		return usageError{err}
@@ -301,12 +299,4 @@ func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak
 		tweak(srv)
 	}
 	return srv.Run(ctx)
-}
-
-// redisLogger sends go-redis's own messages (reconnection attempts) to the
-// debug log instead of stderr.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.Debug("redis: " + fmt.Sprintf(format, v...))
 }
