@@ -62,6 +62,11 @@ func (d *Document) Fix(ctx context.Context, opts FixOptions) ([]byte, int, error
 				return nil, 0, fmt.Errorf("cannot fix %s %s: %w", f.Method, f.Path, err)
 			}
 			params.Content = append(params.Content, mapping("$ref", "#/components/parameters/"+names.param(opts.Retention)))
+			// A parameter the document already defined says how long
+			// keys are kept only if its author wrote it there.
+			if names.reused && !d.componentParamRetains(names.paramName) && d.docRetention() == "" {
+				docRetention = true
+			}
 		} else if f.needsFix.retention {
 			docRetention = true
 		}
@@ -96,6 +101,16 @@ func (d *Document) Fix(ctx context.Context, opts FixOptions) ([]byte, int, error
 		return nil, 0, err
 	}
 	return out, changed, nil
+}
+
+// componentParamRetains reports whether the parameter under
+// components/parameters says how long keys are kept.
+func (d *Document) componentParamRetains(name string) bool {
+	if d.spec.Components == nil || d.spec.Components.Parameters[name] == nil {
+		return false
+	}
+	p := d.spec.Components.Parameters[name].Value
+	return p != nil && (extensionValue(p.Extensions) != "" || mentionsRetention(p.Description, true))
 }
 
 // verifyFixed audits a fixed copy: every operation must be protected with

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -101,4 +103,88 @@ func writeString(buf *bytes.Buffer, s string) {
 	enc.SetEscapeHTML(false)
 	_ = enc.Encode(s)           // a string always encodes
 	buf.Truncate(buf.Len() - 1) // Encode's newline
+}
+
+// maxJSONDepth is how deeply a JSON document may nest, as YAML documents
+// may.
+const maxJSONDepth = 10000
+
+// decodeJSON parses a JSON document into a node tree like the one
+// yaml.Unmarshal gives, numbers kept as written.
+func decodeJSON(data []byte, root *yaml.Node) error {
+	dec := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(data, []byte("\ufeff"))))
+	dec.UseNumber()
+	n, err := decodeJSONValue(dec, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("data after the top-level value")
+	}
+	*root = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{n}}
+	return nil
+}
+
+func decodeJSONValue(dec *json.Decoder, depth int) (*yaml.Node, error) {
+	if depth > maxJSONDepth {
+		return nil, fmt.Errorf("exceeded max depth of %d", maxJSONDepth)
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	switch v := tok.(type) {
+	case json.Delim:
+		if v == '{' {
+			m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: yaml.FlowStyle}
+			seen := map[string]bool{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, err
+				}
+				k, _ := kt.(string)
+				if seen[k] {
+					return nil, fmt.Errorf("member %q appears twice in one object", k)
+				}
+				seen[k] = true
+				val, err := decodeJSONValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				key := str(k)
+				key.Style = yaml.DoubleQuotedStyle
+				m.Content = append(m.Content, key, val)
+			}
+			_, err := dec.Token() // '}'
+			return m, err
+		}
+		s := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
+		for dec.More() {
+			val, err := decodeJSONValue(dec, depth+1)
+			if err != nil {
+				return nil, err
+			}
+			s.Content = append(s.Content, val)
+		}
+		_, err := dec.Token() // ']'
+		return s, err
+	case string:
+		n := str(v)
+		n.Style = yaml.DoubleQuotedStyle
+		return n, nil
+	case json.Number:
+		tag := "!!int"
+		if strings.ContainsAny(string(v), ".eE") {
+			tag = "!!float"
+		}
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: tag, Value: string(v)}, nil
+	case bool:
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: fmt.Sprint(v)}, nil
+	default: // nil
+		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, nil
+	}
 }

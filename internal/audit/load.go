@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,7 +119,20 @@ func readCapped(path string, limit int64) ([]byte, error) {
 func parse(ctx context.Context, data []byte, name string, loc *url.URL, opts Options) (*Document, error) {
 	d := &Document{Name: name, Format: detectFormat(data), loc: loc, data: data}
 	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	var err error
+	if d.Format == JSON {
+		// JSON is read as JSON: YAML refuses some of its escapes (\/, a
+		// surrogate pair such as \ud83d\ude00) and folds a raw U+0085.
+		// A document that only looks like JSON ({openapi: 3.1.0}) is read
+		// as YAML, as before.
+		var syntax *json.SyntaxError
+		if err = decodeJSON(data, &root); errors.As(err, &syntax) && yaml.Unmarshal(data, &root) == nil {
+			err = nil
+		}
+	} else {
+		err = yaml.Unmarshal(data, &root)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s is not valid %s: %w", name, d.Format, err)
 	}
 	top := docMapping(&root)
@@ -148,7 +162,6 @@ func parse(ctx context.Context, data []byte, name string, loc *url.URL, opts Opt
 		return readRef(u, base, opts.MaxBytes)
 	}
 	var spec *openapi3.T
-	var err error
 	if loc != nil {
 		spec, err = loader.LoadFromDataWithPath(data, loc)
 	} else {
