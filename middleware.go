@@ -112,6 +112,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.Body != nil && r.Body != http.NoBody {
 		over, err := readLimited(&st.reqBuf, r.Body, pol.MaxRequestBody)
+		if err != nil && pol.Observe {
+			// Forward what was read, then the same error, as the client sent it.
+			r.Body = &readCloser{io.MultiReader(bytes.NewReader(st.reqBuf.Bytes()), errReader{err}), r.Body}
+			h.observed(w, r, &ev, FindingWouldRefuse)
+			return
+		}
 		if err != nil {
 			ev.Outcome, ev.Status = m.problem(w, SituationBodyUnreadable.ProblemDoc("The request body could not be read: "+err.Error(), key))
 			return

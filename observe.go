@@ -35,8 +35,8 @@ const (
 	FindingWouldReview = "would_review"
 	// FindingWouldRefuse: enforcement would have refused the request for
 	// another reason: no credentials to scope the key (401), a body over
-	// MaxRequestBody (413), a path too long to key (414), an answer stored
-	// sealed that does not open.
+	// MaxRequestBody (413), a body that cannot be read (400), a path too
+	// long to key (414), an answer stored sealed that does not open.
 	FindingWouldRefuse = "would_refuse"
 )
 
@@ -67,3 +67,9 @@ type readCloser struct {
 	io.Reader
 	io.Closer
 }
+
+// errReader fails every read with err: the rest of a request body whose
+// reading failed.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
