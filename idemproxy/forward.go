@@ -22,6 +22,7 @@ type forwarder struct {
 	rp        *httputil.ReverseProxy
 	ambiguous Ambiguous
 	deadline  time.Duration
+	observe   bool // the route observes: forwarded during shutdown too
 }
 
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -30,7 +31,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.rp.ServeHTTP(w, r)
 		return
 	}
-	if f.p.closing.Load() {
+	if f.p.closing.Load() && !f.observe {
 		f.refuse(w, r, lease)
 		return
 	}

@@ -158,7 +158,7 @@ func (p *Proxy) build(cfg Config) (http.Handler, error) {
 // buildRoute returns the handler of one route: the middleware with s's
 // policy around a forwarder, or the forwarder alone when disabled.
 func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool) (http.Handler, error) {
-	fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline()}
+	fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline(), observe: s.Mode == ModeObserve}
 	fwd.rp = &httputil.ReverseProxy{
 		Rewrite:      fwd.rewrite,
 		Transport:    p.transport,
@@ -215,7 +215,8 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // BeginShutdown makes the proxy refuse to forward protected requests that
 // were not forwarded yet: their keys are released and they get 503 with
-// Retry-After, so a retry against another instance runs them.
+// Retry-After, so a retry against another instance runs them. Routes in
+// observe mode forward them still.
 func (p *Proxy) BeginShutdown() { p.closing.Store(true) }
 
 // operation is the record's operation: method and path, as escaped on the
