@@ -11,8 +11,9 @@ import (
 const ignoreDirective = "//idem:ignore"
 
 type ignore struct {
-	pos    token.Pos
-	reason string
+	pos      token.Pos
+	reason   string
+	trailing bool // after code on its line: it covers that line only
 }
 
 // ignores holds the //idem:ignore comments of a package by file and line,
@@ -44,6 +45,7 @@ func newIgnores(pass *analysis.Pass, files []*ast.File) *ignores {
 				ig.all = append(ig.all, i)
 			}
 		}
+		ig.markTrailing(f)
 		// An //idem:ignore with a reason in a function's doc comment
 		// covers the whole function: routes registered on a mux that the
 		// caller wraps, in another package.
@@ -72,12 +74,39 @@ func (ig *ignores) report(pos token.Pos, msg string) {
 		}
 	}
 	p := ig.pass.Fset.Position(pos)
-	for _, line := range []int{p.Line, p.Line - 1} {
-		if i, ok := ig.byLine[p.Filename][line]; ok && i.reason != "" {
-			return
-		}
+	if i, ok := ig.byLine[p.Filename][p.Line]; ok && i.reason != "" {
+		return
+	}
+	if i, ok := ig.byLine[p.Filename][p.Line-1]; ok && i.reason != "" && !i.trailing {
+		return
 	}
 	ig.pass.Report(analysis.Diagnostic{Pos: pos, Message: msg})
+}
+
+// markTrailing marks the ignores of f that follow code on their line.
+func (ig *ignores) markTrailing(f *ast.File) {
+	tf := ig.pass.Fset.File(f.Pos())
+	if tf == nil {
+		return
+	}
+	lines := ig.byLine[tf.Name()]
+	if len(lines) == 0 {
+		return
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n.(type) {
+		case nil, *ast.CommentGroup, *ast.Comment:
+			return false
+		}
+		for _, pos := range []token.Pos{n.Pos(), n.End() - 1} {
+			line := tf.Line(pos)
+			if i, ok := lines[line]; ok && !i.trailing && pos < i.pos {
+				i.trailing = true
+				lines[line] = i
+			}
+		}
+		return true
+	})
 }
 
 // reportMissingReasons reports every //idem:ignore that gives no reason:
