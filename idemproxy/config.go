@@ -300,6 +300,9 @@ func (c Config) Validate() error {
 	if err := checkProblemBase(c.ProblemBaseURL); err != nil {
 		return err
 	}
+	if c.AdminTokenFile != "" && c.Admin == "" {
+		return errAdminTokenFile
+	}
 	for _, r := range c.Routes {
 		if r.Match.Pattern == "" {
 			return fmt.Errorf("line %d: a route needs match: (a ServeMux pattern such as \"POST /payments\")", r.Match.Line)

@@ -216,6 +216,8 @@ func loop(ctx context.Context, interval time.Duration, kicked <-chan struct{}, m
 	}
 }
 
+var errAdminTokenFile = errors.New("admin_token_file needs the admin listener (--admin ADDR), where the admin API and the review page are served")
+
 // adminTokens are the admin tokens of cfg.AdminTokenFile and extra (from
 // IDEM_ADMIN_TOKEN). A token file without an admin listener is an error
 // (it would open nothing); extra tokens are then ignored, since the
@@ -223,7 +225,7 @@ func loop(ctx context.Context, interval time.Duration, kicked <-chan struct{}, m
 func adminTokens(cfg Config, extra map[string]string) (map[string]string, error) {
 	if cfg.Admin == "" {
 		if cfg.AdminTokenFile != "" {
-			return nil, errors.New("admin_token_file needs the admin listener (--admin ADDR), where the admin API and the review page are served")
+			return nil, errAdminTokenFile
 		}
 		return nil, nil
 	}

@@ -267,13 +267,10 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 // runServe opens the store lazily (the proxy starts even when it is down)
 // and runs the proxy until ctx ends.
 func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak func(*idemproxy.Server)) error {
-	store, closeStore, err := storeurl.Open(ctx, cfg.Store, storeurl.Options{Lazy: true, Migrate: true, Logger: log})
-	if err != nil {
-		return usageError{err}
-	}
-	defer closeStore()
-	log.Info("store", slog.String("url", storeurl.Redact(cfg.Store)))
-	srv := &idemproxy.Server{Config: cfg, Store: store, Logger: log}
+	// The variables and files are checked before the store is opened,
+	// which creates a SQLite file: a mistake in them leaves nothing behind.
+	srv := &idemproxy.Server{Config: cfg, Logger: log}
+	var err error
 	if env := os.Getenv("IDEM_SCOPE_SECRET"); env != "" {
 		if cfg.ScopeSecretFile != "" {
 			return usageError{errors.New("both IDEM_SCOPE_SECRET and a scope secret file are set; keep one")}
@@ -295,8 +292,40 @@ func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak
 			return usageError{fmt.Errorf("IDEM_ADMIN_TOKEN: %w", err)}
 		}
 	}
+	if err := checkServeFiles(cfg); err != nil {
+		return err
+	}
+	store, closeStore, err := storeurl.Open(ctx, cfg.Store, storeurl.Options{Lazy: true, Migrate: true, Logger: log})
+	if err != nil {
+		return usageError{err}
+	}
+	defer closeStore()
+	log.Info("store", slog.String("url", storeurl.Redact(cfg.Store)))
+	srv.Store = store
 	if tweak != nil {
 		tweak(srv)
 	}
 	return srv.Run(ctx)
+}
+
+// checkServeFiles reads the secret, key and token files cfg names, to
+// report one that is missing or malformed before the store is opened
+// (Server.Run reads them again).
+func checkServeFiles(cfg idemproxy.Config) error {
+	if cfg.ScopeSecretFile != "" {
+		if _, err := idemproxy.ReadSecret(cfg.ScopeSecretFile); err != nil {
+			return fmt.Errorf("scope secret file: %w", err)
+		}
+	}
+	if cfg.EncryptionKeyFile != "" {
+		if _, err := idemseal.LoadKeyFile(cfg.EncryptionKeyFile); err != nil {
+			return err
+		}
+	}
+	if cfg.AdminTokenFile != "" {
+		if _, err := idemadmin.LoadTokenFile(cfg.AdminTokenFile); err != nil {
+			return err
+		}
+	}
+	return nil
 }
