@@ -29,6 +29,12 @@ func (t tracingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		trace.WithAttributes(attribute.String("http.request.method", r.Method), attribute.String("server.address", r.URL.Host)))
 	defer span.End()
 	r = r.Clone(ctx) // a RoundTripper must not change the request it is given
+	// The client's headers were read into ctx (Extract) where valid; the
+	// upstream gets idem's own, and none of a client's that did not parse
+	// (W3C: tracestate goes with a traceparent that is discarded).
+	for _, h := range []string{"Traceparent", "Tracestate", "Baggage"} {
+		r.Header.Del(h)
+	}
 	w3c.Inject(ctx, propagation.HeaderCarrier(r.Header))
 	resp, err := t.next.RoundTrip(r)
 	if err != nil {

@@ -55,10 +55,11 @@ func TestTracingHostileAndBrokenPaths(t *testing.T) {
 	release := make(chan struct{})
 	arrived := make(chan struct{}, 1)
 	var mu sync.Mutex
-	var got []string
+	var got, states []string
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		got = append(got, r.Header.Get("Traceparent"))
+		states = append(states, r.Header.Get("Tracestate"))
 		mu.Unlock()
 		switch r.URL.Path {
 		case "/cut":
@@ -114,6 +115,11 @@ func TestTracingHostileAndBrokenPaths(t *testing.T) {
 		}
 	}
 	mu.Lock()
+	for _, st := range states {
+		if strings.HasPrefix(st, "=,,,") {
+			t.Errorf("the client's malformed tracestate was passed on: %.40q", st)
+		}
+	}
 	for _, g := range got {
 		if len(g) != 55 || !strings.HasPrefix(g, "00-") {
 			t.Errorf("the upstream got traceparent %.60q", g)
