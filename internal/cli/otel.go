@@ -6,6 +6,10 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel"
 
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -71,4 +75,39 @@ func logTracing(log *slog.Logger, tp trace.TracerProvider) {
 		endpoint = "http://localhost:4318 (the OTLP default)"
 	}
 	log.Info("tracing: spans exported over OTLP", slog.String("endpoint", endpoint))
+}
+
+// otelErrors sends the OpenTelemetry SDK's own errors (an exporter that
+// cannot reach its collector, a client's baggage over the limits) to log
+// instead of stderr, at most one line per every, with the number of
+// errors left out since the last line, so that no client can flood the
+// log with headers that fail to parse.
+type otelErrors struct {
+	log   *slog.Logger
+	every time.Duration
+	now   func() time.Time
+
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+// Handle implements otel.ErrorHandler.
+func (h *otelErrors) Handle(err error) {
+	h.mu.Lock()
+	now := h.now()
+	if !h.last.IsZero() && now.Sub(h.last) < h.every {
+		h.skipped++
+		h.mu.Unlock()
+		return
+	}
+	skipped := h.skipped
+	h.last, h.skipped = now, 0
+	h.mu.Unlock()
+	h.log.Warn("tracing: OpenTelemetry error", slog.Any("error", err), slog.Int("left_out", skipped))
+}
+
+// routeOTelErrors installs otelErrors for log, process-wide.
+func routeOTelErrors(log *slog.Logger) {
+	otel.SetErrorHandler(&otelErrors{log: log, every: 10 * time.Second, now: time.Now})
 }

@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTracingFromEnv(t *testing.T) {
@@ -40,5 +44,28 @@ func TestTracingFromEnv(t *testing.T) {
 		if err := shutdown(t.Context()); err != nil {
 			t.Errorf("%s: shutdown: %v", tt.name, err)
 		}
+	}
+}
+
+// TestOTelErrorsAreSampled: the SDK's errors go to idem's log, one line per
+// interval with the count of those left out, not one line per error.
+func TestOTelErrorsAreSampled(t *testing.T) {
+	var buf bytes.Buffer
+	now := time.Unix(1000, 0)
+	h := &otelErrors{log: slog.New(slog.NewTextHandler(&buf, nil)), every: 10 * time.Second, now: func() time.Time { return now }}
+	for range 100 {
+		h.Handle(errors.New("baggage: too long"))
+	}
+	now = now.Add(10 * time.Second)
+	h.Handle(errors.New("exporter: connection refused"))
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("%d log lines, want 2:\n%s", len(lines), buf.String())
+	}
+	if !strings.Contains(lines[0], "baggage: too long") || !strings.Contains(lines[0], "left_out=0") {
+		t.Errorf("first line: %s", lines[0])
+	}
+	if !strings.Contains(lines[1], "connection refused") || !strings.Contains(lines[1], "left_out=99") {
+		t.Errorf("second line: %s", lines[1])
 	}
 }

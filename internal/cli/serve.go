@@ -95,6 +95,7 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 			if err != nil {
 				return usageError{err}
 			}
+			routeOTelErrors(log)
 			tp, shutdownTracing, err := tracingFromEnv(ctx, os.Getenv)
 			if err != nil {
 				return usageError{err}
