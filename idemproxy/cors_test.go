@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/idem-dev/idem/idemproxy"
 )
@@ -16,6 +15,7 @@ import (
 func TestCORS(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
+	arrived := make(chan struct{}, 1)
 	cfg := idemproxy.Config{CORSOrigins: []string{"https://app.example.com"}, ProblemBaseURL: "https://api.example.com/problems#",
 		Settings: idemproxy.Settings{Anonymous: idemproxy.AnonymousShared}}
 	tp := newTestProxyConfig(t, cfg, func(w http.ResponseWriter, r *http.Request) {
@@ -27,6 +27,7 @@ func TestCORS(t *testing.T) {
 			return
 		}
 		if r.URL.Path == "/slow" {
+			arrived <- struct{}{}
 			<-release
 		}
 		w.WriteHeader(http.StatusCreated)
@@ -73,9 +74,7 @@ func TestCORS(t *testing.T) {
 
 	done := make(chan *http.Response)
 	go func() { done <- send(http.MethodPost, "/slow", "k", origin) }()
-	for tp.runs.Load() < 2 {
-		time.Sleep(time.Millisecond)
-	}
+	<-arrived // the first /slow holds its key upstream
 	conflict := send(http.MethodPost, "/slow", "k", origin)
 	close(release)
 	first := <-done
