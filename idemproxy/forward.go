@@ -1,8 +1,10 @@
 package idemproxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httputil"
@@ -211,10 +213,27 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 				h[strings.ToLower(name)] = v
 			}
 		}
+	case pr.Out.ContentLength > 0 && pr.Out.ContentLength <= inlineBody:
+		// A copy of its own in a *bytes.Reader needs no guard, and
+		// http.Transport sends a body it knows is in memory in the same
+		// write as the headers, not in a second one.
+		b, err := io.ReadAll(io.LimitReader(pr.Out.Body, pr.Out.ContentLength+1))
+		if err != nil || int64(len(b)) != pr.Out.ContentLength {
+			// Not what it announced (observe mode passes on a body that
+			// failed mid-way): what was read, then the rest as it comes.
+			pr.Out.Body = x.guard(io.NopCloser(io.MultiReader(bytes.NewReader(b), pr.Out.Body)))
+			return
+		}
+		pr.Out.Body = io.NopCloser(bytes.NewReader(b))
 	default:
 		pr.Out.Body = x.guard(pr.Out.Body)
 	}
 }
+
+// inlineBody is the largest protected request body copied for the
+// transport (see rewrite): small enough to join the headers in the
+// transport's 4 KiB write buffer.
+const inlineBody = 2 << 10
 
 // upstreamError is the ReverseProxy's ErrorHandler. For a protected
 // request it only notes the error: the forwarder settles and answers once
