@@ -85,3 +85,42 @@ func TestKeysSealed(t *testing.T) {
 		t.Fatalf("replay of an operator's sealed answer: %+v, %v", replay, err)
 	}
 }
+
+// TestPageShowsSealed: a key whose parts were sealed with keys this server
+// does not have says so on its page, instead of showing them as empty.
+func TestPageShowsSealed(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	ring, err := idemseal.New(idemseal.Key{ID: "a", Secret: bytes.Repeat([]byte{2}, idemseal.KeySize)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealing, err := idem.NewEngine(f.store, idem.EngineConfig{Sealer: ring, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := key("sealed")
+	res, err := sealing.Begin(context.Background(), idem.Request{Key: k, Fingerprint: "v1:f",
+		Info: &idemstore.Request{Method: "POST", Path: "/payments", Body: []byte("SECRET-REQUEST")}})
+	if err != nil || res.Outcome != idem.Acquired {
+		t.Fatal(res.Outcome, err)
+	}
+	if err := res.Lease.Escalate(context.Background(), "reset"); err != nil {
+		t.Fatal(err)
+	}
+	b := f.browser()
+	b.signIn(opsToken)
+	p := b.get("/keys/" + idemadmin.KeyID(k))
+	wantPage(t, "sealed key", p, 200, "<dt>Sealed</dt>", "request: ", "encryption keys")
+	if strings.Contains(p.body, "SECRET-REQUEST") {
+		t.Error("the page shows the sealed request body")
+	}
+
+	plain := key("plain")
+	if err := f.begin(plain, nil).Escalate(context.Background(), "reset"); err != nil {
+		t.Fatal(err)
+	}
+	if p := b.get("/keys/" + idemadmin.KeyID(plain)); strings.Contains(p.body, "<dt>Sealed</dt>") {
+		t.Error("a key stored in clear is shown as sealed")
+	}
+}
