@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"sync"
 	"testing"
@@ -430,5 +431,54 @@ func TestRounds(t *testing.T) {
 	}
 	if r := Rounds(nil); len(r) != 0 {
 		t.Fatalf("Rounds(nil) = %v", r)
+	}
+}
+
+// TestLeftCallKeepsItsInputs: a caller whose context ends while its call's
+// batch runs leaves, and may reuse the memory of the request and answer it
+// passed; the batch still reads them as they were when the call was made.
+func TestLeftCallKeepsItsInputs(t *testing.T) {
+	r := &recorder{}
+	started, release := make(chan struct{}), make(chan struct{})
+	seen := make(chan string, 2)
+	r.batch = func(ctx context.Context, ops []*Op) error {
+		close(started)
+		<-release
+		for _, op := range ops {
+			switch op.Kind {
+			case Reserve:
+				seen <- string(op.Request.Body)
+			case Complete:
+				seen <- op.Response.Header.Get("X-A") + " " + string(op.Response.Body)
+			}
+		}
+		return nil
+	}
+	b := New(r.config())
+	p := b.Pause()
+	req := &idemstore.Request{Method: "POST", Path: "/pay", Body: []byte("first-request")}
+	resp := &idemstore.Response{Status: 201, Header: http.Header{"X-A": {"first"}}, Body: []byte("first-answer")}
+	ctx, cancel := context.WithCancel(t.Context())
+	errs := make(chan error, 2)
+	go func() { errs <- b.Do(ctx, &Op{Kind: Reserve, Key: key("a"), Token: "a", Request: req}) }()
+	p.Wait(1)
+	go func() { errs <- b.Do(ctx, &Op{Kind: Complete, Key: key("b"), Token: "b", Response: resp}) }()
+	p.Wait(2)
+	p.Resume()
+	<-started
+	cancel()
+	for range 2 {
+		if err := <-errs; !errors.Is(err, context.Canceled) {
+			t.Fatalf("a caller that left: %v", err)
+		}
+	}
+	// The callers reuse what they passed, as the middleware's pool does.
+	copy(req.Body, "other-request")
+	copy(resp.Body, "other-answer")
+	clear(resp.Header)
+	close(release)
+	got := []string{<-seen, <-seen}
+	if want := []string{"first-request", "first first-answer"}; !slices.Equal(got, want) {
+		t.Fatalf("the batch read %q, want %q", got, want)
 	}
 }

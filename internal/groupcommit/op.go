@@ -1,6 +1,7 @@
 package groupcommit
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"time"
@@ -126,6 +127,24 @@ func (op *Op) ReserveParams() idemstore.ReserveParams {
 // CompleteParams returns the arguments of the Complete op stands for.
 func (op *Op) CompleteParams() idemstore.CompleteParams {
 	return idemstore.CompleteParams{Key: op.Key, Token: op.Token, Response: op.Response, Retention: op.Retention}
+}
+
+// own gives op copies of its caller's Request and Response. A queued call
+// can be left by its caller (its context ended) while its batch runs and
+// still reads them, and the caller may by then reuse their memory (the
+// middleware pools request bodies, captured answers and header maps).
+func (op *Op) own() {
+	if r := op.Request; r != nil {
+		c := *r
+		c.Body = bytes.Clone(r.Body)
+		op.Request = &c
+	}
+	if r := op.Response; r != nil {
+		c := *r
+		c.Header = r.Header.Clone()
+		c.Body = bytes.Clone(r.Body)
+		op.Response = &c
+	}
 }
 
 // ReleaseParams returns the arguments of the Release op stands for.
