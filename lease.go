@@ -90,7 +90,8 @@ type Lease struct {
 
 	// sctx is the context of the lease's settlement, kept here so that
 	// settling costs no allocation; a second settlement running at the same
-	// time (a misuse, but a safe one) makes its own.
+	// time (a misuse, but a safe one) makes its own, and so does every
+	// settlement after one that ran out of time (see settle).
 	sctx      detached
 	sctxInUse atomic.Bool
 }
@@ -167,7 +168,14 @@ func (l *Lease) settle(ctx context.Context, op settleOp, p *idemstore.CompletePa
 	if l.sctxInUse.CompareAndSwap(false, true) {
 		dc = &l.sctx
 		dc.reset(ctx, settleBound(ctx, l.e.cfg.SettleTimeout))
-		defer l.sctxInUse.Store(false)
+		defer func() {
+			// A store call that returned because dc ended may still be
+			// running with it (a group-commit batch in flight): dc is
+			// then never reset for another settlement of this lease.
+			if dc.Err() == nil {
+				l.sctxInUse.Store(false)
+			}
+		}()
 	} else {
 		dc = detach(ctx, settleBound(ctx, l.e.cfg.SettleTimeout))
 	}
