@@ -51,7 +51,7 @@ FUZZTIME ?= 15s
 fuzz: ## Fuzz key parsing, JSON canonicalisation, record decoders, the config parser and sealed answers, FUZZTIME (15s) each
 	@set -euo pipefail; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn in $$pkg for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) $$pkg; \
+		GO="$(GO)" scripts/fuzz.sh $$pkg $$fn $(FUZZTIME); \
 	done
 
 .PHONY: lint
