@@ -23,10 +23,28 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 		}
 		after = &k
 	}
+	q, args := listQuery(p, after)
+	recs, err := s.query(ctx, q, args...)
+	if err != nil {
+		return idemstore.ListPage{}, err
+	}
+	return idemstore.KeyPage(recs, p.Limit), nil
+}
+
+// listQuery returns List's statement and its arguments. A listing of
+// pending or needs_review records runs on the partial index of records not
+// completed, in key order; any other on the primary key's order.
+func listQuery(p idemstore.ListParams, after *idemstore.Key) (string, []any) {
 	q := `SELECT ` + recordColumns + ` FROM idem_records WHERE 1 = 1`
 	var args []any
-	if p.State != "" {
-		q += ` AND state = ?`
+	switch p.State {
+	case "":
+	case idemstore.StateCompleted: // nearly every record: the primary key's order, filtered
+		q += ` AND state = 'completed'`
+	default:
+		// The literal term lets SQLite use the partial index of records
+		// not completed, in key order.
+		q += ` AND state = ? AND state <> 'completed'`
 		args = append(args, string(p.State))
 	}
 	if p.Operation != "" {
@@ -39,23 +57,21 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 	}
 	q += ` ORDER BY scope, operation, "key" LIMIT ?`
 	args = append(args, p.Limit+1) // one more, to know whether a next page exists
-	recs, err := s.query(ctx, q, args...)
-	if err != nil {
-		return idemstore.ListPage{}, err
-	}
-	return idemstore.KeyPage(recs, p.Limit), nil
+	return q, args
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease has
 // expired by the store's clock, oldest deadline first (straight from the
-// (state, lease_until) index, without a sort). limit follows
+// partial index of pending records' lease_until, without a sort). limit follows
 // idemstore.PageLimit.
 func (s *Store) ListExpiredLeases(ctx context.Context, limit int) ([]*idemstore.Record, error) {
 	limit = idemstore.PageLimit(limit)
-	return s.query(ctx, `SELECT `+recordColumns+` FROM idem_records
-		WHERE state = 'pending' AND lease_until <= ?
-		ORDER BY lease_until LIMIT ?`, millis(s.now()), limit)
+	return s.query(ctx, expiredLeasesQuery, millis(s.now()), limit)
 }
+
+const expiredLeasesQuery = `SELECT ` + recordColumns + ` FROM idem_records
+	WHERE state = 'pending' AND lease_until <= ?
+	ORDER BY lease_until LIMIT ?`
 
 // query runs a SELECT of recordColumns and scans every row.
 func (s *Store) query(ctx context.Context, q string, args ...any) (recs []*idemstore.Record, err error) {

@@ -2,7 +2,9 @@ package idemsqlite_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/idem-dev/idem/idemsqlite"
@@ -22,15 +24,73 @@ func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 	if err := db.QueryRow("SELECT count(*), max(version) FROM idem_schema_migrations").Scan(&n, &version); err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 || version != 2 {
-		t.Fatalf("idem_schema_migrations has %d rows, max version %d; want 2 rows, version 2", n, version)
+	if n != 3 || version != 3 {
+		t.Fatalf("idem_schema_migrations has %d rows, max version %d; want 3 rows, version 3", n, version)
 	}
-	var indexes int
-	if err := db.QueryRow(`SELECT count(*) FROM sqlite_schema WHERE type = 'index' AND tbl_name = 'idem_records' AND name LIKE 'idem_records_%'`).Scan(&indexes); err != nil {
+	var indexes string
+	if err := db.QueryRow(`SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema
+		WHERE type = 'index' AND tbl_name = 'idem_records' AND name LIKE 'idem_records_%' ORDER BY name)`).Scan(&indexes); err != nil {
 		t.Fatal(err)
 	}
-	if indexes != 3 {
-		t.Fatalf("idem_records has %d named indexes, want 3", indexes)
+	if want := "idem_records_completed_expiry idem_records_open_key idem_records_pending_lease"; indexes != want {
+		t.Fatalf("idem_records has the named indexes %q, want %q", indexes, want)
+	}
+}
+
+// TestQueryPlans: the statements that find records by state run on the
+// partial index made for them, without a sort, and a listing of completed
+// records in key order runs on the primary key without one.
+func TestQueryPlans(t *testing.T) {
+	t.Parallel()
+	_, db := newStore(t)
+	after := &idemstore.Key{Scope: "s", Operation: "POST /x", Key: "k"}
+	for _, tc := range []struct {
+		name  string
+		query string
+		args  []any
+		index string // the index the plan must use
+		sorts bool   // whether the plan may sort (what it finds on the index)
+	}{
+		{"expired leases", idemsqlite.ExpiredLeasesQuery, []any{0, 10}, "idem_records_pending_lease", false},
+		{"purge", idemsqlite.PurgeQuery, []any{0, 10}, "idem_records_completed_expiry", false},
+		{"list needs_review", "", nil, "idem_records_open_key", false},
+		// SQLite sorts the last term of the order here, although the
+		// index gives it; the rows it sorts are pending ones of one
+		// operation only.
+		{"list pending of an operation after a key", "", nil, "idem_records_open_key", true},
+		{"list completed", "", nil, "sqlite_autoindex_idem_records_1", false},
+		{"list all after a key", "", nil, "sqlite_autoindex_idem_records_1", false},
+	} {
+		switch tc.name {
+		case "list needs_review":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{State: idemstore.StateNeedsReview}, nil)
+		case "list pending of an operation after a key":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{State: idemstore.StatePending, Operation: "POST /x"}, after)
+		case "list completed":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{State: idemstore.StateCompleted}, nil)
+		case "list all after a key":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{}, after)
+		}
+		rows, err := db.Query("EXPLAIN QUERY PLAN "+tc.query, tc.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &unused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			t.Fatal(err)
+		}
+		all := strings.Join(plan, "; ")
+		if !strings.Contains(all, "INDEX "+tc.index) || (!tc.sorts && strings.Contains(all, "TEMP B-TREE")) {
+			t.Errorf("%s: plan %q; want it on %s, without a sort", tc.name, all, tc.index)
+		}
 	}
 }
 

@@ -16,10 +16,7 @@ import (
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	p = p.Normalize()
 	return idemstore.PurgeBatches(ctx, p, func() (int, error) {
-		res, err := s.db.ExecContext(ctx, `DELETE FROM idem_records WHERE rowid IN (
-			SELECT rowid FROM idem_records
-			WHERE state = 'completed' AND expires_at <= ?
-			LIMIT ?)`, millis(s.now()), p.BatchSize)
+		res, err := s.db.ExecContext(ctx, purgeQuery, millis(s.now()), p.BatchSize)
 		if err != nil {
 			return 0, interpretError(ctx, err)
 		}
@@ -30,3 +27,10 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 		return int(n), nil
 	})
 }
+
+// purgeQuery deletes up to a batch of expired completed records, found
+// through the partial index of completed records' expires_at.
+const purgeQuery = `DELETE FROM idem_records WHERE rowid IN (
+	SELECT rowid FROM idem_records
+	WHERE state = 'completed' AND expires_at <= ?
+	LIMIT ?)`
