@@ -5,14 +5,14 @@
 -- nearly all of the table, are listed in key order from the primary key.
 
 -- Recovery: pending records whose lease expired (ListExpiredLeases).
-DROP INDEX idem_records_lease;
+DROP INDEX IF EXISTS idem_records_lease;
 CREATE INDEX idem_records_pending_lease ON idem_records (lease_until) WHERE state = 'pending';
 
 -- Retention: completed records past expires_at (Purge).
-DROP INDEX idem_records_expiry;
+DROP INDEX IF EXISTS idem_records_expiry;
 CREATE INDEX idem_records_completed_expiry ON idem_records (expires_at) WHERE state = 'completed';
 
 -- Admin listing of pending and needs_review records in key order (List
 -- with those states, and the review queue).
-DROP INDEX idem_records_state_key;
+DROP INDEX IF EXISTS idem_records_state_key;
 CREATE INDEX idem_records_open_key ON idem_records (state, scope, operation, "key") WHERE state <> 'completed';
