@@ -80,7 +80,8 @@ func IsAlone(err error) bool {
 }
 
 // Do runs op: at once and alone if its shard is idle, otherwise in the next
-// batch, on copies of op's Request and Response (see Op.own). When Do returns nil, op's outcome (Record, Created, Err) is set.
+// batch, on copies of op's Request and Response (see Op.own). When Do
+// returns nil, op's outcome (Record, Created, Err) is set.
 // When ctx ends first, Do returns ctx's error and op must not be read any
 // more: the call was taken out of the queue (nothing was written), or its
 // batch had started and may still commit it.
