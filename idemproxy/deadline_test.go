@@ -2,9 +2,11 @@ package idemproxy_test
 
 import (
 	"context"
-	"fmt"
 	"io"
+	"log"
+	"net"
 	"net/http"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,10 +17,13 @@ import (
 // TestUpstreamDeadline: an upstream that stalls (before its headers or
 // after them) is cut off at the route's upstream_deadline, instead of
 // holding the key's lease alive forever through the heartbeat. The client
-// gets 504, and the key goes to review. (Whether the headers came before
-// the deadline or not, the answer is the same, so a slow machine cannot
-// change it; TestUpstreamDeadlineMidBody covers a stall after part of the
-// body, on fake time.)
+// gets 504, and the key goes to review. The upstream is an http.Server on
+// connections in memory, reached by the proxy's own transport, and time is
+// fake: the request always reaches the upstream (and the headers the proxy)
+// before the deadline, which a slow machine on a real network and clock
+// cannot promise (past the deadline before the request is written, the
+// proxy rightly answers 502 upstream_unreachable and releases the key).
+// TestUpstreamDeadlineMidBody covers a stall after part of the body.
 func TestUpstreamDeadline(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -34,37 +39,45 @@ func TestUpstreamDeadline(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var runs counter
-			stalled := make(chan struct{})
-			up := upstreamServer(t, runs.wrap(func(w http.ResponseWriter, r *http.Request) {
-				tc.before(w)
-				select { // until the proxy gives up, or the test ends
-				case <-r.Context().Done():
-				case <-stalled:
-				}
-			}))
-			t.Cleanup(func() { close(stalled) }) // before the upstream closes
-			// The default route keeps the 5m default; the slow one has a
-			// short deadline of its own.
-			cfg, err := idemproxy.ParseConfig(fmt.Appendf(nil, `
-upstream: %s
+			synctest.Test(t, func(t *testing.T) {
+				var runs counter
+				stalled := make(chan struct{})
+				tr := memUpstream(t, runs.wrap(func(w http.ResponseWriter, r *http.Request) {
+					io.Copy(io.Discard, r.Body) // and so hears when the proxy drops the connection
+					tc.before(w)
+					select { // until the proxy gives up, or the test ends
+					case <-r.Context().Done():
+					case <-stalled:
+					}
+				}))
+				t.Cleanup(func() { close(stalled) })
+				// The default route keeps the 5m default; the slow one has a
+				// short deadline of its own.
+				cfg, err := idemproxy.ParseConfig([]byte(`
+upstream: http://upstream.invalid
 routes:
   - match: POST /slow
     upstream_deadline: 50ms
-`, up))
-			if err != nil {
-				t.Fatal(err)
-			}
-			r := newRig(t, cfg, idemproxy.Options{})
-			rec, panicked := r.call(t, "/slow", "k")
-			if panicked != nil {
-				t.Fatalf("the handler panicked: %v", panicked)
-			}
-			wantAnswer(t, "past the deadline", rec, http.StatusGatewayTimeout, "upstream_timeout", "upstream-timeout")
-			if rec.Header().Get("X-Upstream") != "" {
-				t.Fatalf("the 504 carries the upstream's headers: %v", rec.Header())
-			}
-			wantTimedOutKey(t, r, &runs)
+`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := newRig(t, cfg, idemproxy.Options{Transport: tr})
+				start := time.Now()
+				rec, panicked := r.call(t, "/slow", "k")
+				if panicked != nil {
+					t.Fatalf("the handler panicked: %v", panicked)
+				}
+				wantAnswer(t, "past the deadline", rec, http.StatusGatewayTimeout, "upstream_timeout", "upstream-timeout")
+				if rec.Header().Get("X-Upstream") != "" {
+					t.Fatalf("the 504 carries the upstream's headers: %v", rec.Header())
+				}
+				if waited := time.Since(start); waited != 50*time.Millisecond {
+					t.Fatalf("the call was cut off after %v (fake time), want the route's upstream_deadline, 50ms", waited)
+				}
+				wantTimedOutKey(t, r, &runs)
+				time.Sleep(time.Hour) // for the engine's idle heartbeat to end
+			})
 		})
 	}
 }
@@ -185,3 +198,65 @@ routes:
 		t.Error("a negative upstream_idle_timeout passed Validate")
 	}
 }
+
+// memUpstream serves h on connections in memory (net.Pipe), for a test in
+// a synctest bubble, and returns the proxy's own transport (NewTransport),
+// traced as in production, dialling them whatever the upstream's address.
+func memUpstream(t *testing.T, h http.Handler) *http.Transport {
+	t.Helper()
+	l := &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+	srv := &http.Server{Handler: h, ErrorLog: log.New(io.Discard, "", 0)}
+	go srv.Serve(l)
+	tr := idemproxy.NewTransport(0)
+	tr.DialContext = l.dial
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		srv.Close()
+	})
+	return tr
+}
+
+// pipeListener accepts the connections its dial makes.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, server := net.Pipe()
+	select {
+	case l.conns <- server:
+		return client, nil
+	case <-l.done:
+		err := net.ErrClosed
+		client.Close()
+		server.Close()
+		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: err}
+	case <-ctx.Done():
+		client.Close()
+		server.Close()
+		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: ctx.Err()}
+	}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "upstream.invalid:80" }

@@ -28,13 +28,17 @@ func TestNotSent(t *testing.T) {
 		conn.Close()
 	}))
 	t.Cleanup(reset.Close)
+	// It never answers: only the transport's response-header timeout can
+	// end the round trip, however slow the machine.
+	stalled := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
-		case <-time.After(time.Second):
+		case <-stalled:
 		}
 	}))
 	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(stalled) }) // before the server closes
 
 	tests := []struct {
 		name, url   string

@@ -167,9 +167,10 @@ routes:
 	want(t, "preflight exposes", resp.Header.Get("Access-Control-Expose-Headers"), "Idempotent-Replayed, Idempotency-Outcome, Retry-After")
 
 	inFlight := make(chan answer)
-	go func() { inFlight <- do(t, "POST", base+"/slow?sleep=1s", "k", `{}`, "Origin", origin) }()
+	go func() { inFlight <- do(t, "POST", base+"/slow?hold=1", "k", `{}`, "Origin", origin) }()
 	waitRuns(t, up, "/slow", 1)
-	a := do(t, "POST", base+"/slow?sleep=1s", "k", `{}`, "Origin", origin)
+	a := do(t, "POST", base+"/slow?hold=1", "k", `{}`, "Origin", origin)
+	up.release() // only now may the first answer
 	<-inFlight
 	want(t, "status", a.status, 409)
 	want(t, "Access-Control-Allow-Origin", a.header.Get("Access-Control-Allow-Origin"), origin)

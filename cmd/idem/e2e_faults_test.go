@@ -232,6 +232,9 @@ func TestStalledUpstreamHitsDeadline(t *testing.T) {
 		a = do(t, "POST", "http://"+p.addr+path, "k", `{}`)
 		want(t, path+": retry status", a.status, http.StatusConflict)
 		want(t, path+": retry problem", a.problemType(), "needs-review")
+		// The proxy gave up on a request it had sent; the upstream, slow
+		// as it may be, reads it all the same.
+		waitRuns(t, up, path, 1)
 		want(t, path+": upstream runs", up.runs(path), 1)
 	}
 }

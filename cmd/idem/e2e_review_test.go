@@ -327,8 +327,9 @@ func TestReviewCommandsOnStore(t *testing.T) {
 // resolverDouble answers the proxy's resolver questions by key.
 type resolverDouble struct {
 	*httptest.Server
-	mu    sync.Mutex
-	asked map[string]int
+	mu        sync.Mutex
+	asked     map[string]int
+	questions []string // the keys asked about, in order
 }
 
 func newResolverDouble(t *testing.T, answers map[string]string) *resolverDouble {
@@ -343,6 +344,7 @@ func newResolverDouble(t *testing.T, answers map[string]string) *resolverDouble 
 		}
 		d.mu.Lock()
 		d.asked[q.Key]++
+		d.questions = append(d.questions, q.Key)
 		d.mu.Unlock()
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, answers[q.Key])
@@ -355,6 +357,26 @@ func (d *resolverDouble) times(key string) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.asked[key]
+}
+
+// answeredBefore reports whether every one of keys was asked about, and
+// another question came after the last about each. The proxy asks one
+// question at a time and acts on each answer before it asks the next, so
+// the answers about keys have then been acted on (a question counted by
+// the double is not yet an answer the proxy has acted on).
+func (d *resolverDouble) answeredBefore(keys ...string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	last := map[string]int{}
+	for i, k := range d.questions {
+		last[k] = i
+	}
+	for _, k := range keys {
+		if i, ok := last[k]; !ok || i == len(d.questions)-1 {
+			return false
+		}
+	}
+	return true
 }
 
 // TestResolverSettlesExpiredKeys: a proxy dies while three upstream calls
@@ -412,8 +434,8 @@ func TestResolverSettlesExpiredKeys(t *testing.T) {
 	})
 	cfg := writeConfig(t, fmt.Sprintf("upstream: %s\nstore: %s\nadmin: 127.0.0.1:0\nrecover_interval: 100ms\nlease: 1s\nroutes:\n  - match: POST /hold\n    resolver_url: %s\n", up.URL, store, res.URL))
 	second := startProxy(t, "--config", cfg)
-	eventually(t, "the resolver asked about every key", func() bool {
-		return res.times("charged") > 0 && res.times("never") > 0 && res.times("unsure") > 1
+	eventually(t, "the resolver asked about every key, and its answers applied", func() bool {
+		return res.answeredBefore("charged", "never") && res.times("unsure") > 1
 	})
 	base := "http://" + second.addr
 	a := do(t, "POST", base+"/hold", "charged", `{}`)

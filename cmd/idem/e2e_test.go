@@ -48,11 +48,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// upstream is an API that counts how often each path ran.
+// upstream is an API that counts how often each path ran. A request with
+// ?hold=1 is held, once counted, until release is called (or the proxy
+// drops its connection): a test that needs a request in flight holds it
+// for as long as it needs, instead of hoping a sleep is long enough.
 type upstream struct {
 	*httptest.Server
-	mu    sync.Mutex
-	count map[string]int
+	mu          sync.Mutex
+	count       map[string]int
+	held        chan struct{} // closed by release
+	releaseOnce sync.Once
 }
 
 // secretAnswer is what /secret-answer puts in its body, to look for in the
@@ -60,12 +65,20 @@ type upstream struct {
 const secretAnswer = "answer-body-7f3a9c21-only-in-the-answer"
 
 func newUpstream(t *testing.T) *upstream {
-	u := &upstream{count: map[string]int{}}
+	u := &upstream{count: map[string]int{}, held: make(chan struct{})}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		n := u.inc(r.URL.Path)
 		if d, err := time.ParseDuration(r.URL.Query().Get("sleep")); err == nil {
 			time.Sleep(d)
+		}
+		if r.URL.Query().Get("hold") != "" {
+			io.Copy(io.Discard, r.Body) // and so hears when the proxy drops the connection
+			select {
+			case <-u.held:
+			case <-r.Context().Done():
+				return
+			}
 		}
 		switch {
 		case strings.HasPrefix(r.URL.Path, "/status/"):
@@ -103,8 +116,12 @@ func newUpstream(t *testing.T) *upstream {
 	})
 	u.Server = httptest.NewServer(mux)
 	t.Cleanup(u.Close)
+	t.Cleanup(u.release) // before the server closes
 	return u
 }
+
+// release lets the held requests answer, and those to come.
+func (u *upstream) release() { u.releaseOnce.Do(func() { close(u.held) }) }
 
 func (u *upstream) inc(path string) int {
 	u.mu.Lock()
@@ -327,9 +344,10 @@ func TestProtocol(t *testing.T) {
 	})
 	t.Run("in flight 409 with Retry-After", func(t *testing.T) {
 		done := make(chan answer)
-		go func() { done <- do(t, "POST", base+"/slow?sleep=1500ms", "k-slow", `{}`) }()
+		go func() { done <- do(t, "POST", base+"/slow?hold=1", "k-slow", `{}`) }()
 		waitRuns(t, up, "/slow", 1)
-		a := do(t, "POST", base+"/slow?sleep=1500ms", "k-slow", `{}`)
+		a := do(t, "POST", base+"/slow?hold=1", "k-slow", `{}`)
+		up.release() // only now may the first answer
 		want(t, "status", a.status, 409)
 		want(t, "problem", a.problemType(), "in-flight")
 		if a.header.Get("Retry-After") == "" {
@@ -423,7 +441,7 @@ func TestAmbiguousOutcomeNeedsReview(t *testing.T) {
 		args                []string
 	}{
 		{"reset after send", "/reset", "upstream-failed", 502, nil},
-		{"upstream timeout", "/slow?sleep=1s", "upstream-timeout", 504, []string{"--upstream-timeout", "200ms"}},
+		{"upstream timeout", "/slow?hold=1", "upstream-timeout", 504, []string{"--upstream-timeout", "200ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -435,7 +453,11 @@ func TestAmbiguousOutcomeNeedsReview(t *testing.T) {
 			a = do(t, "POST", "http://"+p.addr+tc.path, "k", `{"amount":1}`)
 			want(t, "retry status", a.status, 409)
 			want(t, "retry problem", a.problemType(), "needs-review")
-			want(t, "upstream runs", up.runs(strings.SplitN(tc.path, "?", 2)[0]), 1)
+			// The proxy gives up on a request it has sent; the upstream, slow
+			// as it may be, reads it all the same.
+			path := strings.SplitN(tc.path, "?", 2)[0]
+			waitRuns(t, up, path, 1)
+			want(t, "upstream runs", up.runs(path), 1)
 		})
 	}
 }
