@@ -229,10 +229,9 @@ func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) 
 	case l.conns <- server:
 		return client, nil
 	case <-l.done:
-		err := net.ErrClosed
 		client.Close()
 		server.Close()
-		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: err}
+		return nil, &net.OpError{Op: "dial", Net: "pipe", Err: net.ErrClosed}
 	case <-ctx.Done():
 		client.Close()
 		server.Close()
