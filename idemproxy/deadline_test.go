@@ -51,18 +51,7 @@ func TestUpstreamDeadline(t *testing.T) {
 					}
 				}))
 				t.Cleanup(func() { close(stalled) })
-				// The default route keeps the 5m default; the slow one has a
-				// short deadline of its own.
-				cfg, err := idemproxy.ParseConfig([]byte(`
-upstream: http://upstream.invalid
-routes:
-  - match: POST /slow
-    upstream_deadline: 50ms
-`))
-				if err != nil {
-					t.Fatal(err)
-				}
-				r := newRig(t, cfg, idemproxy.Options{Transport: tr})
+				r := newRig(t, slowRoute(t), idemproxy.Options{Transport: tr})
 				start := time.Now()
 				rec, panicked := r.call(t, "/slow", "k")
 				if panicked != nil {
@@ -91,16 +80,7 @@ func TestUpstreamDeadlineMidBody(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var runs counter
-		cfg, err := idemproxy.ParseConfig([]byte(`
-upstream: http://upstream.invalid
-routes:
-  - match: POST /slow
-    upstream_deadline: 50ms
-`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		r := newRig(t, cfg, idemproxy.Options{Transport: stallMidBody{runs: &runs, first: "first chunk"}})
+		r := newRig(t, slowRoute(t), idemproxy.Options{Transport: stallMidBody{runs: &runs, first: "first chunk"}})
 		rec, panicked := r.call(t, "/slow", "k")
 		if panicked != http.ErrAbortHandler {
 			t.Fatalf("the handler answered %d %q (panic %v); want it to abort", rec.Code, rec.Body, panicked)
@@ -108,6 +88,23 @@ routes:
 		wantTimedOutKey(t, r, &runs)
 		time.Sleep(time.Hour) // for the engine's idle heartbeat to end
 	})
+}
+
+// slowRoute is the configuration of the deadline tests: POST /slow has an
+// upstream_deadline of 50ms of its own (the default route keeps the 5m
+// default), in front of an upstream the test's transport reaches.
+func slowRoute(t *testing.T) idemproxy.Config {
+	t.Helper()
+	cfg, err := idemproxy.ParseConfig([]byte(`
+upstream: http://upstream.invalid
+routes:
+  - match: POST /slow
+    upstream_deadline: 50ms
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 // wantTimedOutKey checks what an upstream call cut off at its deadline
