@@ -9,6 +9,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/yuin/goldmark"
+	"github.com/yuin/goldmark/extension"
 )
 
 // fixTwice fixes doc, checks that the copy audits clean and that fixing
@@ -261,5 +264,51 @@ func TestAttackRenderForgery(t *testing.T) {
 	}
 	if lines := strings.Split(strings.TrimSpace(table.String()), "\n"); len(lines) != 3 || strings.ContainsAny(table.String(), "\r\t\u2028\u202e") {
 		t.Errorf("table:\n%q", table.String())
+	}
+}
+
+// TestAttackMarkdownInjection: what a document writes (an operationId, a
+// reason quoting it) renders as the same text in a GitHub-flavoured
+// Markdown table, never as a link, an image, an autolink, HTML, an entity
+// or code that could hide or dress up a finding in a pull request comment.
+func TestAttackMarkdownInjection(t *testing.T) {
+	t.Parallel()
+	md := goldmark.New(goldmark.WithExtensions(extension.GFM))
+	for _, hostile := range []string{
+		"[Approve](https://evil.example/x)",
+		"![pixel](https://evil.example/p.png)",
+		"[ref][1]\n\n[1]: https://evil.example",
+		"<https://evil.example>",
+		"<img src=x onerror=alert(1)>",
+		"<a href='https://evil.example'>ok</a>",
+		"&lt;b&gt; &#91;x&#93;(https://evil.example)",
+		"`code` and ``two``",
+		`\[escaped\](https://evil.example)`,
+		"[a](<https://evil.example> \"t\")",
+		"https://evil.example/approve",
+		"see www.evil.example or WwW.evil.example",
+		"mail admin@evil.example",
+		"ftp://evil.example mailto:x@evil.example",
+	} {
+		fs := []Finding{{Method: "POST", Path: "/p", OperationID: hostile, Verdict: MissingKey, Severity: High, Reasons: []string{"quoting " + hostile}}}
+		var src, out bytes.Buffer
+		if err := WriteMarkdown(&src, fs); err != nil {
+			t.Fatal(err)
+		}
+		if err := md.Convert(src.Bytes(), &out); err != nil {
+			t.Fatal(err)
+		}
+		html := out.String()
+		for _, tag := range []string{"<a ", "<img", "<code>ref", "<script", "onerror=alert(1)>"} {
+			if strings.Contains(html, tag) {
+				t.Errorf("operationId %q renders %q:\n%s", hostile, tag, html)
+			}
+		}
+		// The cell shows the operationId as written (control characters
+		// aside, which printable spells out).
+		want := strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(printable(hostile))
+		if !strings.Contains(html, "<td>"+want+"</td>") {
+			t.Errorf("operationId %q: its cell does not read as written (%q):\n%s", hostile, want, html)
+		}
 	}
 }

@@ -437,7 +437,7 @@ func TestRender(t *testing.T) {
 	if err := WriteMarkdown(&md, fs); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(md.String(), `| POST | `+"`/a\\|b`"+` | pay\x1b[2J | missing_key | high | x \| y; &lt;b&gt; |`) {
+	if !strings.Contains(md.String(), `| POST | `+"`/a\\|b`"+` | pay\\x1b\[2J | missing_key | high | x \| y; &lt;b&gt; |`) {
 		t.Errorf("markdown:\n%s", md.String())
 	}
 	if err := WriteTable(&table, fs); err != nil {

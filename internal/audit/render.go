@@ -79,10 +79,29 @@ func dash(s string) string {
 	return s
 }
 
+// mdEscape makes s, which a document wrote, plain text in a Markdown table
+// cell: it cannot end the cell, open a tag or an entity, or become a link,
+// an image, an autolink or code (an operationId "[Approve](https://…)"
+// stays text in a pull request comment).
 func mdEscape(s string) string {
-	r := strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;")
-	return r.Replace(printable(s))
+	s = mdEscaper.Replace(printable(s))
+	// GitHub links a bare "www." too.
+	for i := 0; i+4 <= len(s); i++ {
+		if strings.EqualFold(s[i:i+4], "www.") {
+			s = s[:i+3] + `\` + s[i+3:]
+			i += 4
+		}
+	}
+	return s
 }
+
+// mdEscaper escapes what Markdown reads as structure in a table cell: the
+// cell border, HTML and entities, link and image brackets, code spans, and
+// the ":" and "@" that GitHub's autolinks need.
+var mdEscaper = strings.NewReplacer(
+	"|", `\|`, "<", "&lt;", ">", "&gt;", "&", "&amp;", `\`, `\\`, "[", `\[`, "]", `\]`, "`", "\\`",
+	":", `\:`, "@", `\@`,
+)
 
 // printable replaces control and invisible characters (a terminal escape,
 // a newline in a path) with Go escapes, so that what a document says
