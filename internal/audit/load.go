@@ -18,8 +18,10 @@ import (
 
 // DefaultMaxBytes is the largest document (and the largest file any of its
 // $refs names) that Load reads unless told otherwise: large enough for the
-// biggest public API descriptions, small enough that a hostile file cannot
-// exhaust memory.
+// biggest public API descriptions. It bounds what is read, not what parsing
+// takes: a document made of tiny nodes (a 30 MB YAML list of "- [a]") parses
+// into a tree over a hundred times its size, so audit only documents you
+// would build from, or lower the limit (idem audit --max-bytes).
 const DefaultMaxBytes = 32 << 20
 
 // Format is how a document is written.
