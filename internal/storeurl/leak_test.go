@@ -1,14 +1,13 @@
 package storeurl
 
 import (
+	"os"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
-// TestMain fails the run on leaked goroutines. One rueidis v1.0.79
-// goroutine is not ours: a Cluster client closes the connections its
-// topology refresh dropped 5s later, from a goroutine Close does not stop.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/redis/rueidis.(*clusterClient)._refresh.func2"))
-}
+// TestMain fails the run on leaked goroutines, allowing for rueidis's
+// delayed close of the connections a Cluster client's topology refresh
+// dropped (testenv.LeakGrace).
+func TestMain(m *testing.M) { os.Exit(testenv.VerifyNoLeaks(m, testenv.LeakGrace)) }

@@ -1,13 +1,18 @@
 // Package testenv gives tests the URLs of the real servers they run
-// against. scripts/services.sh starts the servers and prints the variables.
+// against (scripts/services.sh starts the servers and prints the
+// variables), and the helpers tests share.
 package testenv
 
 import (
+	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 )
 
 // Getenv returns the environment variable name. When it is unset the test
@@ -59,4 +64,34 @@ func WithParam(u, name, value string) string {
 		sep = "&"
 	}
 	return u + sep + url.QueryEscape(name) + "=" + url.QueryEscape(value)
+}
+
+// LeakGrace is how long VerifyNoLeaks waits for goroutines to end: longer
+// than rueidis v1.0.79's delayed close of the connections a Cluster
+// client's topology refresh dropped (5s, from a goroutine Close does not
+// stop; until then the dropped connections' readers and writers live too).
+const LeakGrace = 10 * time.Second
+
+// VerifyNoLeaks runs m's tests and, when they pass, fails the run if
+// goroutines are left over, such as a client a test did not close or a
+// subscription its cancel did not stop. It looks again for up to grace
+// before it fails: a real leak outlives it. Call it from TestMain and pass
+// its result to os.Exit.
+func VerifyNoLeaks(m *testing.M, grace time.Duration) int {
+	code := m.Run()
+	if code != 0 {
+		return code
+	}
+	deadline := time.Now().Add(grace)
+	for {
+		err := goleak.Find()
+		if err == nil {
+			return 0
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "goleak: goroutines left over after a successful test run: %v\n", err)
+			return 1
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
 }
