@@ -20,8 +20,10 @@ type sqlStmt struct {
 }
 
 var (
-	sqlComment   = regexp.MustCompile(`(?s)--[^\n]*|/\*.*?\*/`)
-	sqlQuoted    = regexp.MustCompile(`'(?:[^']|'')*'`)
+	// sqlLexeme finds, left to right, a string literal, a quoted
+	// identifier or a comment, so that "--" in a string does not start a
+	// comment and a quote in a comment does not start a string.
+	sqlLexeme    = regexp.MustCompile(`(?s)'(?:[^']|'')*'|"(?:[^"]|"")*"|` + "`[^`]*`" + `|--[^\n]*|/\*.*?\*/`)
 	sqlSpace     = regexp.MustCompile(`\s+`)
 	selectFrom   = regexp.MustCompile(`(?i)^SELECT\b.*?\bFROM\s+([^\s,();]+)`)
 	lockClause   = regexp.MustCompile(`(?i)\bFOR\s+(?:NO\s+KEY\s+)?UPDATE\b|\bFOR\s+(?:KEY\s+)?SHARE\b|\bLOCK\s+IN\s+SHARE\s+MODE\b`)
@@ -32,8 +34,15 @@ var (
 // parseSQL returns the SELECT and INSERT statements in s, or nothing when
 // s does not look like SQL.
 func parseSQL(s string, pos token.Pos, seq *int) []sqlStmt {
-	s = sqlComment.ReplaceAllString(s, " ")
-	s = sqlQuoted.ReplaceAllString(s, "''")
+	s = sqlLexeme.ReplaceAllStringFunc(s, func(m string) string {
+		switch m[0] {
+		case '\'':
+			return "''" // its text does not count
+		case '"', '`':
+			return m // an identifier, such as the table's name
+		}
+		return " " // a comment
+	})
 	var out []sqlStmt
 	for _, part := range strings.Split(s, ";") {
 		part = strings.TrimLeft(strings.TrimSpace(sqlSpace.ReplaceAllString(part, " ")), "( ")

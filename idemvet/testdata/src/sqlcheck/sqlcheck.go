@@ -127,6 +127,20 @@ func OneString(ctx context.Context, tx *sql.Tx) error {
 	return err
 }
 
+// DashesInAString: "--" inside a string literal starts no comment, so the
+// lock after it counts; a quote inside a comment starts no string.
+func DashesInAString(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, "SELECT * FROM keys WHERE note = '--' AND k = $1 FOR UPDATE; -- don't\n"+ // want `SELECT … FOR UPDATE on keys before INSERT`
+		"INSERT INTO keys (k) VALUES ($1)")
+	return err
+}
+
+// CommentInAnIdentifier: "--" in a quoted table name is part of the name.
+func CommentInAnIdentifier(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `SELECT * FROM "a--b" WHERE k = $1 FOR UPDATE; INSERT INTO "a--b" (k) VALUES ($1)`) // want `SELECT … FOR UPDATE on a--b before INSERT`
+	return err
+}
+
 // LockedInOneString is the same mistake in one string.
 func LockedInOneString(ctx context.Context, tx *sql.Tx) error {
 	_, err := tx.ExecContext(ctx, `SELECT * FROM keys WHERE k = $1 FOR UPDATE; INSERT INTO keys (k) VALUES ($1)`) // want `SELECT … FOR UPDATE on keys before INSERT`
