@@ -79,6 +79,16 @@ func parsePointerOf(kind, p string) ([]string, error) {
 	}
 	toks := strings.Split(p[1:], "/")
 	for i, t := range toks {
+		for j := 0; j < len(t); j++ {
+			if t[j] != '~' {
+				continue
+			}
+			if j+1 == len(t) || (t[j+1] != '0' && t[j+1] != '1') {
+				return nil, pointerError{errors.New("idem: " + kind + " field " + strconv.Quote(p) +
+					` is not a JSON Pointer ("~" must be followed by 0 or 1: "~0" is "~" and "~1" is "/")`)}
+			}
+			j++
+		}
 		toks[i] = strings.ReplaceAll(strings.ReplaceAll(t, "~1", "/"), "~0", "~")
 	}
 	return toks, nil

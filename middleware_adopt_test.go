@@ -166,6 +166,16 @@ func TestFingerprintIncludeFields(t *testing.T) {
 	if _, err := idem.Fingerprint(idem.FingerprintInput{ContentType: "application/json", Body: []byte(`{}`)}, idem.FingerprintOptions{IncludeFields: []string{"amount"}}); err == nil || !strings.Contains(err.Error(), `included field "amount" is not a JSON Pointer`) {
 		t.Errorf("a malformed included pointer: %v", err)
 	}
+	// RFC 6901: "~" escapes only 0 and 1.
+	for _, bad := range []string{"/a~2b", "/a~", "/~/x", "/ok/~a"} {
+		if _, err := idem.Fingerprint(idem.FingerprintInput{ContentType: "application/json", Body: []byte(`{}`)}, idem.FingerprintOptions{ExcludeFields: []string{bad}}); err == nil || !strings.Contains(err.Error(), `must be followed by 0 or 1`) {
+			t.Errorf("pointer %q: %v, want it refused", bad, err)
+		}
+	}
+	// Escaped "~" and "/" name members with those characters.
+	if fp(`{"a/b":1,"c~d":1,"e":1}`, nil, []string{"/a~1b", "/c~0d"}) != fp(`{"a/b":2,"c~d":2,"e":1}`, nil, []string{"/a~1b", "/c~0d"}) {
+		t.Error(`"~1" and "~0" did not name the members "a/b" and "c~d"`)
+	}
 }
 
 // TestMiddlewareKeepDropHeaders: the policy chooses which of the handler's
