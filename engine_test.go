@@ -16,27 +16,13 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemmem"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // clock is a settable test clock.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+type clock = testenv.Clock
 
-func newClock() *clock { return &clock{now: time.Now().UTC().Truncate(time.Millisecond)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
+func newClock() *clock { return testenv.NewClock(time.Now().UTC().Truncate(time.Millisecond)) }
 
 // newEngine returns an engine over a fresh memory store. A clock set in
 // cfg.Now is the store's clock too: leases expire when it is advanced.

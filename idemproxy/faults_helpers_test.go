@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,25 +17,8 @@ import (
 	"github.com/idem-dev/idem/idemmem"
 	"github.com/idem-dev/idem/idemproxy"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
 )
-
-// storeClock is the memory store's clock, moved by hand.
-type storeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *storeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *storeClock) Add(d time.Duration) {
-	c.mu.Lock()
-	c.now = c.now.Add(d)
-	c.mu.Unlock()
-}
 
 // blippingStore fails Release and Escalate with ErrUnavailable while
 // blipping is set; everything else works.
@@ -65,7 +47,7 @@ func (s *blippingStore) Escalate(ctx context.Context, p idemstore.EscalateParams
 // metrics, called directly (no http.Server) unless a test puts one in front.
 type rig struct {
 	store   *blippingStore
-	clock   *storeClock
+	clock   *testenv.Clock // the memory store's, moved by hand
 	engine  *idem.Engine
 	proxy   *idemproxy.Proxy
 	metrics *idemproxy.Metrics
@@ -74,7 +56,7 @@ type rig struct {
 // newRig returns a rig for cfg; opts.Transport may be set.
 func newRig(t *testing.T, cfg idemproxy.Config, opts idemproxy.Options) *rig {
 	t.Helper()
-	r := &rig{clock: &storeClock{now: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}, metrics: idemproxy.NewMetrics()}
+	r := &rig{clock: testenv.NewClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)), metrics: idemproxy.NewMetrics()}
 	mem := idemmem.MustNew(idemmem.Config{Now: r.clock.Now})
 	t.Cleanup(func() { mem.Close() })
 	r.store = &blippingStore{Store: mem}
@@ -93,6 +75,12 @@ func newRig(t *testing.T, cfg idemproxy.Config, opts idemproxy.Options) *rig {
 	}
 	return r
 }
+
+// outlastHeartbeat ends a synctest bubble that ran the rig: the engine's
+// heartbeat loop stays for a moment after its last lease (so that requests
+// in a row share one goroutine), and a bubble cannot end while it does.
+// Only the bubble's fake clock moves; no real time passes.
+func outlastHeartbeat() { time.Sleep(time.Second) }
 
 // call sends a POST with key and body straight to the proxy's handler, and
 // returns the recorded answer and the value the handler panicked with, if

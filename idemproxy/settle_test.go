@@ -63,7 +63,7 @@ func TestProxyAnswerNeverStored(t *testing.T) {
 
 			// The blip ends; the lease expires; recovery escalates.
 			r.store.blipping.Store(false)
-			r.clock.Add(time.Minute)
+			r.clock.Advance(time.Minute)
 			rep, err := r.engine.Recover(t.Context(), idem.RecoverOptions{})
 			if err != nil || rep.Escalated != 1 {
 				t.Fatalf("Recover: %+v, %v; want one escalation", rep, err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-dev/idem/idemsqlite"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // Tests of migration 0003 (partial secondary indexes) and of the
@@ -26,26 +27,6 @@ import (
 
 // piaT0 is the fake clock's start, on a whole millisecond.
 var piaT0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-
-// piaClock is a fake store clock that only moves when told.
-type piaClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func newPiaClock() *piaClock { return &piaClock{t: piaT0} }
-
-func (c *piaClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *piaClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
-}
 
 // piaRec is what a record must look like: the model the store is checked
 // against.
@@ -221,21 +202,7 @@ func piaCheck(t *testing.T, step string, s *idemsqlite.Store, m piaModel, now ti
 // partial index holds exactly the rows its WHERE clause selects.
 func piaIntegrity(t *testing.T, db *sql.DB) {
 	t.Helper()
-	rows, err := db.Query("PRAGMA integrity_check")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var msgs []string
-	for rows.Next() {
-		var msg string
-		if err := rows.Scan(&msg); err != nil {
-			t.Fatal(err)
-		}
-		msgs = append(msgs, msg)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		t.Fatal(err)
-	}
+	msgs := queryColumn[string](t, db, "PRAGMA integrity_check")
 	if len(msgs) != 1 || msgs[0] != "ok" {
 		t.Fatalf("integrity_check: %q", msgs)
 	}
@@ -245,36 +212,31 @@ func piaIntegrity(t *testing.T, db *sql.DB) {
 // idem_records, in order.
 func piaSchema(t *testing.T, db *sql.DB) (versions []int, indexes []string) {
 	t.Helper()
-	rows, err := db.Query("SELECT version FROM idem_schema_migrations ORDER BY version")
+	versions = queryColumn[int](t, db, "SELECT version FROM idem_schema_migrations ORDER BY version")
+	indexes = queryColumn[string](t, db, `SELECT name FROM sqlite_schema
+		WHERE type = 'index' AND tbl_name = 'idem_records' AND name LIKE 'idem_records_%' ORDER BY name`)
+	return versions, indexes
+}
+
+// queryColumn returns the single column of every row q returns.
+func queryColumn[T any](t *testing.T, db *sql.DB, q string) []T {
+	t.Helper()
+	rows, err := db.Query(q)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var out []T
 	for rows.Next() {
-		var v int
+		var v T
 		if err := rows.Scan(&v); err != nil {
 			t.Fatal(err)
 		}
-		versions = append(versions, v)
+		out = append(out, v)
 	}
 	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 		t.Fatal(err)
 	}
-	rows, err = db.Query(`SELECT name FROM sqlite_schema
-		WHERE type = 'index' AND tbl_name = 'idem_records' AND name LIKE 'idem_records_%' ORDER BY name`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		indexes = append(indexes, n)
-	}
-	if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-		t.Fatal(err)
-	}
-	return versions, indexes
+	return out
 }
 
 var (
@@ -371,7 +333,7 @@ func TestPartialIndexAttackUpgradeFromSchema2(t *testing.T) {
 	db := openDB(t, idemsqlite.OpenOptions{})
 	piaBuildV2(t, db)
 	m := piaSeedV2(t, db, 48)
-	clock := newPiaClock()
+	clock := testenv.NewClock(piaT0)
 	s, err := idemsqlite.New(db, idemsqlite.Config{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -491,7 +453,7 @@ func TestPartialIndexAttackConcurrentMigrate(t *testing.T) {
 				}
 				piaIntegrity(t, dbs[2])
 				if m != nil {
-					s, err := idemsqlite.New(dbs[2], idemsqlite.Config{Now: newPiaClock().Now})
+					s, err := idemsqlite.New(dbs[2], idemsqlite.Config{Now: testenv.NewClock(piaT0).Now})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -530,7 +492,7 @@ func TestPartialIndexAttackFailedMigrationRollsBack(t *testing.T) {
 	if _, err := db.Exec(`DROP INDEX idem_records_open_key`); err != nil {
 		t.Fatal(err)
 	}
-	clock := newPiaClock()
+	clock := testenv.NewClock(piaT0)
 	s, err := idemsqlite.New(db, idemsqlite.Config{Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
@@ -552,7 +514,7 @@ func TestPartialIndexAttackTransitions(t *testing.T) {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			clock := newPiaClock()
+			clock := testenv.NewClock(piaT0)
 			cfg := mode.cfg
 			cfg.Now = clock.Now
 			s, db := newStoreWith(t, cfg)
@@ -686,7 +648,7 @@ func TestPartialIndexAttackTransitions(t *testing.T) {
 func TestPartialIndexAttackUnusualKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	clock := newPiaClock()
+	clock := testenv.NewClock(piaT0)
 	s, db := newStoreWith(t, idemsqlite.Config{Now: clock.Now, DisableBatch: true})
 	m := piaModel{}
 	parts := []string{
