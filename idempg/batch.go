@@ -1,8 +1,12 @@
 package idempg
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -33,34 +37,66 @@ func (s *Store) alone() groupcommit.Calls {
 }
 
 // runBatch sends ops as one pipeline (one round trip) that PostgreSQL runs
-// as one implicit transaction, committed at its end: the same statements
-// as without batching, each with its own result, except that a Reserve
-// reads a conflicting record in its own statement. A statement that fails
-// makes the server skip the rest and roll everything back.
+// as one implicit transaction, committed at its end. The ops go in rounds
+// of distinct keys (groupcommit.Rounds), one round after another, so that
+// each key's calls keep their order. In a round, the Reserves are one
+// multi-row statement (reserveMany), sent first, and the Completes another
+// (completeMany), sent last, which costs the server one statement's
+// overhead for the whole round instead of one per call; the rarer calls
+// (Release, Escalate, Extend) send their own statements in between, as
+// without batching. A statement that fails makes the server skip the rest
+// and roll everything back.
 func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil { // nothing sent
 		return groupcommit.Failed(interpretError(ctx, err))
 	}
 	defer conn.Release()
-	var b pgx.Batch
-	for _, op := range ops {
-		k := op.Key
-		switch op.Kind {
-		case groupcommit.Reserve:
-			b.Queue(s.q.reserveRead, k.Scope, k.Operation, k.Key, op.Fingerprint, op.Token, op.Lease, idemstore.EncodeRequest(op.Request))
-		case groupcommit.Complete:
-			b.Queue(s.q.complete, s.notifyArgs(k, []any{k.Scope, k.Operation, k.Key, op.Token, idemstore.EncodeResponse(op.Response), op.Retention})...)
-		case groupcommit.Release:
-			b.Queue(s.q.release, s.notifyArgs(k, []any{k.Scope, k.Operation, k.Key, op.Token})...)
-		case groupcommit.Escalate:
-			b.Queue(s.q.escalate, s.notifyArgs(k, []any{k.Scope, k.Operation, k.Key, op.Token, op.Reason})...)
-		case groupcommit.Extend:
-			b.Queue(s.q.extend, k.Scope, k.Operation, k.Key, op.Token, op.Lease)
+	var (
+		b     pgx.Batch
+		steps [][]*groupcommit.Op // what each queued statement is for, in order
+	)
+	for _, round := range groupcommit.Rounds(ops) {
+		var reserves, others, completes []*groupcommit.Op
+		for _, op := range round {
+			switch op.Kind {
+			case groupcommit.Reserve:
+				reserves = append(reserves, op)
+			case groupcommit.Complete:
+				completes = append(completes, op)
+			default:
+				others = append(others, op)
+			}
+		}
+		// The Reserves first, in key order: inserts are what waits for
+		// other processes' batches (for their insert, update or delete of
+		// the same key), and taking them before the round's changes of
+		// existing records keeps the batches' locks in one order, as key
+		// order did when each call had its own statement. A Release before
+		// them can deadlock with another batch (TestBatchManyLockOrder).
+		for _, part := range s.parts(reserves) {
+			b.Queue(s.q.reserveMany, reserveArrays(part)...)
+			steps = append(steps, part)
+		}
+		for _, op := range others {
+			k := op.Key
+			switch op.Kind {
+			case groupcommit.Release:
+				b.Queue(s.q.release, s.notifyArgs(k, []any{k.Scope, k.Operation, k.Key, op.Token})...)
+			case groupcommit.Escalate:
+				b.Queue(s.q.escalate, s.notifyArgs(k, []any{k.Scope, k.Operation, k.Key, op.Token, op.Reason})...)
+			case groupcommit.Extend:
+				b.Queue(s.q.extend, k.Scope, k.Operation, k.Key, op.Token, op.Lease)
+			}
+			steps = append(steps, []*groupcommit.Op{op})
+		}
+		for _, part := range s.parts(completes) {
+			b.Queue(s.q.completeMany, s.completeArrays(part)...)
+			steps = append(steps, part)
 		}
 	}
 	br := conn.SendBatch(ctx, &b)
-	err = readBatch(br, ops)
+	err = readBatch(br, steps)
 	if cerr := br.Close(); err == nil {
 		err = cerr // the commit's own error, at the end of the pipeline
 	}
@@ -74,63 +110,191 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 	return groupcommit.CommitUnknown("idempg", len(ops), interpretError(ctx, err))
 }
 
-// readBatch reads the result of each op's statement, in order, into its
-// outcome, and returns the first error that is not an outcome.
-func readBatch(br pgx.BatchResults, ops []*groupcommit.Op) error {
-	for _, op := range ops {
-		switch op.Kind {
+// maxStatementBytes is, unless a test sets Store.statementBytes, how many
+// bytes of values (keys, tokens, bodies) one multi-row statement carries at
+// most. pgx refuses to send a message over 1 GiB, and fails the whole batch
+// (as a commit it cannot vouch for) where each call alone would have fit:
+// a round of a large batch of large bodies is cut into several statements.
+const maxStatementBytes = 64 << 20
+
+// parts cuts ops, in order, into runs whose values fit in one statement;
+// each run holds at least one op.
+func (s *Store) parts(ops []*groupcommit.Op) [][]*groupcommit.Op {
+	limit := cmp.Or(s.statementBytes, maxStatementBytes)
+	var parts [][]*groupcommit.Op
+	start, size := 0, 0
+	for i, op := range ops {
+		n := opBytes(op)
+		if i > start && size+n > limit {
+			parts = append(parts, ops[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	if start < len(ops) {
+		parts = append(parts, ops[start:])
+	}
+	return parts
+}
+
+// opBytes is about how many bytes op's values take in a statement.
+func opBytes(op *groupcommit.Op) int {
+	n := len(op.Key.Scope) + len(op.Key.Operation) + len(op.Key.Key) + len(op.Fingerprint) + len(op.Token) + 64
+	if r := op.Request; r != nil {
+		n += len(r.Method) + len(r.Path) + len(r.Query) + len(r.Body)
+	}
+	if r := op.Response; r != nil {
+		n += len(r.NotReplayable) + len(r.Body)
+		for name, values := range r.Header {
+			n += len(name)
+			for _, v := range values {
+				n += len(v) + 8
+			}
+		}
+	}
+	return n
+}
+
+// reserveArrays returns reserveMany's arguments for ops: one array per
+// column, in ops' order.
+func reserveArrays(ops []*groupcommit.Op) []any {
+	var (
+		scopes, operations, keys = make([]string, len(ops)), make([]string, len(ops)), make([]string, len(ops))
+		fingerprints, tokens     = make([]string, len(ops)), make([]string, len(ops))
+		leases                   = make([]time.Duration, len(ops))
+		requests                 = make([][]byte, len(ops))
+	)
+	for i, op := range ops {
+		scopes[i], operations[i], keys[i] = op.Key.Scope, op.Key.Operation, op.Key.Key
+		fingerprints[i], tokens[i], leases[i] = op.Fingerprint, op.Token, op.Lease
+		requests[i] = idemstore.EncodeRequest(op.Request)
+	}
+	return []any{scopes, operations, keys, fingerprints, tokens, leases, requests}
+}
+
+// completeArrays returns completeMany's arguments for ops, with the
+// notification's channel and payloads when the store notifies.
+func (s *Store) completeArrays(ops []*groupcommit.Op) []any {
+	var (
+		scopes, operations, keys, tokens = make([]string, len(ops)), make([]string, len(ops)), make([]string, len(ops)), make([]string, len(ops))
+		responses                        = make([][]byte, len(ops))
+		retentions                       = make([]time.Duration, len(ops))
+	)
+	for i, op := range ops {
+		scopes[i], operations[i], keys[i], tokens[i] = op.Key.Scope, op.Key.Operation, op.Key.Key, op.Token
+		responses[i], retentions[i] = idemstore.EncodeResponse(op.Response), op.Retention
+	}
+	args := []any{scopes, operations, keys, tokens, responses, retentions}
+	if !s.cfg.DisableNotify {
+		payloads := make([]string, len(ops))
+		for i, op := range ops {
+			payloads[i] = notifyPayload(op.Key)
+		}
+		args = append(args, s.cfg.Channel, payloads)
+	}
+	return args
+}
+
+// readBatch reads the result of each queued statement, in order, into the
+// outcomes of the ops it was for, and returns the first error that is not
+// an outcome.
+func readBatch(br pgx.BatchResults, steps [][]*groupcommit.Op) error {
+	for _, ops := range steps {
+		var err error
+		switch ops[0].Kind {
 		case groupcommit.Reserve:
-			rows, err := br.Query()
-			if err == nil {
-				op.Record, op.Created, err = scanReserved(rows)
-			}
-			if err != nil {
-				return err
-			}
+			err = readReserved(br, ops)
+		case groupcommit.Complete:
+			err = readCompleted(br, ops)
 		case groupcommit.Extend:
-			tag, err := br.Exec()
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				op.Err = idemstore.ErrLeaseLost
+			var tag pgconn.CommandTag
+			if tag, err = br.Exec(); err == nil && tag.RowsAffected() == 0 {
+				ops[0].Err = idemstore.ErrLeaseLost
 			}
 		default:
-			err := br.QueryRow().Scan(nil)
+			err = br.QueryRow().Scan(nil)
 			if errors.Is(err, pgx.ErrNoRows) {
-				op.Err = idemstore.ErrLeaseLost
-			} else if err != nil {
-				return err
+				ops[0].Err, err = idemstore.ErrLeaseLost, nil
 			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
-// scanReserved reads the one row of reserveRead: created, or the existing
-// record, or neither when that record vanished before the read.
-func scanReserved(rows pgx.Rows) (rec *idemstore.Record, created bool, err error) {
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return nil, false, err
-		}
-		return nil, false, errors.New("idempg: reserve in a batch returned no row")
-	}
-	var scope *string
-	dest := make([]any, 15)
-	dest[0], dest[1] = &created, &scope
-	if err := rows.Scan(dest...); err != nil {
-		return nil, false, err
-	}
-	if !created && scope != nil {
-		rec, err = scanRecord(afterFirst{rows})
-	}
+// readReserved reads reserveMany's rows, one per op in order: created, or
+// the existing record, or neither when that record could not be read.
+func readReserved(br pgx.BatchResults, ops []*groupcommit.Op) error {
+	rows, err := br.Query()
 	if err != nil {
-		return nil, false, err
+		return err
+	}
+	defer rows.Close()
+	dest := make([]any, 15)
+	for _, op := range ops {
+		if !rows.Next() {
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return fmt.Errorf("idempg: reserve in a batch returned %d rows short of %d", len(ops)-slices.Index(ops, op), len(ops))
+		}
+		var (
+			created bool
+			scope   *string
+			rec     *idemstore.Record
+		)
+		clear(dest)
+		dest[0], dest[1] = &created, &scope
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if !created && scope != nil {
+			if rec, err = scanRecord(afterFirst{rows}); err != nil {
+				return err
+			}
+		}
+		op.Record, op.Created = rec, created
+	}
+	if rows.Next() {
+		return fmt.Errorf("idempg: reserve in a batch returned more than %d rows", len(ops))
 	}
 	rows.Close()
-	return rec, created, rows.Err()
+	return rows.Err()
+}
+
+// readCompleted reads completeMany's rows, the positions of the ops whose
+// record was completed; the others lost their lease.
+func readCompleted(br pgx.BatchResults, ops []*groupcommit.Op) error {
+	rows, err := br.Query()
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	done := make([]bool, len(ops))
+	var n int64
+	dest := make([]any, len(rows.FieldDescriptions())) // the position, and idem_wake's result
+	for rows.Next() {
+		dest[0] = &n
+		if err := rows.Scan(dest...); err != nil {
+			return err
+		}
+		if n < 1 || n > int64(len(ops)) {
+			return fmt.Errorf("idempg: complete in a batch returned position %d of %d", n, len(ops))
+		}
+		done[n-1] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for i, op := range ops {
+		if !done[i] {
+			op.Err = idemstore.ErrLeaseLost
+		}
+	}
+	return nil
 }
 
 // afterFirst scans a row without its first column.

@@ -50,8 +50,8 @@ AND l.token = r.token AND r.state = 'pending'`
 // that changed nothing returns no row, which is how the callers detect a
 // lost lease.
 type queries struct {
-	reserve, reserveRead, get, pending, state        string
-	complete, completeTx                             string
+	reserve, reserveMany, get, pending, state        string
+	complete, completeTx, completeMany               string
 	release, escalate, extend                        string
 	lock, releaseExpired, escalateExpired, takeover  string
 	resolveComplete, resolveRelease, deleteCompleted string
@@ -92,6 +92,16 @@ func buildQueries(schema string, notify bool) queries {
 		return ` SELECT ` + wake + `(` + ch + `::text, ` + payload + `::text, u.scope, u.operation, u.key, ` +
 			always + `, ` + strconv.FormatBool(forget) + `) FROM u`
 	}
+	// manyTail ends completeMany: with notify, each completed record's
+	// idem_wake, with its payload taken from the array by position. Not
+	// inlined as an EXISTS on the waiters: that would read them with the
+	// statement's snapshot, which misses a waiter that subscribed after it
+	// and before the update got the row's lock; idem_wake, VOLATILE, reads
+	// them afresh (TestBatchManyWaiterSubscribedWhileCompleting).
+	manyTail := ` FROM u`
+	if notify {
+		manyTail = `, ` + wake + `($7::text, ($8::text[])[u.n], u.scope, u.operation, u.key, false, false) FROM u`
+	}
 	const returning = ` RETURNING r.scope, r.operation, r.key)`
 	complete := `WITH u AS (UPDATE {t} r SET state = 'completed', response = $5,
     expires_at = {now} + $6::interval, updated_at = {now}
@@ -104,21 +114,41 @@ WHERE {fence}%s` + returning
 		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
 VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
 ON CONFLICT (scope, operation, key) DO NOTHING`),
-		// reserveRead is reserve for a batch, where a second round trip
-		// to read a conflicting record costs the whole batch a wait: it
-		// returns one row, whether the insert went in and, when it did
-		// not, the existing record (NULLs if it vanished meanwhile). The
-		// read is skipped when the insert went in.
-		reserveRead: r.Replace(`WITH ins AS (INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
-VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
-ON CONFLICT (scope, operation, key) DO NOTHING RETURNING 1)
-SELECT EXISTS (SELECT FROM ins), rec.* FROM (SELECT) one LEFT JOIN (
-    SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key} AND NOT EXISTS (SELECT FROM ins)) rec ON true`),
+		// reserveMany is reserve for a round of a batch (calls on distinct
+		// keys), in one statement: parallel arrays of the calls' values,
+		// unnested in order, inserted together. It returns one row per
+		// call, in the arrays' order: whether its insert went in and, when
+		// it did not, the existing record (NULLs if it vanished meanwhile,
+		// or was committed after the statement's snapshot: the caller then
+		// tries again). A second round trip to read a conflicting record
+		// would cost the whole batch a wait.
+		reserveMany: r.Replace(`WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[], $7::bytea[])
+    WITH ORDINALITY AS i(scope, operation, key, fingerprint, token, lease, request, n)),
+ins AS (INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
+    SELECT scope, operation, key, fingerprint, 'pending', token, {now} + lease, {now}, {now}, request FROM i ORDER BY n
+    ON CONFLICT (scope, operation, key) DO NOTHING RETURNING scope, operation, key)
+SELECT ins.key IS NOT NULL, rec.* FROM i
+LEFT JOIN ins ON ins.scope = i.scope AND ins.operation = i.operation AND ins.key = i.key
+LEFT JOIN LATERAL (SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb}
+    WHERE r.scope = i.scope AND r.operation = i.operation AND r.key = i.key AND ins.key IS NULL
+    OFFSET 0) rec ON true
+ORDER BY i.n`),
 		get:     r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key}`),
 		pending: r.Replace(`SELECT FROM {t} r WHERE {fence}`),
 		state:   r.Replace(`SELECT r.state, r.token FROM {t} r WHERE {key}`),
 
 		complete: r.Replace(complete) + tail(7, "false", false),
+		// completeMany is complete for a round of a batch, in one
+		// statement: it returns the position (from 1) in the arrays of each
+		// call whose record it completed; the others lost their lease.
+		// With notify, $7 is the channel and $8 the payloads, in the
+		// arrays' order.
+		completeMany: r.Replace(`WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::interval[])
+    WITH ORDINALITY AS i(scope, operation, key, token, response, retention, n)),
+u AS (UPDATE {t} r SET state = 'completed', response = i.response, expires_at = {now} + i.retention, updated_at = {now}
+    FROM i WHERE r.scope = i.scope AND r.operation = i.operation AND r.key = i.key AND r.state = 'pending' AND r.token = i.token
+    RETURNING i.n, r.scope, r.operation, r.key)
+SELECT u.n`) + manyTail,
 		// In the caller's transaction at REPEATABLE READ or SERIALIZABLE,
 		// the snapshot may predate a waiter's subscription: notify anyway.
 		completeTx: r.Replace(complete) + tail(7, "current_setting('transaction_isolation') <> 'read committed'", false),

@@ -112,6 +112,8 @@ type Store struct {
 	q     queries
 	l     *listener
 	batch *groupcommit.Batcher // nil with Config.DisableBatch
+
+	statementBytes int // maxStatementBytes if 0; tests set it lower
 }
 
 // New returns a Store that keeps its records in cfg.Schema through pool. The
