@@ -87,13 +87,17 @@
 // nothing extra. Calls that arrive while it runs queue up, and when it
 // ends they are sent together as one pipeline (pgx SendBatch: one round
 // trip), which PostgreSQL runs as one implicit transaction, committed at
-// its end. The calls go in key order (so that batches from several
-// processes lock rows in one order; the calls of one key keep their
-// order), each the statement it runs alone, with its own result, except
-// that a Reserve's INSERT … ON CONFLICT DO NOTHING reads the existing
-// record in the same statement when it did not insert, so that no call
-// needs a second round trip. There is no timer: a batch is what queued
-// during the previous one.
+// its end. The calls go in rounds of distinct keys (the calls of one key
+// keep their order, one round after another). A round's Reserves are one
+// multi-row INSERT … ON CONFLICT DO NOTHING over arrays of their values,
+// which also reads the existing record of each key it did not insert, so
+// that no call needs a second round trip; its Completes are one multi-row
+// UPDATE fenced on each record's token; Release, Escalate and Extend run
+// the statement they run alone. The server then pays one statement's
+// overhead per round rather than per call. The Reserves go first and each
+// statement takes its rows in key order, so that batches from several
+// processes lock rows in one order. There is no timer: a batch is what
+// queued during the previous one.
 //
 // Every caller gets its own outcome: two Reserves of one key in one batch
 // see what they would see one after the other (one wins, the other gets
