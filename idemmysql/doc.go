@@ -36,7 +36,8 @@
 //
 // The DSN needs no special parameters. interpolateParams=true is worth
 // setting for throughput: each statement then takes one round trip instead
-// of prepare, execute and close.
+// of prepare, execute and close. The idem CLI's mysql:// store URLs set it
+// unless the DSN sets it itself.
 //
 // The store has no Notifier: the engine's waiters poll with backoff.
 //

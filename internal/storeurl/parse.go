@@ -214,7 +214,38 @@ func parseMySQL(dsn string) (*mysql.Config, error) {
 	if cfg.Loc == nil {
 		cfg.Loc = time.UTC
 	}
+	// interpolateParams defaults to on: a statement with arguments then
+	// takes one round trip instead of prepare, execute and close, which is
+	// most of a batch's time. The driver refuses it with a collation that
+	// makes client-side escaping unsafe; then, or when the DSN says
+	// interpolateParams=false, statements stay prepared.
+	if !cfg.InterpolateParams && !dsnHasParam(dsn, "interpolateParams") {
+		on := cfg.Clone()
+		on.InterpolateParams = true
+		if _, err := mysql.ParseDSN(on.FormatDSN()); err == nil {
+			cfg = on
+		}
+	}
 	return cfg, nil
+}
+
+// dsnHasParam reports whether a go-sql-driver DSN sets the parameter name,
+// looking where the driver does: after the last '/', past a '?'.
+func dsnHasParam(dsn, name string) bool {
+	slash := strings.LastIndexByte(dsn, '/')
+	if slash < 0 {
+		return false
+	}
+	_, query, ok := strings.Cut(dsn[slash:], "?")
+	if !ok {
+		return false
+	}
+	for param := range strings.SplitSeq(query, "&") {
+		if k, _, _ := strings.Cut(param, "="); k == name {
+			return true
+		}
+	}
+	return false
 }
 
 // parseCluster reads [user:pass@]h1:p1,h2:p2[?param=…] (the parameters of

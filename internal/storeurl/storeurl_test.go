@@ -94,6 +94,19 @@ func TestParse(t *testing.T) {
 			eq(t, tg.my.DBName, "idem")
 			eq(t, tg.my.ParseTime, true)
 			eq(t, tg.my.Timeout.String(), "2s")
+			eq(t, tg.my.InterpolateParams, true)
+		}},
+		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?interpolateParams=false", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.my.InterpolateParams, false)
+		}},
+		{url: "mysql://u:p?interpolateParams=true@tcp(127.0.0.1:3306)/idem?interpolateParams=false&timeout=2s", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.my.Passwd, "p?interpolateParams=true")
+			eq(t, tg.my.InterpolateParams, false)
+		}},
+		// The driver refuses client-side escaping with a multi-byte
+		// collation whose bytes can hide a quote: statements stay prepared.
+		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?collation=sjis_japanese_ci", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.my.InterpolateParams, false)
 		}},
 		{url: "mysql://u:p@tcp(127.0.0.1:3306)/", wantErr: "needs a database name"},
 		{url: "mysql://", wantErr: "needs a DSN"},
