@@ -41,8 +41,10 @@ func (s *Store) alone() groupcommit.Calls {
 //     records are ours (their token is the Reserve's own: every Reserve
 //     offers a fresh token) and returns the others' existing records;
 //   - the fenced changes (Complete, Release, Escalate, Extend) are one
-//     UPDATE (values chosen by CASE on the key) or DELETE per kind, each
-//     conditioned on every record being pending under its token.
+//     UPDATE or DELETE per kind, each conditioned on every record being
+//     pending under its token: the Completes' joined to a derived table of
+//     their keys (completeJoined), the others' values chosen by CASE on
+//     the key.
 //
 // That is the optimistic try, in a transaction at the session's own
 // isolation level: the usual case, where every fenced change matches, takes
@@ -138,13 +140,7 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op, locking 
 		}
 	}
 	for _, part := range chunks(held[groupcommit.Complete], func(op *groupcommit.Op) int { return len(op.Response.Body) }) {
-		var b stmt
-		b.add("UPDATE idem_records SET state = 'completed', response = ")
-		b.caseArg(part, func(op *groupcommit.Op) any { return idemstore.EncodeResponse(op.Response) })
-		b.add(", expires_at = " + nowMillis + " + ")
-		b.caseLit(part, func(op *groupcommit.Op) int64 { return millis(op.Retention) })
-		b.add(", updated_at = " + nowMillis)
-		if err := b.fenced(ctx, tx, part, locking); err != nil {
+		if err := completeJoined(ctx, tx, part, locking); err != nil {
 			return err
 		}
 	}
@@ -309,22 +305,63 @@ func (b *stmt) caseLit(ops []*groupcommit.Op, val func(*groupcommit.Op) int64) {
 }
 
 // fenced ends a change of the records of ops, each pending under its
-// token, with its WHERE, and runs it. When the records were not locked
-// first, a change that matched fewer records than ops (some were not
-// pending under their tokens) returns errUnmatched.
+// token, with its WHERE, and runs it (see run).
 func (b *stmt) fenced(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op, locked bool) error {
 	b.add(" WHERE state = 'pending' AND (")
 	b.keys(ops)
 	b.add(")")
+	return b.run(ctx, tx, len(ops), locked)
+}
+
+// run runs a fenced change of want records. When the records were not
+// locked first, a change that matched fewer (some were not pending under
+// their tokens) returns errUnmatched.
+func (b *stmt) run(ctx context.Context, tx *sql.Tx, want int, locked bool) error {
 	res, err := tx.ExecContext(ctx, b.String(), b.args...)
 	if err != nil || locked {
 		return err
 	}
 	n, err := res.RowsAffected()
-	if err == nil && int(n) != len(ops) {
+	if err == nil && int(n) != want {
 		err = errUnmatched
 	}
 	return err
+}
+
+// completeJoined completes the records of ops, each pending under its
+// token, in one UPDATE. The calls' keys, tokens and retentions are a
+// derived table joined on the primary key: one lookup per call, in key
+// order, where a WHERE of one OR per call costs MariaDB's range optimizer
+// an index dive per call (a third of the server's time in a batch). The
+// answers are picked by position (ELT) rather than carried in the derived
+// table, which keeps it free of BLOB columns and so in memory. Keys and
+// tokens go as binary strings, compared byte for byte.
+//
+// STRAIGHT_JOIN keeps that join order: on a small table MariaDB otherwise
+// scans idem_records and looks each row up in the derived table, which in
+// the optimistic (REPEATABLE READ) try locks every row and gap of the
+// table, so that the batch waits for, and deadlocks with, writers of
+// other records.
+func completeJoined(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op, locked bool) error {
+	var b stmt
+	b.add("UPDATE (")
+	for i, op := range ops {
+		args := []any{[]byte(op.Key.Scope), []byte(op.Key.Operation), []byte(op.Key.Key), []byte(op.Token)}
+		if i == 0 {
+			b.add("SELECT 1 AS n, CAST(? AS BINARY) AS scope, CAST(? AS BINARY) AS operation, CAST(? AS BINARY) AS k, "+
+				"CAST(? AS BINARY) AS token, "+literal(millis(op.Retention))+" AS retention", args...)
+		} else {
+			b.add(" UNION ALL SELECT "+literal(int64(i+1))+", CAST(? AS BINARY), CAST(? AS BINARY), CAST(? AS BINARY), "+
+				"CAST(? AS BINARY), "+literal(millis(op.Retention)), args...)
+		}
+	}
+	b.add(") v STRAIGHT_JOIN idem_records r ON r.scope = v.scope AND r.operation = v.operation AND r.`key` = v.k AND r.token = v.token")
+	b.add(" SET r.state = 'completed', r.response = ELT(v.n")
+	for _, op := range ops {
+		b.add(", ?", idemstore.EncodeResponse(op.Response))
+	}
+	b.add("), r.expires_at = " + nowMillis + " + v.retention, r.updated_at = " + nowMillis + " WHERE r.state = 'pending'")
+	return b.run(ctx, tx, len(ops), locked)
 }
 
 // literal is an integer as SQL text: durations are written into the

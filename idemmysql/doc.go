@@ -58,7 +58,9 @@
 // carry the Reserve's own token — every Reserve offers a fresh token — and
 // returns the others' existing records), and one UPDATE or DELETE per kind
 // of fenced change, conditioned on every record being pending under its
-// token. When a change matches fewer records than it was given (a lease
+// token (the Completes' UPDATE joins a derived table of their keys on the
+// primary key, which spares the server's range optimizer one index dive
+// per call). When a change matches fewer records than it was given (a lease
 // was lost), the transaction rolls back and the batch runs again locking
 // first: in a READ COMMITTED transaction, a SELECT … FOR UPDATE of the
 // records the fenced changes aim at (which at READ COMMITTED locks only
