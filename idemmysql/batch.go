@@ -384,21 +384,5 @@ const maxBatchedValue = 256 << 10
 // chunks splits ops into runs of at most maxChunkOps calls and, by size,
 // about maxChunkBytes of values (one call at least).
 func chunks(ops []*groupcommit.Op, size func(*groupcommit.Op) int) [][]*groupcommit.Op {
-	var out [][]*groupcommit.Op
-	start, bytes := 0, 0
-	for i, op := range ops {
-		n := 0
-		if size != nil {
-			n = size(op)
-		}
-		if i > start && (i-start == maxChunkOps || bytes+n > maxChunkBytes) {
-			out = append(out, ops[start:i])
-			start, bytes = i, 0
-		}
-		bytes += n
-	}
-	if start < len(ops) {
-		out = append(out, ops[start:])
-	}
-	return out
+	return groupcommit.Chunks(ops, maxChunkOps, maxChunkBytes, size)
 }

@@ -120,21 +120,7 @@ const maxStatementBytes = 64 << 20
 // parts cuts ops, in order, into runs whose values fit in one statement;
 // each run holds at least one op.
 func (s *Store) parts(ops []*groupcommit.Op) [][]*groupcommit.Op {
-	limit := cmp.Or(s.statementBytes, maxStatementBytes)
-	var parts [][]*groupcommit.Op
-	start, size := 0, 0
-	for i, op := range ops {
-		n := opBytes(op)
-		if i > start && size+n > limit {
-			parts = append(parts, ops[start:i])
-			start, size = i, 0
-		}
-		size += n
-	}
-	if start < len(ops) {
-		parts = append(parts, ops[start:])
-	}
-	return parts
+	return groupcommit.Chunks(ops, 0, cmp.Or(s.statementBytes, maxStatementBytes), opBytes)
 }
 
 // opBytes is about how many bytes op's values take in a statement.

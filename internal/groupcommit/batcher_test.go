@@ -482,3 +482,45 @@ func TestLeftCallKeepsItsInputs(t *testing.T) {
 		t.Fatalf("the batch read %q, want %q", got, want)
 	}
 }
+
+// TestChunks cuts runs by count and by size, never leaves a call out or
+// alone in a run of its own unless it has to, and keeps order.
+func TestChunks(t *testing.T) {
+	ops := make([]*Op, 7)
+	sizes := make(map[*Op]int, len(ops))
+	for i, n := range []int{3, 3, 3, 10, 1, 1, 1} {
+		ops[i] = &Op{Key: key(string(rune('a' + i)))}
+		sizes[ops[i]] = n
+	}
+	size := func(op *Op) int { return sizes[op] }
+	lens := func(runs [][]*Op) (out []int) {
+		var flat []*Op
+		for _, r := range runs {
+			out = append(out, len(r))
+			flat = append(flat, r...)
+		}
+		if !slices.Equal(flat, ops) {
+			t.Fatalf("runs %v do not hold every call in order", out)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name             string
+		maxOps, maxBytes int
+		size             func(*Op) int
+		want             []int
+	}{
+		{"by count", 3, 1 << 20, size, []int{3, 3, 1}},
+		{"by count, no sizes", 2, 0, nil, []int{2, 2, 2, 1}},
+		{"by size", 0, 6, size, []int{2, 1, 1, 3}}, // the 10-byte call alone, over the bound
+		{"by both", 2, 6, size, []int{2, 1, 1, 2, 1}},
+		{"unbounded", 0, 1 << 20, size, []int{7}},
+	} {
+		if got := lens(Chunks(ops, tc.maxOps, tc.maxBytes, tc.size)); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: run lengths %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := Chunks(nil, 3, 10, size); len(got) != 0 {
+		t.Errorf("Chunks(nil) = %v", got)
+	}
+}

@@ -209,3 +209,27 @@ func (c Calls) Run(ctx context.Context, op *Op) {
 		op.Err = c.Extend(ctx, op.ExtendParams())
 	}
 }
+
+// Chunks cuts ops, in order, into runs of at most maxOps calls (no bound
+// when maxOps is 0) whose sizes add up to at most maxBytes, except that a
+// run holds one call at least, however large: what a store sends as one
+// multi-row statement. size may be nil, when only maxOps bounds a run.
+func Chunks(ops []*Op, maxOps, maxBytes int, size func(*Op) int) [][]*Op {
+	var out [][]*Op
+	start, bytes := 0, 0
+	for i, op := range ops {
+		n := 0
+		if size != nil {
+			n = size(op)
+		}
+		if i > start && (i-start == maxOps || bytes+n > maxBytes) {
+			out = append(out, ops[start:i])
+			start, bytes = i, 0
+		}
+		bytes += n
+	}
+	if start < len(ops) {
+		out = append(out, ops[start:])
+	}
+	return out
+}
