@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -219,12 +218,12 @@ func readReserved(br pgx.BatchResults, ops []*groupcommit.Op) error {
 	}
 	defer rows.Close()
 	dest := make([]any, 15)
-	for _, op := range ops {
+	for i, op := range ops {
 		if !rows.Next() {
 			if err := rows.Err(); err != nil {
 				return err
 			}
-			return fmt.Errorf("idempg: reserve in a batch returned %d rows short of %d", len(ops)-slices.Index(ops, op), len(ops))
+			return fmt.Errorf("idempg: reserve in a batch returned %d rows of %d", i, len(ops))
 		}
 		var (
 			created bool
