@@ -36,8 +36,10 @@
 //
 // The DSN needs no special parameters. interpolateParams=true is worth
 // setting for throughput: each statement then takes one round trip instead
-// of prepare, execute and close. The idem CLI's mysql:// store URLs set it
-// unless the DSN sets it itself.
+// of prepare, execute and close. It escapes on the client, so it is unsafe
+// with a multi-byte charset such as GBK or SJIS. The idem CLI's mysql://
+// store URLs set it unless the DSN sets it itself or names another charset
+// than UTF-8, latin1, ascii or binary.
 //
 // The store has no Notifier: the engine's waiters poll with backoff.
 //

@@ -216,10 +216,14 @@ func parseMySQL(dsn string) (*mysql.Config, error) {
 	}
 	// interpolateParams defaults to on: a statement with arguments then
 	// takes one round trip instead of prepare, execute and close, which is
-	// most of a batch's time. The driver refuses it with a collation that
-	// makes client-side escaping unsafe; then, or when the DSN says
-	// interpolateParams=false, statements stay prepared.
-	if !cfg.InterpolateParams && !dsnHasParam(dsn, "interpolateParams") {
+	// most of a batch's time. It escapes on the client, which is unsafe
+	// under a multi-byte charset whose bytes can hide a backslash (GBK,
+	// SJIS, Big5…): the default stays off when the DSN names a charset
+	// other than the UTF-8 and single-byte ones, sets a character_set_*
+	// variable, or asks for a collation the driver refuses with it. A DSN
+	// that sets interpolateParams itself is taken as written.
+	params := dsnParams(dsn)
+	if _, set := params["interpolateParams"]; !set && safeToInterpolate(params) {
 		on := cfg.Clone()
 		on.InterpolateParams = true
 		if _, err := mysql.ParseDSN(on.FormatDSN()); err == nil {
@@ -229,23 +233,43 @@ func parseMySQL(dsn string) (*mysql.Config, error) {
 	return cfg, nil
 }
 
-// dsnHasParam reports whether a go-sql-driver DSN sets the parameter name,
-// looking where the driver does: after the last '/', past a '?'.
-func dsnHasParam(dsn, name string) bool {
+// dsnParams returns the parameters of a go-sql-driver DSN, read where the
+// driver reads them: after the last '/', past a '?'.
+func dsnParams(dsn string) map[string]string {
+	params := map[string]string{}
 	slash := strings.LastIndexByte(dsn, '/')
 	if slash < 0 {
-		return false
+		return params
 	}
 	_, query, ok := strings.Cut(dsn[slash:], "?")
 	if !ok {
-		return false
+		return params
 	}
 	for param := range strings.SplitSeq(query, "&") {
-		if k, _, _ := strings.Cut(param, "="); k == name {
-			return true
+		k, v, _ := strings.Cut(param, "=")
+		params[k] = v
+	}
+	return params
+}
+
+// safeToInterpolate reports whether a DSN's parameters leave the
+// connection in a charset where escaping on the client is sound.
+func safeToInterpolate(params map[string]string) bool {
+	for k := range params {
+		if strings.HasPrefix(strings.ToLower(k), "character_set_") {
+			return false
 		}
 	}
-	return false
+	if charsets, ok := params["charset"]; ok {
+		for cs := range strings.SplitSeq(charsets, ",") {
+			switch strings.ToLower(cs) {
+			case "utf8mb4", "utf8mb3", "utf8", "latin1", "ascii", "binary":
+			default:
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // parseCluster reads [user:pass@]h1:p1,h2:p2[?param=…] (the parameters of

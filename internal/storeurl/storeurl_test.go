@@ -108,6 +108,20 @@ func TestParse(t *testing.T) {
 		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?collation=sjis_japanese_ci", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
 			eq(t, tg.my.InterpolateParams, false)
 		}},
+		// Nor with a charset whose bytes can hide a backslash, named as
+		// the charset or as a session variable; a UTF-8 one keeps it.
+		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?charset=gbk", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.my.InterpolateParams, false)
+		}},
+		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?charset=utf8mb4,sjis", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.my.InterpolateParams, false)
+		}},
+		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?character_set_client=big5", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.my.InterpolateParams, false)
+		}},
+		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?charset=utf8mb4", kind: KindMySQL, check: func(t *testing.T, tg *Target) {
+			eq(t, tg.my.InterpolateParams, true)
+		}},
 		{url: "mysql://u:p@tcp(127.0.0.1:3306)/", wantErr: "needs a database name"},
 		{url: "mysql://", wantErr: "needs a DSN"},
 		{url: "mysql://u:p@tcp(127.0.0.1:3306)/idem?timeout=soon", wantErr: "invalid duration"},
