@@ -16,6 +16,12 @@
 #   BATCH=on                     group commit of the SQL stores (batch=off in their URLs turns it off)
 #   LATENCY=0                    1: instead, p50/p99 of the SQL stores at 1 and CONNS connections,
 #                                batching on and off (and the plain proxy at both)
+#   CPU=0                        1: also print, for every run, the CPU time per request of wrk,
+#                                the upstream, the proxy and the store's server (by process, from
+#                                /proc, over the middle of the run) and the machine's idle share,
+#                                and per server store a ceiling: the ratio idem would reach if its
+#                                store client cost no more CPU than the memory store and no core
+#                                idled (needs memory in STORES, first)
 #   IDEM_TEST_POSTGRES_URL, IDEM_TEST_MYSQL_DSN, IDEM_TEST_REDIS_URL
 #                                the servers (scripts/services.sh prints them); a store whose
 #                                variable is unset is skipped with a message
@@ -34,6 +40,7 @@ ROUNDS=${ROUNDS:-1}
 STORES=${STORES:-memory sqlite postgres mysql redis}
 BATCH=${BATCH:-on}
 LATENCY=${LATENCY:-0}
+CPU=${CPU:-0}
 
 if ! command -v wrk >/dev/null; then
 	echo "bench-proxy: installing wrk" >&2
@@ -110,12 +117,14 @@ prepare() {
 }
 
 port=18300
+declare -A portpid=()
 # start NAME CMD... starts a server on $port and waits until it answers.
 start() {
 	local name=$1
 	shift
 	"$@" 2>"$tmp/$name.log" &
 	pids+=($!)
+	portpid[$port]=$!
 	for _ in $(seq 200); do
 		curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
 		sleep 0.05
@@ -152,15 +161,72 @@ serve() {
 	sport=${served[$1-$2]}
 }
 
-# load PORT CONNS NAME runs wrk and prints its RESULT line, prefixed with NAME.
+# load PORT CONNS NAME [STORE] runs wrk and prints its RESULT line, prefixed
+# with NAME; with CPU=1 also the CPU per request of each process (STORE
+# names the server whose processes count as db), and sets cpu_* for the
+# ceilings.
 load() {
 	local threads=$THREADS
 	[ "$2" -lt "$threads" ] && threads=$2
 	local out
-	out=$(wrk -t"$threads" -c"$2" -d"$DUR" -s scripts/wrk-idempotency.lua "http://127.0.0.1:$1/payments" -- "$run-$RANDOM$RANDOM")
-	out=$(grep '^RESULT' <<<"$out")
+	wrk -t"$threads" -c"$2" -d"$DUR" -s scripts/wrk-idempotency.lua "http://127.0.0.1:$1/payments" -- "$run-$RANDOM$RANDOM" >"$tmp/wrk.out" &
+	local w=$!
+	if [ "$CPU" = 1 ]; then
+		measure "$w" "${portpid[$1]}" "${portpid[${up#*:}]}" "${4:-}"
+	fi
+	wait "$w"
+	out=$(grep '^RESULT' "$tmp/wrk.out")
 	echo "$3 c=$2: ${out#RESULT }"
 	last=$out
+	if [ "$CPU" = 1 ]; then
+		local n
+		n=$(awk -v r="$(field rps "$out")" -v s="$cpu_secs" 'BEGIN { print r * s }')
+		read -r cpu_wrk cpu_up cpu_proxy cpu_db < <(awk -v n="$n" -v t="$(getconf CLK_TCK)" -v a="$cpu_ticks" 'BEGIN {
+			split(a, x, " "); for (i = 1; i <= 4; i++) printf "%.0f ", x[i] * 1e6 / t / n; print "" }')
+		echo "$3 c=$2: cpu us/request: wrk=$cpu_wrk upstream=$cpu_up proxy=$cpu_proxy db=$cpu_db; idle $cpu_idle%"
+	fi
+}
+
+# ticks PID... prints the CPU ticks (user + system) the processes have used.
+ticks() {
+	local p sum=0
+	for p in "$@"; do
+		[ -r "/proc/$p/stat" ] || continue
+		sum=$((sum + $(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || echo 0)))
+	done
+	echo "$sum"
+}
+
+# dbpids STORE prints the pids of the store's server processes, by process
+# name (never by command line, which for idem serve holds the store URL).
+dbpids() {
+	case $1 in
+	postgres) pgrep -x postgres || true ;;
+	mysql) pgrep -x 'mariadbd|mysqld' || true ;;
+	redis) pgrep -x redis-server || true ;;
+	esac
+}
+
+# measure WRK PROXY UPSTREAM STORE samples CPU ticks over the middle of a
+# wrk run (from 1 s in to 1 s before its end) into cpu_ticks, cpu_secs and
+# cpu_idle.
+measure() {
+	local secs db a b i1 i2
+	case $DUR in
+	*m) secs=$((${DUR%m} * 60)) ;;
+	*) secs=${DUR%s} ;;
+	esac
+	cpu_secs=$((secs - 2))
+	sleep 1
+	# shellcheck disable=SC2207
+	db=($(dbpids "$4"))
+	a="$(ticks "$1") $(ticks "$3") $(ticks "$2") $(ticks "${db[@]}")"
+	i1=$(awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+	sleep "$cpu_secs"
+	b="$(ticks "$1") $(ticks "$3") $(ticks "$2") $(ticks "${db[@]}")"
+	i2=$(awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+	cpu_ticks=$(awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); for (i = 1; i <= 4; i++) printf "%d ", y[i] - x[i] }')
+	cpu_idle=$(awk -v a="$i1" -v b="$i2" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.0f", 100 * (y[1] - x[1]) / (y[2] - x[2]) }')
 }
 field() { sed -E "s/.* $1=([0-9.]+).*/\1/" <<<"$2"; }
 
@@ -182,7 +248,7 @@ if [ "$LATENCY" = 1 ]; then
 	exit 0
 fi
 
-declare -A ratios=()
+declare -A ratios=() ceilings=()
 target() {
 	case $1 in sqlite) echo 0.5 ;; postgres) echo 0.4 ;; mysql) echo 0.35 ;; redis) echo 0.85 ;; *) echo "" ;; esac
 }
@@ -192,13 +258,23 @@ for round in $(seq "$ROUNDS"); do
 		[ -n "$sport" ] || continue
 		load "$plainport" "$CONNS" "round $round plain"
 		base=$(field rps "$last")
-		load "$sport" "$CONNS" "round $round $s"
+		plain_cpu=$((cpu_wrk + cpu_up + cpu_proxy))
+		plain_proxy=$cpu_proxy
+		load "$sport" "$CONNS" "round $round $s" "$s"
 		if [ "$(field non2xx "$last")" != 0 ] || [ "$(field errors "$last")" != 0 ]; then
 			echo "round $round $s: WARNING: failed requests; see $tmp/$s-$BATCH.log" >&2
 		fi
 		r=$(awk -v a="$(field rps "$last")" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
 		ratios[$s]="${ratios[$s]:-} $r"
 		echo "round $round $s/plain = $r"
+		if [ "$CPU" = 1 ]; then
+			[ "$s" = memory ] && mem_proxy=$cpu_proxy
+			if [ -n "${mem_proxy:-}" ] && [ -n "$(dbpids "$s")" ]; then
+				c=$(awk -v p="$plain_cpu" -v pp="$plain_proxy" -v m="$mem_proxy" -v d="$cpu_db" 'BEGIN { printf "%.2f", p / (p - pp + m + d) }')
+				ceilings[$s]="${ceilings[$s]:-} $c"
+				echo "round $round $s: ceiling $c (plain's wrk and upstream, the memory store's proxy, this store's server, no idle)"
+			fi
+		fi
 	done
 done
 echo "# idem serve / plain ReverseProxy, median of $ROUNDS round(s), batch=$BATCH:"
@@ -207,5 +283,10 @@ for s in $STORES; do
 	# shellcheck disable=SC2086
 	m=$(median ${ratios[$s]})
 	t=$(target "$s")
-	printf '%-9s %s (rounds:%s)%s\n' "$s" "$m" "${ratios[$s]}" "${t:+, target >= $t}"
+	printf '%-9s %s (rounds:%s)%s' "$s" "$m" "${ratios[$s]}" "${t:+, target >= $t}"
+	if [ -n "${ceilings[$s]:-}" ]; then
+		# shellcheck disable=SC2086
+		printf '; ceiling %s (rounds:%s)' "$(median ${ceilings[$s]})" "${ceilings[$s]}"
+	fi
+	echo
 done
