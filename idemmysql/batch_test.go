@@ -75,8 +75,8 @@ func TestBatchOutcomes(t *testing.T) {
 			t.Errorf("call %d: %v, want %v", i, err, want)
 		}
 	}
-	if batches, calls := s.Batcher().Stats(); batches != 1 || calls != 13 {
-		t.Fatalf("Stats() = %d batches, %d calls; want one batch of 13", batches, calls)
+	if st, ok := s.BatchStats(); !ok || st.Batches != 1 || st.Batched != 13 {
+		t.Fatalf("BatchStats() = %+v, %v; want one batch of 13", st, ok)
 	}
 
 	rec := get(t, s, contended)

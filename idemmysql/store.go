@@ -110,6 +110,11 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// BatchStats reports what group commit has done since the store was made:
+// batches, the calls they carried, and calls that ran alone. ok is false
+// with Config.DisableBatch.
+func (s *Store) BatchStats() (stats idemstore.BatchStats, ok bool) { return s.batch.Report() }
+
 // Capabilities reports that the store offers CompleteTx. It has no
 // Notifier: the engine's waiters poll with backoff.
 func (s *Store) Capabilities() idemstore.Capabilities {

@@ -147,8 +147,8 @@ func TestBatchManyOutcomesByPosition(t *testing.T) {
 				batchtest.Complete(ctx, s, c3, "t3", 3*time.Hour),     // 12
 				batchtest.Reserve(ctx, s, n3, "n3", time.Minute),      // 13
 			)
-			if b, c := s.Batcher().Stats(); b != 1 || c != 14 {
-				t.Fatalf("Stats() = %d batches, %d calls; want the fourteen calls in one batch", b, c)
+			if st := s.Batcher().Stats(); st.Batches != 1 || st.Batched != 14 {
+				t.Fatalf("Stats() = %+v; want the fourteen calls in one batch", st)
 			}
 			for _, i := range []int{0, 2, 5, 13} {
 				if r := got[i]; r.Err != nil || !r.Created || r.Record != nil {
@@ -421,8 +421,8 @@ func largeBodies(t *testing.T, s *idempg.Store, n int, size func(int) int) {
 			t.Fatalf("Complete %d: %v", i, r.Err)
 		}
 	}
-	if b, c := s.Batcher().Stats(); b != 2 || c != uint64(2*n) {
-		t.Fatalf("Stats() = %d batches, %d calls; want two batches of %d", b, c, n)
+	if st := s.Batcher().Stats(); st.Batches != 2 || st.Batched != uint64(2*n) {
+		t.Fatalf("Stats() = %+v; want two batches of %d", st, n)
 	}
 	for i := range n {
 		rec, err := s.Get(ctx, key(i))

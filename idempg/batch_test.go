@@ -54,8 +54,8 @@ func TestBatchOutcomes(t *testing.T) {
 	if rec, err := s.Get(ctx, held); err != nil || rec.State != idemstore.StateCompleted || string(rec.Response.Body) != "old" {
 		t.Fatalf("held key after the batch: %+v, %v", rec, err)
 	}
-	if batches, calls := s.Batcher().Stats(); batches != 1 || calls != 6 {
-		t.Fatalf("Stats() = %d batches, %d calls; want the six calls in one batch", batches, calls)
+	if st, ok := s.BatchStats(); !ok || st.Batches != 1 || st.Batched != 6 {
+		t.Fatalf("BatchStats() = %+v, %v; want the six calls in one batch", st, ok)
 	}
 }
 
@@ -219,7 +219,11 @@ func TestBatchMemberLeavesThenReleases(t *testing.T) {
 // TestBatchDisabled: with DisableBatch the store has no batcher.
 func TestBatchDisabled(t *testing.T) {
 	t.Parallel()
-	if s := newStore(t, testPool(t, ""), idempg.Config{DisableBatch: true}); s.Batcher() != nil {
+	s := newStore(t, testPool(t, ""), idempg.Config{DisableBatch: true})
+	if s.Batcher() != nil {
 		t.Fatal("DisableBatch: the store still batches")
+	}
+	if st, ok := s.BatchStats(); ok {
+		t.Fatalf("DisableBatch: BatchStats() = %+v, true", st)
 	}
 }

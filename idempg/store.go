@@ -146,6 +146,11 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 	return s, nil
 }
 
+// BatchStats reports what group commit has done since the store was made:
+// batches, the calls they carried, and calls that ran alone. ok is false
+// with Config.DisableBatch.
+func (s *Store) BatchStats() (stats idemstore.BatchStats, ok bool) { return s.batch.Report() }
+
 // Capabilities reports that the store offers CompleteTx and, unless
 // Config.DisableNotify is set, LISTEN/NOTIFY wake-ups.
 func (s *Store) Capabilities() idemstore.Capabilities {

@@ -54,6 +54,42 @@ func NewMetrics() *Metrics {
 	return m
 }
 
+// WatchBatches adds the group commit counters of a store that batches (see
+// idemstore.BatchReporter) to the registry: idem_store_batches_total,
+// idem_store_batched_calls_total and idem_store_unbatched_calls_total. They
+// are read at each scrape and left out while the store reports batching
+// off or is not connected yet.
+func (m *Metrics) WatchBatches(r idemstore.BatchReporter) {
+	m.Registry.MustRegister(batchCollector{r})
+}
+
+var (
+	batchesDesc = prometheus.NewDesc("idem_store_batches_total",
+		"Transactions of the store's group commit that carried calls which had queued while it was busy.", nil, nil)
+	batchedDesc = prometheus.NewDesc("idem_store_batched_calls_total",
+		"Calls (reserve, complete, release, escalate, extend) carried by those transactions; divided by idem_store_batches_total, the mean batch size.", nil, nil)
+	unbatchedDesc = prometheus.NewDesc("idem_store_unbatched_calls_total",
+		"Calls that found the store idle and ran at once in a transaction of their own.", nil, nil)
+)
+
+type batchCollector struct{ r idemstore.BatchReporter }
+
+func (c batchCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- batchesDesc
+	ch <- batchedDesc
+	ch <- unbatchedDesc
+}
+
+func (c batchCollector) Collect(ch chan<- prometheus.Metric) {
+	st, ok := c.r.BatchStats()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(batchesDesc, prometheus.CounterValue, float64(st.Batches))
+	ch <- prometheus.MustNewConstMetric(batchedDesc, prometheus.CounterValue, float64(st.Batched))
+	ch <- prometheus.MustNewConstMetric(unbatchedDesc, prometheus.CounterValue, float64(st.Alone))
+}
+
 // Handler serves the registry in the Prometheus text format.
 func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})

@@ -68,6 +68,9 @@ func (s *Server) Run(ctx context.Context) error {
 		log = slog.Default()
 	}
 	metrics := NewMetrics()
+	if r, ok := s.Store.(idemstore.BatchReporter); ok {
+		metrics.WatchBatches(r)
+	}
 	store := metrics.InstrumentStore(s.Store)
 	tokens, err := adminTokens(cfg, s.AdminTokens)
 	if err != nil {

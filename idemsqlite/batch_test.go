@@ -45,8 +45,8 @@ func TestBatchSameKeyOneWinner(t *testing.T) {
 	if rec, err := s.Get(ctx, done); err != nil || rec.State != idemstore.StateCompleted {
 		t.Fatalf("completed key: %+v, %v", rec, err)
 	}
-	if batches, calls := s.Batcher().Stats(); batches != 1 || calls != 4 {
-		t.Fatalf("Stats() = %d batches, %d calls; want the four calls in one batch", batches, calls)
+	if st, ok := s.BatchStats(); !ok || st.Batches != 1 || st.Batched != 4 {
+		t.Fatalf("BatchStats() = %+v, %v; want the four calls in one batch", st, ok)
 	}
 }
 
@@ -145,5 +145,8 @@ func TestBatchDisabled(t *testing.T) {
 	s, _ := newStoreWith(t, idemsqlite.Config{DisableBatch: true})
 	if s.Batcher() != nil {
 		t.Fatal("DisableBatch: the store still batches")
+	}
+	if st, ok := s.BatchStats(); ok {
+		t.Fatalf("DisableBatch: BatchStats() = %+v, true", st)
 	}
 }

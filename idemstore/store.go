@@ -122,6 +122,27 @@ type Capabilities struct {
 	Notify bool
 }
 
+// BatchStats counts what a store's group commit has done since the store
+// was opened. Batched / Batches is the mean number of calls a transaction
+// carried; under light load most calls find the store idle and run Alone,
+// at once, as they would without batching.
+type BatchStats struct {
+	// Batches is how many transactions carried calls that had queued
+	// while the store was busy.
+	Batches uint64
+	// Batched is how many calls those transactions carried.
+	Batched uint64
+	// Alone is how many calls found the store idle and ran at once, alone.
+	Alone uint64
+}
+
+// BatchReporter is implemented by stores that batch concurrent calls into
+// shared transactions (group commit): the SQLite, PostgreSQL and MySQL
+// stores. ok is false when batching is off.
+type BatchReporter interface {
+	BatchStats() (stats BatchStats, ok bool)
+}
+
 // Notifier is implemented by stores that can tell waiters that a record may
 // have changed.
 type Notifier interface {

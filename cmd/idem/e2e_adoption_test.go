@@ -20,7 +20,8 @@ import (
 )
 
 // metric returns the value of the sample of name whose labels include all
-// of labels ("route=\"default\""), or -1.
+// of labels ("route=\"default\""), or -1. A sample without labels matches
+// when labels is empty.
 func metric(t *testing.T, p *proxy, name string, labels ...string) float64 {
 	t.Helper()
 	resp, err := http.Get("http://" + p.admin + "/metrics")
@@ -29,7 +30,7 @@ func metric(t *testing.T, p *proxy, name string, labels ...string) float64 {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	re := regexp.MustCompile(`(?m)^` + name + `\{([^}]*)\} (\S+)$`)
+	re := regexp.MustCompile(`(?m)^` + name + `(?:\{([^}]*)\})? (\S+)$`)
 next:
 	for _, m := range re.FindAllStringSubmatch(string(b), -1) {
 		for _, l := range labels {

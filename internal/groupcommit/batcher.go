@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/idem-dev/idem/idemstore"
 )
 
 // Config configures a Batcher.
@@ -39,8 +41,8 @@ type Batcher struct {
 	shards []shard
 	seed   maphash.Seed
 
-	batches, batched atomic.Uint64 // for Stats
-	paused           atomic.Pointer[pause]
+	batches, batched, alone atomic.Uint64 // for Stats
+	paused                  atomic.Pointer[pause]
 }
 
 type shard struct {
@@ -91,6 +93,7 @@ func (b *Batcher) Do(ctx context.Context, op *Op) error {
 	if !sh.running {
 		sh.running = true
 		sh.mu.Unlock()
+		b.alone.Add(1)
 		defer b.handOff(sh) // also if Single panics: the caller sees the panic
 		b.cfg.Single(ctx, op)
 		return nil
@@ -269,8 +272,17 @@ func batchContext(ops []*Op) (context.Context, func()) {
 	}
 }
 
-// Stats returns how many batches ran (lone calls that found their shard
-// idle not counted) and how many calls they held, for benchmarks.
-func (b *Batcher) Stats() (batches, calls uint64) {
-	return b.batches.Load(), b.batched.Load()
+// Report is Stats for a store's idemstore.BatchReporter: ok is false for a
+// nil Batcher (batching off).
+func (b *Batcher) Report() (stats idemstore.BatchStats, ok bool) {
+	if b == nil {
+		return idemstore.BatchStats{}, false
+	}
+	return b.Stats(), true
+}
+
+// Stats returns how many batches ran and how many calls they held, and how
+// many calls found their shard idle and ran alone (not counted as batches).
+func (b *Batcher) Stats() idemstore.BatchStats {
+	return idemstore.BatchStats{Batches: b.batches.Load(), Batched: b.batched.Load(), Alone: b.alone.Load()}
 }

@@ -90,8 +90,8 @@ func TestLoneCallRunsAloneInTheCallersContext(t *testing.T) {
 	if seen != "caller" || op.Reason != "single:t1" {
 		t.Fatalf("lone call: context value %v, outcome %q; want the caller's context and Single", seen, op.Reason)
 	}
-	if n, _ := b.Stats(); n != 0 || len(r.batches) != 0 {
-		t.Fatalf("a lone call made %d batches", n)
+	if st := b.Stats(); st.Batches != 0 || st.Alone != 1 || len(r.batches) != 0 {
+		t.Fatalf("a lone call: Stats() = %+v, %d batches run; want none, and one call alone", st, len(r.batches))
 	}
 }
 
@@ -119,8 +119,8 @@ func TestQueuedCallsRunAsOneBatchInKeyOrder(t *testing.T) {
 			t.Fatalf("op %s: outcome %q, want the batch's", op.Token, op.Reason)
 		}
 	}
-	if n, calls := b.Stats(); n != 1 || calls != 5 {
-		t.Fatalf("Stats() = %d batches, %d calls; want 1, 5", n, calls)
+	if st := b.Stats(); st.Batches != 1 || st.Batched != 5 {
+		t.Fatalf("Stats() = %+v; want 1 batch of 5 calls", st)
 	}
 }
 

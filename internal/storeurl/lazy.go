@@ -30,8 +30,9 @@ type lazy struct {
 }
 
 var (
-	_ idemstore.Store    = (*lazy)(nil)
-	_ idemstore.Notifier = (*lazy)(nil)
+	_ idemstore.Store         = (*lazy)(nil)
+	_ idemstore.Notifier      = (*lazy)(nil)
+	_ idemstore.BatchReporter = (*lazy)(nil)
 )
 
 func newLazy(t *Target, opts Options) *lazy {
@@ -219,6 +220,20 @@ func (l *lazy) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) 
 // Capabilities reports what the named store can do, known from the URL, so
 // that the engine can rely on it before the store connects.
 func (l *lazy) Capabilities() idemstore.Capabilities { return l.t.Capabilities() }
+
+// BatchStats forwards to the connected store; ok is false before it
+// connects and for a store that does not batch.
+func (l *lazy) BatchStats() (idemstore.BatchStats, bool) {
+	p := l.inner.Load()
+	if p == nil {
+		return idemstore.BatchStats{}, false
+	}
+	r, ok := (*p).(idemstore.BatchReporter)
+	if !ok {
+		return idemstore.BatchStats{}, false
+	}
+	return r.BatchStats()
+}
 
 // Subscribe forwards to the connected store when it notifies.
 func (l *lazy) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct{}, func(), error) {

@@ -286,6 +286,35 @@ func TestLazyConnects(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// Its group commit counters come through the wrapper: the Get above
+	// is not batched, a Reserve runs alone.
+	if _, _, err := s.Reserve(context.Background(), idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", Lease: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	st, ok := s.(idemstore.BatchReporter).BatchStats()
+	if !ok || st != (idemstore.BatchStats{Alone: 1}) {
+		t.Fatalf("BatchStats() = %+v, %v; want one call alone", st, ok)
+	}
+}
+
+// TestLazyBatchStatsBeforeConnecting: a lazy store that has not connected
+// reports no batching rather than zeros, and so does a store that does not
+// batch.
+func TestLazyBatchStatsBeforeConnecting(t *testing.T) {
+	t.Parallel()
+	var l lazy // never connected
+	if st, ok := l.BatchStats(); ok {
+		t.Fatalf("BatchStats() before connecting = %+v, true", st)
+	}
+	var mem idemstore.Store
+	mem, closeFn, err := Open(context.Background(), "memory://", Options{Lazy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	if st, ok := mem.(idemstore.BatchReporter).BatchStats(); ok {
+		t.Fatalf("memory:// BatchStats() = %+v, true", st)
+	}
 }
 
 func eq[T comparable](t *testing.T, got, want T) {

@@ -57,9 +57,9 @@ func Run(b *testing.B, workers int, batcher *groupcommit.Batcher, pair Pair) {
 		failed atomic.Pointer[error]
 		wg     sync.WaitGroup
 	)
-	var batches0, calls0 uint64
+	var before idemstore.BatchStats
 	if batcher != nil {
-		batches0, calls0 = batcher.Stats()
+		before = batcher.Stats()
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -91,8 +91,8 @@ func Run(b *testing.B, workers int, batcher *groupcommit.Batcher, pair Pair) {
 	b.ReportMetric(at(0.50), "p50-µs")
 	b.ReportMetric(at(0.99), "p99-µs")
 	if batcher != nil {
-		batches, calls := batcher.Stats()
-		batches, calls = batches-batches0, calls-calls0
+		st := batcher.Stats()
+		batches, calls := st.Batches-before.Batches, st.Batched-before.Batched
 		if total := batches + uint64(2*b.N) - calls; total > 0 {
 			b.ReportMetric(float64(2*b.N)/float64(total), "calls/batch")
 		}
