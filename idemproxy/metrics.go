@@ -58,18 +58,19 @@ func NewMetrics() *Metrics {
 // idemstore.BatchReporter) to the registry: idem_store_batches_total,
 // idem_store_batched_calls_total and idem_store_unbatched_calls_total. They
 // are read at each scrape and left out while the store reports batching
-// off or is not connected yet.
+// off or is not connected yet. Call it at most once per Metrics: a second
+// registration panics.
 func (m *Metrics) WatchBatches(r idemstore.BatchReporter) {
 	m.Registry.MustRegister(batchCollector{r})
 }
 
 var (
 	batchesDesc = prometheus.NewDesc("idem_store_batches_total",
-		"Transactions of the store's group commit that carried calls which had queued while it was busy.", nil, nil)
+		"Batches of the store's group commit: calls that queued while the store was busy, run together in one transaction.", nil, nil)
 	batchedDesc = prometheus.NewDesc("idem_store_batched_calls_total",
 		"Calls (reserve, complete, release, escalate, extend) carried by those transactions; divided by idem_store_batches_total, the mean batch size.", nil, nil)
 	unbatchedDesc = prometheus.NewDesc("idem_store_unbatched_calls_total",
-		"Calls that found the store idle and ran at once in a transaction of their own.", nil, nil)
+		"Calls of the kinds the store batches that found it idle and ran at once, alone.", nil, nil)
 )
 
 type batchCollector struct{ r idemstore.BatchReporter }

@@ -123,9 +123,14 @@ type Capabilities struct {
 }
 
 // BatchStats counts what a store's group commit has done since the store
-// was opened. Batched / Batches is the mean number of calls a transaction
-// carried; under light load most calls find the store idle and run Alone,
-// at once, as they would without batching.
+// was opened, for the calls it batches (Reserve, Complete, Release,
+// Escalate, Extend; not their IfExpired variants, Takeover or reads).
+// Batched / Batches is the mean number of calls a batch carried; under light
+// load most calls find the store idle and run Alone, at once, as they would
+// without batching. A call counts once per attempt: a Reserve the store
+// retries counts again, and a batch that failed in a way that made its
+// members run alone still counts as a batch. The three are read one after
+// another, not as one snapshot.
 type BatchStats struct {
 	// Batches is how many transactions carried calls that had queued
 	// while the store was busy.
@@ -138,7 +143,8 @@ type BatchStats struct {
 
 // BatchReporter is implemented by stores that batch concurrent calls into
 // shared transactions (group commit): the SQLite, PostgreSQL and MySQL
-// stores. ok is false when batching is off.
+// stores. ok is false when batching is off, and, for a wrapper that
+// implements it for any store, when the store behind it does not batch.
 type BatchReporter interface {
 	BatchStats() (stats BatchStats, ok bool)
 }

@@ -1,20 +1,24 @@
 package main_test
 
 import (
+	"io"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
 
-// TestBatchMetrics: /metrics counts the SQL store's group commit, every
-// store call once, either in a batch or alone; with batch=off, and on a
-// store that does not batch, the counters are absent.
+// TestBatchMetrics: /metrics counts the SQL store's group commit: each
+// Reserve and Complete once, either in a batch or alone. With batch=off,
+// and on a store that does not batch, the counters are absent.
 func TestBatchMetrics(t *testing.T) {
 	t.Parallel()
 	const n = 16
 	up := newUpstream(t)
 	// A long lease, so that no heartbeat Extend joins the calls counted.
 	p := startProxy(t, "--upstream", up.URL, "--store", sqliteStore(t), "--admin", "127.0.0.1:0", "--lease", "1h")
+	eventually(t, "the store's counters", func() bool { return metric(t, p, "idem_store_batches_total") >= 0 })
 	want(t, "batches before any request", metric(t, p, "idem_store_batches_total"), 0.0)
 	want(t, "calls alone before any request", metric(t, p, "idem_store_unbatched_calls_total"), 0.0)
 
@@ -23,8 +27,19 @@ func TestBatchMetrics(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		wg.Go(func() {
-			a := do(t, "POST", "http://"+p.addr+"/pay?hold=1", "k"+strconv.Itoa(i), `{"amount":1}`)
-			want(t, "status", a.status, 201)
+			req, _ := http.NewRequest("POST", "http://"+p.addr+"/pay?hold=1", strings.NewReader(`{"amount":1}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", "k"+strconv.Itoa(i))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 201 {
+				t.Errorf("request %d: status %d, want 201", i, resp.StatusCode)
+			}
 		})
 	}
 	eventually(t, "every request reaching the upstream", func() bool { return up.runs("/pay") == n })
@@ -43,7 +58,7 @@ func TestBatchMetrics(t *testing.T) {
 
 	for _, store := range []string{sqliteStore(t) + "?batch=off", "memory://"} {
 		q := startProxy(t, "--upstream", up.URL, "--store", store, "--admin", "127.0.0.1:0")
-		do(t, "POST", "http://"+q.addr+"/pay", "k", `{"amount":1}`)
+		want(t, store+": status", do(t, "POST", "http://"+q.addr+"/pay", "k", `{"amount":1}`).status, 201)
 		for _, name := range []string{"idem_store_batches_total", "idem_store_batched_calls_total", "idem_store_unbatched_calls_total"} {
 			want(t, store+": "+name, metric(t, q, name), -1.0)
 		}
