@@ -173,10 +173,13 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op, locking 
 }
 
 // lockPending locks the records ops aim at with SELECT … FOR UPDATE and
-// returns the tokens of those that are pending, by key.
+// returns the tokens of those that are pending, by key. It reads through
+// the primary key (FORCE INDEX): through the index on operation, a choice
+// MariaDB can make on a small table, it would lock every record of the
+// operation.
 func lockPending(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op) (map[idemstore.Key]string, error) {
 	var b stmt
-	b.add("SELECT scope, operation, `key`, token FROM idem_records WHERE (")
+	b.add("SELECT scope, operation, `key`, token FROM idem_records FORCE INDEX (PRIMARY) WHERE (")
 	b.keys(ops)
 	b.add(") AND state = 'pending' FOR UPDATE")
 	rows, err := tx.QueryContext(ctx, b.String(), b.args...)
@@ -341,7 +344,10 @@ func (b *stmt) run(ctx context.Context, tx *sql.Tx, want int, locked bool) error
 // scans idem_records and looks each row up in the derived table, which in
 // the optimistic (REPEATABLE READ) try locks every row and gap of the
 // table, so that the batch waits for, and deadlocks with, writers of
-// other records.
+// other records. FORCE INDEX (PRIMARY) keeps the lookups on the primary
+// key: the join's columns also lead the index on operation, which on a
+// small table can cost the same in MariaDB's estimates and would read, and
+// lock, every record of the operation.
 func completeJoined(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op, locked bool) error {
 	var b stmt
 	b.add("UPDATE (")
@@ -355,7 +361,7 @@ func completeJoined(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op, lock
 				"CAST(? AS BINARY), "+literal(millis(op.Retention)), args...)
 		}
 	}
-	b.add(") v STRAIGHT_JOIN idem_records r ON r.scope = v.scope AND r.operation = v.operation AND r.`key` = v.k AND r.token = v.token")
+	b.add(") v STRAIGHT_JOIN idem_records r FORCE INDEX (PRIMARY) ON r.scope = v.scope AND r.operation = v.operation AND r.`key` = v.k AND r.token = v.token")
 	b.add(" SET r.state = 'completed', r.response = ELT(v.n")
 	for _, op := range ops {
 		b.add(", ?", idemstore.EncodeResponse(op.Response))
