@@ -41,6 +41,19 @@ STORES=${STORES:-memory sqlite postgres mysql redis}
 BATCH=${BATCH:-on}
 LATENCY=${LATENCY:-0}
 CPU=${CPU:-0}
+if [ "$CPU" = 1 ]; then
+	# CPU=1 samples from 1 s in to 1 s before the end of each run.
+	dur_secs=0
+	if [[ $DUR =~ ^([0-9]+)s$ ]]; then
+		dur_secs=${BASH_REMATCH[1]}
+	elif [[ $DUR =~ ^([0-9]+)m$ ]]; then
+		dur_secs=$((BASH_REMATCH[1] * 60))
+	fi
+	if [ "$dur_secs" -lt 3 ]; then
+		echo "bench-proxy: CPU=1 needs DUR in whole seconds or minutes, at least 3s (got $DUR)" >&2
+		exit 2
+	fi
+fi
 
 if ! command -v wrk >/dev/null; then
 	echo "bench-proxy: installing wrk" >&2
@@ -182,7 +195,7 @@ load() {
 		local n
 		n=$(awk -v r="$(field rps "$out")" -v s="$cpu_secs" 'BEGIN { print r * s }')
 		read -r cpu_wrk cpu_up cpu_proxy cpu_db < <(awk -v n="$n" -v t="$(getconf CLK_TCK)" -v a="$cpu_ticks" 'BEGIN {
-			split(a, x, " "); for (i = 1; i <= 4; i++) printf "%.0f ", x[i] * 1e6 / t / n; print "" }')
+			split(a, x, " "); for (i = 1; i <= 4; i++) printf "%.0f ", (n > 0 ? x[i] * 1e6 / t / n : 0); print "" }')
 		echo "$3 c=$2: cpu us/request: wrk=$cpu_wrk upstream=$cpu_up proxy=$cpu_proxy db=$cpu_db; idle $cpu_idle%"
 	fi
 }
@@ -209,25 +222,28 @@ dbpids() {
 
 # measure WRK PROXY UPSTREAM STORE samples CPU ticks over the middle of a
 # wrk run (from 1 s in to 1 s before its end) into cpu_ticks, cpu_secs and
-# cpu_idle.
+# cpu_idle. The server's processes are every process of its name on this
+# machine, looked up at both ends of the window: one that started inside it
+# counts whole, one that ended inside it is missed.
 measure() {
-	local secs db a b i1 i2
-	case $DUR in
-	*m) secs=$((${DUR%m} * 60)) ;;
-	*) secs=${DUR%s} ;;
-	esac
-	cpu_secs=$((secs - 2))
+	local p t db=0 i1 i2
+	local -A before=()
+	cpu_secs=$((dur_secs - 2))
 	sleep 1
-	# shellcheck disable=SC2207
-	db=($(dbpids "$4"))
-	a="$(ticks "$1") $(ticks "$3") $(ticks "$2") $(ticks "${db[@]}")"
+	for p in $(dbpids "$4"); do before[$p]=$(ticks "$p"); done
+	local a="$(ticks "$1") $(ticks "$3") $(ticks "$2")"
 	i1=$(awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
 	sleep "$cpu_secs"
-	b="$(ticks "$1") $(ticks "$3") $(ticks "$2") $(ticks "${db[@]}")"
+	local b="$(ticks "$1") $(ticks "$3") $(ticks "$2")"
 	i2=$(awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
-	cpu_ticks=$(awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); for (i = 1; i <= 4; i++) printf "%d ", y[i] - x[i] }')
-	cpu_idle=$(awk -v a="$i1" -v b="$i2" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.0f", 100 * (y[1] - x[1]) / (y[2] - x[2]) }')
+	for p in $(dbpids "$4"); do
+		t=$(ticks "$p")
+		[ "$t" -lt "${before[$p]:-0}" ] || db=$((db + t - ${before[$p]:-0}))
+	done
+	cpu_ticks="$(awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); for (i = 1; i <= 3; i++) printf "%d ", (y[i] > x[i] ? y[i] - x[i] : 0) }')$db"
+	cpu_idle=$(awk -v a="$i1" -v b="$i2" 'BEGIN { split(a, x, " "); split(b, y, " "); printf "%.0f", (y[2] > x[2] ? 100 * (y[1] - x[1]) / (y[2] - x[2]) : 0) }')
 }
+
 field() { sed -E "s/.* $1=([0-9.]+).*/\1/" <<<"$2"; }
 
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
@@ -241,7 +257,7 @@ if [ "$LATENCY" = 1 ]; then
 			case $s in sqlite | postgres | mysql) ;; *) continue ;; esac
 			for b in on off; do
 				serve "$s" "$b"
-				[ -z "$sport" ] || load "$sport" "$c" "$s-batch=$b"
+				[ -z "$sport" ] || load "$sport" "$c" "$s-batch=$b" "$s"
 			done
 		done
 	done
@@ -258,8 +274,10 @@ for round in $(seq "$ROUNDS"); do
 		[ -n "$sport" ] || continue
 		load "$plainport" "$CONNS" "round $round plain"
 		base=$(field rps "$last")
-		plain_cpu=$((cpu_wrk + cpu_up + cpu_proxy))
-		plain_proxy=$cpu_proxy
+		if [ "$CPU" = 1 ]; then
+			plain_cpu=$((cpu_wrk + cpu_up + cpu_proxy))
+			plain_proxy=$cpu_proxy
+		fi
 		load "$sport" "$CONNS" "round $round $s" "$s"
 		if [ "$(field non2xx "$last")" != 0 ] || [ "$(field errors "$last")" != 0 ]; then
 			echo "round $round $s: WARNING: failed requests; see $tmp/$s-$BATCH.log" >&2
