@@ -17,8 +17,9 @@
 #   LATENCY=0                    1: instead, p50/p99 of the SQL stores at 1 and CONNS connections,
 #                                batching on and off (and the plain proxy at both)
 #   CPU=0                        1: also print, for every run, the CPU time per request of wrk,
-#                                the upstream, the proxy and the store's server (by process, from
-#                                /proc, over the middle of the run) and the machine's idle share,
+#                                the upstream, the proxy and the store's server (from /proc, over
+#                                the middle of the run; the server is every postgres, mariadbd or
+#                                redis-server process on this machine) and the machine's idle share,
 #                                and per server store a ceiling: the ratio idem would reach if its
 #                                store client cost no more CPU than the memory store and no core
 #                                idled (needs memory in STORES, first)
