@@ -174,9 +174,9 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op, locking 
 
 // lockPending locks the records ops aim at with SELECT … FOR UPDATE and
 // returns the tokens of those that are pending, by key. It reads through
-// the primary key (FORCE INDEX): through the index on operation, a choice
-// MariaDB can make on a small table, it would lock every record of the
-// operation.
+// the primary key (FORCE INDEX) whatever a small table's statistics make
+// MariaDB estimate: through the index on operation it would lock every
+// record of the operation.
 func lockPending(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op) (map[idemstore.Key]string, error) {
 	var b stmt
 	b.add("SELECT scope, operation, `key`, token FROM idem_records FORCE INDEX (PRIMARY) WHERE (")
@@ -345,9 +345,9 @@ func (b *stmt) run(ctx context.Context, tx *sql.Tx, want int, locked bool) error
 // the optimistic (REPEATABLE READ) try locks every row and gap of the
 // table, so that the batch waits for, and deadlocks with, writers of
 // other records. FORCE INDEX (PRIMARY) keeps the lookups on the primary
-// key: the join's columns also lead the index on operation, which on a
-// small table can cost the same in MariaDB's estimates and would read, and
-// lock, every record of the operation.
+// key whatever a small table's statistics make MariaDB estimate: the
+// join's columns also lead the index on operation, through which it would
+// read, and lock, every record of the operation.
 func completeJoined(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op, locked bool) error {
 	var b stmt
 	b.add("UPDATE (")
