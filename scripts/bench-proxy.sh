@@ -221,6 +221,9 @@ dbpids() {
 	esac
 }
 
+# cpustat prints the machine's idle and total CPU ticks so far.
+cpustat() { awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat; }
+
 # measure WRK PROXY UPSTREAM STORE samples CPU ticks over the middle of a
 # wrk run (from 1 s in to 1 s before its end) into cpu_ticks, cpu_secs and
 # cpu_idle. The server's processes are every process of its name on this
@@ -233,10 +236,10 @@ measure() {
 	sleep 1
 	for p in $(dbpids "$4"); do before[$p]=$(ticks "$p"); done
 	local a="$(ticks "$1") $(ticks "$3") $(ticks "$2")"
-	i1=$(awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+	i1=$(cpustat)
 	sleep "$cpu_secs"
 	local b="$(ticks "$1") $(ticks "$3") $(ticks "$2")"
-	i2=$(awk '/^cpu / { print $5 + $6, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+	i2=$(cpustat)
 	for p in $(dbpids "$4"); do
 		t=$(ticks "$p")
 		[ "$t" -lt "${before[$p]:-0}" ] || db=$((db + t - ${before[$p]:-0}))

@@ -48,7 +48,7 @@ const errNotCreated = benchError("storebench: a fresh key was not created")
 // clients send them), and reports pairs/s and the p50 and p99 of a pair in
 // microseconds. When batcher is not nil it also reports calls/batch: the
 // mean number of calls per transaction, lone calls counting as batches of
-// one (two calls per pair).
+// one (the Batcher's Stats over the run).
 func Run(b *testing.B, workers int, batcher *groupcommit.Batcher, pair Pair) {
 	ctx := b.Context()
 	lat := make([]time.Duration, b.N)
@@ -92,9 +92,10 @@ func Run(b *testing.B, workers int, batcher *groupcommit.Batcher, pair Pair) {
 	b.ReportMetric(at(0.99), "p99-µs")
 	if batcher != nil {
 		st := batcher.Stats()
-		batches, calls := st.Batches-before.Batches, st.Batched-before.Batched
-		if total := batches + uint64(2*b.N) - calls; total > 0 {
-			b.ReportMetric(float64(2*b.N)/float64(total), "calls/batch")
+		alone := st.Alone - before.Alone
+		calls := st.Batched - before.Batched + alone
+		if txs := st.Batches - before.Batches + alone; txs > 0 {
+			b.ReportMetric(float64(calls)/float64(txs), "calls/batch")
 		}
 	}
 }
