@@ -146,7 +146,7 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op, locking 
 	}
 	for _, part := range chunks(held[groupcommit.Escalate], func(op *groupcommit.Op) int { return len(op.Reason) }) {
 		var b stmt
-		b.add("UPDATE idem_records SET state = 'needs_review', reason = ")
+		b.add("UPDATE " + byPrimaryKey + " SET state = 'needs_review', reason = ")
 		b.caseArg(part, func(op *groupcommit.Op) any { return op.Reason })
 		b.add(", updated_at = " + nowMillis)
 		if err := b.fenced(ctx, tx, part, locking); err != nil {
@@ -155,7 +155,7 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op, locking 
 	}
 	for _, part := range chunks(held[groupcommit.Extend], nil) {
 		var b stmt
-		b.add("UPDATE idem_records SET lease_until = " + nowMillis + " + ")
+		b.add("UPDATE " + byPrimaryKey + " SET lease_until = " + nowMillis + " + ")
 		b.caseLit(part, func(op *groupcommit.Op) int64 { return millis(op.Lease) })
 		b.add(", updated_at = " + nowMillis)
 		if err := b.fenced(ctx, tx, part, locking); err != nil {
@@ -164,7 +164,7 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op, locking 
 	}
 	for _, part := range chunks(held[groupcommit.Release], nil) {
 		var b stmt
-		b.add("DELETE FROM idem_records")
+		b.add("DELETE idem_records FROM " + byPrimaryKey) // the multi-table form, which takes an index hint
 		if err := b.fenced(ctx, tx, part, locking); err != nil {
 			return err
 		}
@@ -172,14 +172,20 @@ func runRound(ctx context.Context, tx *sql.Tx, round []*groupcommit.Op, locking 
 	return nil
 }
 
+// byPrimaryKey is idem_records read through its primary key, as every
+// batched statement that finds records by their keys does, whatever a
+// small table's statistics make MariaDB estimate: through the index on
+// (state, lease_until) a fenced change would read, and lock, every pending
+// record, and through the index on operation every record of the
+// operation, and so wait for the transactions that hold them (another
+// batch, an application's CompleteTx).
+const byPrimaryKey = "idem_records FORCE INDEX (PRIMARY)"
+
 // lockPending locks the records ops aim at with SELECT … FOR UPDATE and
-// returns the tokens of those that are pending, by key. It reads through
-// the primary key (FORCE INDEX) whatever a small table's statistics make
-// MariaDB estimate: through the index on operation it would lock every
-// record of the operation.
+// returns the tokens of those that are pending, by key.
 func lockPending(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op) (map[idemstore.Key]string, error) {
 	var b stmt
-	b.add("SELECT scope, operation, `key`, token FROM idem_records FORCE INDEX (PRIMARY) WHERE (")
+	b.add("SELECT scope, operation, `key`, token FROM " + byPrimaryKey + " WHERE (")
 	b.keys(ops)
 	b.add(") AND state = 'pending' FOR UPDATE")
 	rows, err := tx.QueryContext(ctx, b.String(), b.args...)
@@ -345,9 +351,7 @@ func (b *stmt) run(ctx context.Context, tx *sql.Tx, want int, locked bool) error
 // the optimistic (REPEATABLE READ) try locks every row and gap of the
 // table, so that the batch waits for, and deadlocks with, writers of
 // other records. FORCE INDEX (PRIMARY) keeps the lookups on the primary
-// key whatever a small table's statistics make MariaDB estimate: the
-// join's columns also lead the index on operation, through which it would
-// read, and lock, every record of the operation.
+// key (see byPrimaryKey).
 func completeJoined(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op, locked bool) error {
 	var b stmt
 	b.add("UPDATE (")
