@@ -4,9 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/groupcommit"
@@ -49,8 +52,9 @@ func (s *Store) alone() groupcommit.Calls {
 // That is the optimistic try, in a transaction at the session's own
 // isolation level: the usual case, where every fenced change matches, takes
 // no other statement. If a change matched fewer records than it was given
-// (a lease was lost, or an Extend rewrote the same deadline), the
-// transaction rolls back and the batch runs again, locking first: in a
+// (a lease was lost, or an Extend rewrote the same deadline), or the
+// server rolled the try back as a deadlock's victim (errDeadlocked), the
+// batch runs again, locking first: in a
 // READ COMMITTED transaction, one SELECT … FOR UPDATE per round reads the
 // records the fenced changes aim at (locking the rows found, and no gap),
 // the changes whose record is not pending under their token get
@@ -60,18 +64,35 @@ func (s *Store) alone() groupcommit.Calls {
 // The server's clock is read in each statement, as without batching.
 func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 	err := s.runTx(ctx, ops, false)
-	if errors.Is(err, errUnmatched) {
+	for try := 0; try < lockingTries && (errors.Is(err, errUnmatched) || errors.Is(err, errDeadlocked)) && ctx.Err() == nil; try++ {
 		for _, op := range ops {
 			op.Record, op.Created, op.Err = nil, false, nil
 		}
 		err = s.runTx(ctx, ops, true)
 	}
+	if errors.Is(err, errDeadlocked) { // every try was rolled back
+		return groupcommit.Failed(interpretError(ctx, err))
+	}
 	return err
 }
+
+// lockingTries is how many times a batch runs locking first after its
+// optimistic try: a locking run can still be a deadlock's victim, against
+// another process's optimistic try, which then goes on to commit; two
+// locking runs take their rows in one order and cannot deadlock.
+const lockingTries = 3
 
 // errUnmatched says that an optimistic batch's fenced change matched fewer
 // records than it was given; the batch was rolled back.
 var errUnmatched = errors.New("idemmysql: a fenced change in a batch matched fewer records than it was given")
+
+// errDeadlocked says that the server chose a batch as the victim of a
+// deadlock and rolled it back whole. The optimistic try locks
+// by kind of call, then by key (the Completes' statement, then the
+// Escalates', …), so that two processes' batches with different kinds on
+// the same keys can lock them in opposite orders; the locking rerun takes
+// every fenced record in key order first.
+var errDeadlocked = errors.New("idemmysql: an optimistic batch was a deadlock's victim")
 
 // runTx runs ops in one transaction, optimistically or locking first (see
 // runBatch).
@@ -89,6 +110,10 @@ func (s *Store) runTx(ctx context.Context, ops []*groupcommit.Op, locking bool) 
 			_ = tx.Rollback()
 			if errors.Is(err, errUnmatched) {
 				return err
+			}
+			var me *mysql.MySQLError
+			if errors.As(err, &me) && me.Number == 1213 { // ER_LOCK_DEADLOCK: all rolled back
+				return fmt.Errorf("%w: %w", errDeadlocked, err)
 			}
 			return groupcommit.Failed(interpretError(ctx, err))
 		}

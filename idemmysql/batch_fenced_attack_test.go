@@ -2,9 +2,12 @@ package idemmysql_test
 
 import (
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/idem-dev/idem/idemmysql"
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/groupcommit/batchtest"
 )
@@ -88,6 +91,64 @@ func TestBatchFencedLocksOnlyItsRows(t *testing.T) {
 					t.Errorf("after the batched %s: %+v, %v; want %s", kind, rec, err, want)
 				}
 			})
+		}
+	}
+}
+
+// TestBatchCrossKindOrder: two stores (two processes) each batch a live
+// Complete of one key with a stale Release of the other's key. The
+// optimistic try takes its rows by kind of call (the Completes' statement,
+// then the Releases'), so the two batches take k1 and k2 in opposite
+// orders and the server kills one as a deadlock's victim; that batch must
+// run again, locking in key order, and not fail its callers with
+// ErrRetryable.
+func TestBatchCrossKindOrder(t *testing.T) {
+	t.Parallel()
+	db, cfg := newDatabase(t, "")
+	a, err := idemmysql.New(db, idemmysql.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := idemmysql.New(openDB(t, cfg), idemmysql.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	for i := range 10 {
+		k1, k2 := batchtest.Key(fmt.Sprintf("%d-1", i)), batchtest.Key(fmt.Sprintf("%d-2", i))
+		seed(t, a, k1, "live1")
+		seed(t, a, k2, "live2")
+		var ra, rb []batchtest.Result
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		wg.Go(func() {
+			<-start
+			ra = batchtest.InOneBatch(t, a.Batcher(),
+				batchtest.Complete(ctx, a, k1, "live1", time.Hour),
+				batchtest.Call(func() error { return a.Release(ctx, idemstore.ReleaseParams{Key: k2, Token: "stale"}) }))
+		})
+		wg.Go(func() {
+			<-start
+			rb = batchtest.InOneBatch(t, b.Batcher(),
+				batchtest.Complete(ctx, b, k2, "live2", time.Hour),
+				batchtest.Call(func() error { return b.Release(ctx, idemstore.ReleaseParams{Key: k1, Token: "stale"}) }))
+		})
+		close(start)
+		wg.Wait()
+		for j, r := range []batchtest.Result{ra[0], rb[0]} {
+			if r.Err != nil {
+				t.Errorf("iteration %d: live Complete of k%d: %v", i, j+1, r.Err)
+			}
+		}
+		for j, r := range []batchtest.Result{ra[1], rb[1]} {
+			if !errors.Is(r.Err, idemstore.ErrLeaseLost) {
+				t.Errorf("iteration %d: stale Release of k%d: %v, want ErrLeaseLost", i, 2-j, r.Err)
+			}
+		}
+		for _, k := range []idemstore.Key{k1, k2} {
+			if rec, err := a.Get(ctx, k); err != nil || rec.State != idemstore.StateCompleted {
+				t.Errorf("iteration %d: %s after both batches: %+v, %v; want completed", i, k.Key, rec, err)
+			}
 		}
 	}
 }

@@ -108,7 +108,10 @@ func ExtendOp(p idemstore.ExtendParams) *Op {
 
 // CompareKeys orders keys by scope, operation, then key: the order a batch
 // runs its calls in, so that concurrent batches (from other processes, or
-// other shards) lock rows in one order and cannot deadlock on each other.
+// other shards) lock rows in one order. A store whose statements go by kind
+// of call first (one for the Completes, one for the Releases, …) can still
+// take two batches' rows in opposite orders; idemmysql runs a batch that a
+// deadlock rolled back again, locking in key order.
 func CompareKeys(a, b idemstore.Key) int {
 	if c := cmp.Compare(a.Scope, b.Scope); c != 0 {
 		return c
