@@ -21,6 +21,8 @@ func FuzzParseConfig(f *testing.F) {
 		"upstream: http://x\nrelease_statuses: [429, 503]\nmax_body: 4096\nlease: 1s\nretention: 1h\n",
 		"upstream: http://x\nread_timeout: 5s\nmax_header_bytes: 1024\nscope_secret_file: /nonexistent\n",
 		"routes: [{match: \"GET /{x...}\"}]\n",
+		"routes: [{match: \" /\"}, {match: \"PUT\\t/a\"}]\n",
+		"routes: [{match: /{x...}}, {match: POST /a}]\n",
 		"upstream: &a http://x\nlisten: *a\n",
 		"{",
 		"- - -",

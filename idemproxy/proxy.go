@@ -138,7 +138,6 @@ func (p *Proxy) build(cfg Config) (http.Handler, error) {
 		return def, nil
 	}
 	mux := http.NewServeMux()
-	hasRoot := false
 	for _, r := range cfg.Routes {
 		h, err := p.buildRoute(r.Match.Pattern, r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled)
 		if err != nil {
@@ -147,11 +146,11 @@ func (p *Proxy) build(cfg Config) (http.Handler, error) {
 		if err := handle(mux, r.Match.Pattern, h); err != nil {
 			return nil, fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
 		}
-		hasRoot = hasRoot || r.Match.Pattern == "/"
 	}
-	if !hasRoot {
-		mux.Handle("/", def)
-	}
+	// The default route takes what no route matches. ServeMux refuses "/"
+	// only beside a route that matches every request ("/", " /",
+	// "/{rest...}"), which leaves the default nothing to take.
+	_ = handle(mux, "/", def)
 	return mux, nil
 }
 
@@ -191,10 +190,12 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 }
 
 // patternMethods returns the method a ServeMux pattern names, or nil (the
-// middleware's default, POST and PATCH) when it names none.
+// middleware's default, POST and PATCH) when it names none. It reads the
+// pattern as ServeMux does: the method is what comes before the first
+// space or tab, and a pattern that starts with one names no method.
 func patternMethods(pattern string) []string {
-	if m, rest, ok := strings.Cut(pattern, " "); ok && !strings.Contains(m, "/") && strings.TrimSpace(rest) != "" {
-		return []string{m}
+	if i := strings.IndexAny(pattern, " \t"); i > 0 {
+		return []string{pattern[:i]}
 	}
 	return nil
 }
