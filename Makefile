@@ -2,6 +2,10 @@ SHELL := /bin/bash
 GO ?= go
 # Packages that start goroutines or share state run under the race detector.
 RACE ?= -race
+# Modules beside the root one, each with its own go.mod so that an application
+# using one of them never downloads another's dependencies; go.work joins them
+# for development, and make test, lint and bench run each.
+MODULES = examples/worker
 
 .DEFAULT_GOAL := help
 
@@ -19,7 +23,9 @@ test: lint ## Run every check and test CI runs (starts the services it needs)
 	echo "make: a service did not start; its tests skip, or fail when CI=true" >&2; \
 	. .tmp/services.env; \
 	$(GO) test $(RACE) -count=1 -timeout 20m ./...
-	@set -euo pipefail; . .tmp/services.env; cd examples/worker && $(GO) test $(RACE) -mod=mod -count=1 -timeout 10m ./...
+	@set -euo pipefail; . .tmp/services.env; for m in $(MODULES); do \
+		echo "test: module $$m"; (cd $$m && $(GO) test $(RACE) -count=1 -timeout 10m ./...); \
+	done
 	@$(MAKE) --no-print-directory fuzz
 
 .PHONY: test-short
@@ -57,8 +63,8 @@ fuzz: ## Fuzz key parsing, JSON canonicalisation, record decoders, the config pa
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./...
+	$(GO) vet ./... $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... $(addprefix ./,$(addsuffix /...,$(MODULES)))
 
 # VERSION is stamped into bin/idem (idem version, idem --version).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
