@@ -77,15 +77,16 @@ const LeakGrace = 10 * time.Second
 // goroutines are left over, such as a client a test did not close or a
 // subscription its cancel did not stop. It looks again for up to grace
 // before it fails: a real leak outlives it. Call it from TestMain and pass
-// its result to os.Exit.
-func VerifyNoLeaks(m *testing.M, grace time.Duration) int {
+// its result to os.Exit. opts are goleak's, to ignore a library's
+// goroutine that nothing can stop.
+func VerifyNoLeaks(m *testing.M, grace time.Duration, opts ...goleak.Option) int {
 	code := m.Run()
 	if code != 0 {
 		return code
 	}
 	deadline := time.Now().Add(grace)
 	for {
-		err := goleak.Find()
+		err := goleak.Find(opts...)
 		if err == nil {
 			return 0
 		}
