@@ -1,0 +1,185 @@
+package idemwatermill_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemwatermill"
+)
+
+// routerRig is a Watermill router on an in-process GoChannel pub/sub,
+// whose handler "ledger" consumes "orders" and publishes to "receipts".
+type routerRig struct {
+	pubsub  *gochannel.GoChannel
+	router  *message.Router
+	handled chan error // each delivery's result, as the router sees it
+}
+
+func newRouter(t *testing.T, mws func(*gochannel.GoChannel) []message.HandlerMiddleware, h message.HandlerFunc) *routerRig {
+	t.Helper()
+	logger := watermill.NopLogger{}
+	rig := &routerRig{
+		pubsub:  gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger),
+		handled: make(chan error, 16),
+	}
+	router, err := message.NewRouter(message.RouterConfig{}, logger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.router = router
+	// Outermost: report what each delivery came to.
+	router.AddMiddleware(func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			out, err := h(msg)
+			rig.handled <- err
+			return out, err
+		}
+	})
+	if mws != nil {
+		router.AddMiddleware(mws(rig.pubsub)...)
+	}
+	router.AddHandler("ledger", "orders", rig.pubsub, "receipts", rig.pubsub, h)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := router.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		router.Close()
+		rig.pubsub.Close()
+	})
+	<-router.Running()
+	return rig
+}
+
+// next waits for the next delivery's result.
+func (r *routerRig) next(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-r.handled:
+		return err
+	case <-time.After(time.Minute):
+		t.Fatal("no delivery within a minute")
+		return nil
+	}
+}
+
+func (r *routerRig) publish(t *testing.T, msgs ...*message.Message) {
+	t.Helper()
+	if err := r.pubsub.Publish("orders", msgs...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Comparison with Watermill's Deduplicator: a handler fails once with an
+// error that means "nothing happened, try again", and the pub/sub delivers
+// the message again. The Deduplicator marked the message seen before the
+// first run, so it drops the redelivery and the work is lost; idem released
+// the key, so the redelivery runs and the work is done, once.
+func TestComparisonDeduplicatorLosesRetriedMessage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		mw   func(t *testing.T) message.HandlerMiddleware
+		done int32
+	}{
+		{"watermill Deduplicator", func(*testing.T) message.HandlerMiddleware {
+			return new(middleware.Deduplicator).Middleware
+		}, 0},
+		{"idemwatermill", func(t *testing.T) message.HandlerMiddleware {
+			e, _ := memEngine(t, idem.EngineConfig{})
+			mw, err := idemwatermill.New(e, idemwatermill.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return mw
+		}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var runs, done atomic.Int32
+			mw := tc.mw(t)
+			rig := newRouter(t, func(*gochannel.GoChannel) []message.HandlerMiddleware { return []message.HandlerMiddleware{mw} }, func(*message.Message) ([]*message.Message, error) {
+				if runs.Add(1) == 1 {
+					return nil, idem.Retryable(errors.New("the ledger was busy; nothing written"))
+				}
+				done.Add(1)
+				return nil, nil
+			})
+			rig.publish(t, message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`)))
+			if err := rig.next(t); err == nil {
+				t.Fatal("the first delivery did not fail")
+			}
+			if err := rig.next(t); err != nil { // the redelivery, acked
+				t.Fatalf("the redelivery: %v", err)
+			}
+			if got := done.Load(); got != tc.done {
+				t.Fatalf("the work was done %d times, want %d", got, tc.done)
+			}
+		})
+	}
+}
+
+// Through a router: a redelivered message whose key was used with another
+// payload goes to the poison queue (PoisonQueueWithFilter with IsPoison)
+// with the reason, and the handler does not run; the produced messages of
+// the first are published once per delivery, with the same UUID.
+func TestRouterPoisonQueueAndReplay(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var c counting
+	rig := newRouter(t, func(ps *gochannel.GoChannel) []message.HandlerMiddleware {
+		poison, err := middleware.PoisonQueueWithFilter(ps, "orders.poison", idemwatermill.IsPoison)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []message.HandlerMiddleware{poison, idemwatermill.Middleware(e, idemwatermill.Config{})}
+	}, c.handle)
+	receipts, err := rig.pubsub.Subscribe(context.Background(), "receipts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	poisoned, err := rig.pubsub.Subscribe(context.Background(), "orders.poison")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rig.publish(t, delivery("m-1", "order 1"))
+	rig.publish(t, delivery("m-1", "order 1")) // delivered again: replayed
+	rig.publish(t, delivery("m-1", "order 2")) // same UUID, another payload: poison
+	for i := 0; i < 3; i++ {
+		if err := rig.next(t); err != nil {
+			t.Fatalf("delivery %d: %v (the poison queue acks poison)", i+1, err)
+		}
+	}
+	var uuids []string
+	for i := 0; i < 2; i++ {
+		m := <-receipts
+		m.Ack()
+		uuids = append(uuids, m.UUID)
+	}
+	if uuids[0] != uuids[1] {
+		t.Fatalf("receipts %v: want the same UUID twice", uuids)
+	}
+	p := <-poisoned
+	p.Ack()
+	if string(p.Payload) != "order 2" || p.Metadata.Get(middleware.ReasonForPoisonedKey) == "" {
+		t.Fatalf("poisoned %q with metadata %v", p.Payload, p.Metadata)
+	}
+	if c.runs.Load() != 1 {
+		t.Fatalf("the handler ran %d times", c.runs.Load())
+	}
+}
