@@ -155,9 +155,9 @@ func (ts *tracedStore) Resolve(ctx context.Context, p idemstore.ResolveParams) e
 	return err
 }
 
-func (ts *tracedStore) Delete(ctx context.Context, key idemstore.Key) error {
-	ctx, span := ts.start(ctx, "idem.store.delete", &key)
-	err := ts.s.Delete(ctx, key)
+func (ts *tracedStore) Delete(ctx context.Context, p idemstore.DeleteParams) error {
+	ctx, span := ts.start(ctx, "idem.store.delete", &p.Key)
+	err := ts.s.Delete(ctx, p)
 	end(span, err)
 	return err
 }

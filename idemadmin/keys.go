@@ -245,7 +245,7 @@ func (k *Keys) Delete(ctx context.Context, id, who, note string) (Result, error)
 	if rec.State != idemstore.StateCompleted {
 		return Result{}, keyError(key, rec.State, idemstore.ErrNotCompleted)
 	}
-	if err := k.Store.Delete(ctx, key); err != nil {
+	if err := k.Store.Delete(ctx, idemstore.DeleteParams{Key: key, Token: rec.Token}); err != nil {
 		return Result{}, keyError(key, "", err)
 	}
 	res := Result{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Action: ActionDelete, State: "deleted", By: who, Note: note,

@@ -248,7 +248,7 @@ func TestUsageAccounting(t *testing.T) {
 	if u.Records != 5 || u.Bytes < 5*idemmem.RecordOverhead+5*int64(len("POST/pa=1body")) {
 		t.Fatalf("usage %+v", u)
 	}
-	must(s.Delete(ctx, key(1)))
+	must(s.Delete(ctx, idemstore.DeleteParams{Key: key(1)}))
 	must(s.Resolve(ctx, idemstore.ResolveParams{Key: key(2), Action: idemstore.ResolveRelease}))
 	must(s.Release(ctx, idemstore.ReleaseParams{Key: key(3), Token: "a-longer-token"}))
 	must(s.Release(ctx, idemstore.ReleaseParams{Key: key(4), Token: "t"}))

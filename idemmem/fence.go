@@ -134,9 +134,10 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	})
 }
 
-// Delete removes a completed record before its retention ends.
-func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
-	return s.inState(ctx, key, idemstore.StateCompleted, idemstore.ErrNotCompleted, "", func(sh *shard, h uint64, e *entry, _ time.Time) {
+// Delete removes a completed record before its retention ends; with
+// p.Token, only the answer stored under that token.
+func (s *Store) Delete(ctx context.Context, p idemstore.DeleteParams) error {
+	return s.inState(ctx, p.Key, idemstore.StateCompleted, idemstore.ErrNotCompleted, p.Token, func(sh *shard, h uint64, e *entry, _ time.Time) {
 		sh.drop(s, h, e)
 	})
 }

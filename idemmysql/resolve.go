@@ -13,7 +13,7 @@ const (
 	resolveCompleteSQL = "UPDATE idem_records SET state = 'completed', response = ?, expires_at = " + nowPlus +
 		", updated_at = " + nowMillis + ", reason = COALESCE(NULLIF(?, ''), reason) WHERE " + byKey + " AND state = 'needs_review' AND (? = '' OR token = ?)"
 	resolveReleaseSQL = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'needs_review' AND (? = '' OR token = ?)"
-	deleteSQL         = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'completed'"
+	deleteSQL         = "DELETE FROM idem_records WHERE " + byKey + " AND state = 'completed' AND (? = '' OR token = ?)"
 	stateSQL          = "SELECT state, token FROM idem_records WHERE " + byKey
 )
 
@@ -41,11 +41,14 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	return s.whyNot(ctx, p.Key, err, idemstore.ErrNotNeedsReview, idemstore.StateNeedsReview, p.Token)
 }
 
-// Delete removes a completed record before its retention ends. A missing
-// record gives idemstore.ErrNotFound, a pending or needs_review one
-// idemstore.ErrNotCompleted.
-func (s *Store) Delete(ctx context.Context, k idemstore.Key) error {
-	return s.whyNot(ctx, k, execFenced(ctx, s.db, deleteSQL, keyArgs(k)...), idemstore.ErrNotCompleted, idemstore.StateCompleted, "")
+// Delete removes a completed record before its retention ends (with
+// p.Token, only the answer stored under that token). A missing record
+// gives idemstore.ErrNotFound, a pending or needs_review one
+// idemstore.ErrNotCompleted, one completed under another token
+// idemstore.ErrLeaseLost.
+func (s *Store) Delete(ctx context.Context, p idemstore.DeleteParams) error {
+	err := execFenced(ctx, s.db, deleteSQL, append(keyArgs(p.Key), p.Token, p.Token)...)
+	return s.whyNot(ctx, p.Key, err, idemstore.ErrNotCompleted, idemstore.StateCompleted, p.Token)
 }
 
 // whyNot passes err on, unless it says that a statement conditioned on the

@@ -135,17 +135,20 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 }
 
 // Delete removes a completed record (and its side rows) before its
-// retention ends. A missing record gives idemstore.ErrNotFound, a pending
-// or needs_review one idemstore.ErrNotCompleted.
-func (s *Store) Delete(ctx context.Context, k idemstore.Key) error {
+// retention ends (with p.Token, only the answer stored under that token).
+// A missing record gives idemstore.ErrNotFound, a pending or needs_review
+// one idemstore.ErrNotCompleted, one completed under another token
+// idemstore.ErrLeaseLost.
+func (s *Store) Delete(ctx context.Context, p idemstore.DeleteParams) error {
+	k := p.Key
 	var n int
-	if err := s.pool.QueryRow(ctx, s.q.deleteCompleted, k.Scope, k.Operation, k.Key).Scan(&n); err != nil {
+	if err := s.pool.QueryRow(ctx, s.q.deleteCompleted, k.Scope, k.Operation, k.Key, p.Token).Scan(&n); err != nil {
 		return interpretError(ctx, err)
 	}
 	if n == 1 {
 		return nil
 	}
-	return s.wrongState(ctx, k, idemstore.ErrNotCompleted, idemstore.StateCompleted, "")
+	return s.wrongState(ctx, k, idemstore.ErrNotCompleted, idemstore.StateCompleted, p.Token)
 }
 
 // wrongState explains why a change conditioned on the record's state (want)

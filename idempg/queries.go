@@ -182,7 +182,7 @@ WHERE {key} AND r.state = 'needs_review' AND ($7 = '' OR r.token = $7)`+returnin
 		resolveRelease: r.Replace(`WITH u AS (DELETE FROM {t} r WHERE {key} AND r.state = 'needs_review' AND ($4 = '' OR r.token = $4)`+returning) + tail(5, "false", true),
 		// A completed record gains no side rows (Extend and Subscribe need
 		// it pending), so the statement's own snapshot sees them all.
-		deleteCompleted: r.Replace(`WITH d AS (DELETE FROM {t} r WHERE {key} AND r.state = 'completed'` + ` RETURNING r.scope, r.operation, r.key),
+		deleteCompleted: r.Replace(`WITH d AS (DELETE FROM {t} r WHERE {key} AND r.state = 'completed' AND ($4 = '' OR r.token = $4)` + ` RETURNING r.scope, r.operation, r.key),
 l AS (DELETE FROM {l} l USING d WHERE l.scope = d.scope AND l.operation = d.operation AND l.key = d.key),
 w AS (DELETE FROM {w} w USING d WHERE w.scope = d.scope AND w.operation = d.operation AND w.key = d.key)
 SELECT count(*) FROM d`),

@@ -92,7 +92,7 @@ func TestSideRowsGoWithTheRecord(t *testing.T) {
 			if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "tok-" + k.Key, Response: resp, Retention: time.Hour}); err != nil {
 				return err
 			}
-			return s.Delete(ctx, k)
+			return s.Delete(ctx, idemstore.DeleteParams{Key: k, Token: "tok-" + k.Key})
 		}},
 		{"Purge", func(k idemstore.Key) error {
 			if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "tok-" + k.Key, Response: resp, Retention: -time.Hour}); err != nil {

@@ -245,9 +245,9 @@ func (is *instrumentedStore) Resolve(ctx context.Context, p idemstore.ResolvePar
 	return err
 }
 
-func (is *instrumentedStore) Delete(ctx context.Context, key idemstore.Key) error {
+func (is *instrumentedStore) Delete(ctx context.Context, p idemstore.DeleteParams) error {
 	t := time.Now()
-	err := is.s.Delete(ctx, key)
+	err := is.s.Delete(ctx, p)
 	is.observe(opDelete, t, err)
 	return err
 }

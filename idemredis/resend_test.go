@@ -142,7 +142,7 @@ func TestResentResolveAndDelete(t *testing.T) {
 	twice(t, s, "Resolve(complete)", idemstore.ErrNotNeedsReview, func() error {
 		return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveComplete, Response: &idemstore.Response{Status: 200}, Retention: time.Hour})
 	})
-	twice(t, s, "Delete", idemstore.ErrNotFound, func() error { return s.Delete(ctx, k) })
+	twice(t, s, "Delete", idemstore.ErrNotFound, func() error { return s.Delete(ctx, idemstore.DeleteParams{Key: k}) })
 
 	k = escalated("resolve-release")
 	twice(t, s, "Resolve(release)", idemstore.ErrNotFound, func() error {
@@ -256,7 +256,7 @@ func TestLostReplies(t *testing.T) {
 			return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveRelease})
 		}, gone},
 		{"Delete", then(reserved(time.Minute), complete), func(ctx context.Context, s *Store, k idemstore.Key) error {
-			return s.Delete(ctx, k)
+			return s.Delete(ctx, idemstore.DeleteParams{Key: k})
 		}, gone},
 	}
 	// The first pass drops nothing: it checks the calls and gets every

@@ -36,11 +36,12 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	return s.stateResult(ctx, msg, idemstore.ErrNotNeedsReview)
 }
 
-// Delete removes a completed record before its retention ends.
-func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
-	names := s.keys(key)
+// Delete removes a completed record before its retention ends; with
+// p.Token, only the answer stored under that token.
+func (s *Store) Delete(ctx context.Context, p idemstore.DeleteParams) error {
+	names := s.keys(p.Key)
 	msg, err := s.run(ctx, deleteScript, []string{names.record, names.tombstone}, []string{
-		names.channel, s.publishCmd(), s.callID(), tombstoneMillis,
+		names.channel, s.publishCmd(), s.callID(), tombstoneMillis, p.Token,
 	})
 	if err != nil {
 		return err
@@ -50,7 +51,7 @@ func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
 
 // stateResult maps the reply of the resolve and delete scripts: 1 success,
 // -1 missing record, -2 a record in another state (wrong), -3 a record in
-// review under another token.
+// the wanted state under another token.
 func (s *Store) stateResult(ctx context.Context, msg rueidis.RedisMessage, wrong error) error {
 	n, err := msg.AsInt64()
 	if err != nil {
@@ -62,7 +63,7 @@ func (s *Store) stateResult(ctx context.Context, msg rueidis.RedisMessage, wrong
 	case -1:
 		return interpretError(ctx, rueidis.Nil)
 	case -3:
-		return fmt.Errorf("idemredis: escalated again under another token: %w", idemstore.ErrLeaseLost)
+		return fmt.Errorf("idemredis: the record carries another token: %w", idemstore.ErrLeaseLost)
 	default:
 		return fmt.Errorf("idemredis: %w", wrong)
 	}

@@ -153,16 +153,18 @@ return 1
 
 // deleteScript deletes a completed record, leaving a tombstone. It returns
 // 1 on success (or when an earlier run of the same call deleted it), -1
-// when the record is missing and -2 when it is not completed. ARGV[1]
-// channel, ARGV[2] publish command, ARGV[3] call id, ARGV[4] tombstone TTL
-// in milliseconds.
+// when the record is missing, -2 when it is not completed and -3 when it
+// was completed under another token than ARGV[5] (when that is not
+// empty). ARGV[1] channel, ARGV[2] publish command, ARGV[3] call id,
+// ARGV[4] tombstone TTL in milliseconds, ARGV[5] token.
 var deleteScript = rueidis.NewLuaScript(`
-local st = redis.call('HGET', KEYS[1], 'st')
-if not st then
+local v = redis.call('HMGET', KEYS[1], 'st', 'tok')
+if not v[1] then
   if redis.call('GET', KEYS[2]) == ARGV[3] then return 1 end
   return -1
 end
-if st ~= 'completed' then return -2 end
+if v[1] ~= 'completed' then return -2 end
+if ARGV[5] ~= '' and v[2] ~= ARGV[5] then return -3 end
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
 redis.call(ARGV[2], ARGV[1], 'deleted')

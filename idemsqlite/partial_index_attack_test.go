@@ -596,7 +596,7 @@ func TestPartialIndexAttackTransitions(t *testing.T) {
 			if err := s.Complete(ctx, idemstore.CompleteParams{Key: e, Token: "te", Response: resp}); !errors.Is(err, idemstore.ErrLeaseLost) {
 				t.Fatalf("complete of a needs_review record: %v, want ErrLeaseLost", err)
 			}
-			if err := s.Delete(ctx, e); !errors.Is(err, idemstore.ErrNotCompleted) {
+			if err := s.Delete(ctx, idemstore.DeleteParams{Key: e}); !errors.Is(err, idemstore.ErrNotCompleted) {
 				t.Fatalf("delete of a needs_review record: %v, want ErrNotCompleted", err)
 			}
 			check("refused changes to e")
@@ -624,7 +624,7 @@ func TestPartialIndexAttackTransitions(t *testing.T) {
 			must("complete b", s.Complete(ctx, idemstore.CompleteParams{Key: b, Token: "tb2", Response: resp, Retention: time.Hour}))
 			m[b].state, m[b].expiresAt = idemstore.StateCompleted, now()+3600_000
 			check("e released, b completed")
-			must("delete b", s.Delete(ctx, b))
+			must("delete b", s.Delete(ctx, idemstore.DeleteParams{Key: b}))
 			delete(m, b)
 			check("b deleted")
 			if n, err := s.Purge(ctx, idemstore.PurgeParams{}); n != 0 || err != nil {

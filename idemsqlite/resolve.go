@@ -39,13 +39,17 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 	return s.explain(ctx, p.Key, fenced(ctx, res, err), idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview, p.Token)
 }
 
-// Delete removes a completed record before its retention ends. A pending or
+// Delete removes a completed record before its retention ends (with
+// p.Token, only the answer stored under that token). A pending or
 // needs_review record is left alone and idemstore.ErrNotCompleted is
-// returned; a missing one gives idemstore.ErrNotFound.
-func (s *Store) Delete(ctx context.Context, key idemstore.Key) error {
+// returned; a missing one gives idemstore.ErrNotFound, one completed under
+// another token idemstore.ErrLeaseLost.
+func (s *Store) Delete(ctx context.Context, p idemstore.DeleteParams) error {
+	key := p.Key
 	res, err := s.db.ExecContext(ctx, `DELETE FROM idem_records
-		WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'completed'`, key.Scope, key.Operation, key.Key)
-	return s.explain(ctx, key, fenced(ctx, res, err), idemstore.StateCompleted, idemstore.ErrNotCompleted, "")
+		WHERE scope = ? AND operation = ? AND "key" = ? AND state = 'completed' AND (? = '' OR token = ?)`,
+		key.Scope, key.Operation, key.Key, p.Token, p.Token)
+	return s.explain(ctx, key, fenced(ctx, res, err), idemstore.StateCompleted, idemstore.ErrNotCompleted, p.Token)
 }
 
 // explain turns the ErrLeaseLost of a change conditioned on state want (and

@@ -59,7 +59,8 @@ type Record struct {
 	Fingerprint string
 	State       State
 	// Token is the fencing token of the current lease holder. Every state
-	// change is conditioned on it.
+	// change is conditioned on it. A completed record keeps the token it
+	// was completed under, which fences its deletion (DeleteParams.Token).
 	Token string
 	// LeaseUntil is when the current lease expires by the store's clock,
 	// unless it is extended.

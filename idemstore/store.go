@@ -85,8 +85,11 @@ type Store interface {
 	// Delete removes a completed record before its retention ends, for an
 	// operator who wants the next request with its key to run again. A
 	// pending or needs_review record is left alone and ErrNotCompleted (or
-	// ErrNotFound) is returned.
-	Delete(ctx context.Context, key Key) error
+	// ErrNotFound) is returned. With p.Token set, only the answer stored
+	// under that token is deleted: a record that was deleted (or purged)
+	// and completed again under another token meanwhile is left alone and
+	// ErrLeaseLost is returned.
+	Delete(ctx context.Context, p DeleteParams) error
 
 	// ListExpiredLeases returns up to limit pending records whose lease
 	// expired by the store's clock, oldest deadline first, for recovery.
@@ -253,6 +256,19 @@ type ResolveParams struct {
 	// Retention is how long a completed record is kept, from the store's
 	// now (ResolveComplete only).
 	Retention time.Duration
+}
+
+// DeleteParams are the arguments of Store.Delete.
+type DeleteParams struct {
+	Key Key
+	// Token, when not empty, fences the deletion to one answer: the
+	// record must still carry this token, the one it was completed under
+	// (a completed record keeps the token of the lease that completed it,
+	// or of the attempt a Resolve completed). An operator who looked at
+	// one answer must not delete a later one, stored for the same key
+	// after the first was deleted or purged: the next request would run
+	// the operation again. Empty deletes whatever answer is stored.
+	Token string
 }
 
 // ListParams are the arguments of Store.List.

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+
+	"github.com/idem-dev/idem/idemstore"
 )
 
 // Two users who happen to pick the same key at the same moment each get
@@ -74,7 +76,7 @@ func TestOnePaymentKeyTwoOrders(t *testing.T) {
 		if second.status == http.StatusOK && second.order.ID != o2.order.ID {
 			t.Logf("pay 2 replayed order 1's answer: %d %s %s", second.status, second.outcome(), second.body)
 		}
-		if err := ts.db.store().Delete(t.Context(), keyOf(c.user, opPay, "pay")); err != nil {
+		if err := ts.db.store().Delete(t.Context(), idemstore.DeleteParams{Key: keyOf(c.user, opPay, "pay")}); err != nil {
 			t.Fatal(err)
 		}
 		third := c.post(payPath(o2.order.ID), "pay", "")

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"sync"
 	"testing"
+
+	"github.com/idem-dev/idem/idemstore"
 )
 
 func payPath(id int64) string  { return fmt.Sprintf("/orders/%d/pay", id) }
@@ -102,7 +104,7 @@ func TestUniqueConstraintWithoutTheKeysRecord(t *testing.T) {
 		first := c.post("/orders", "k", `{"sku":"mug","qty":1}`)
 		want(t, "the order", first, http.StatusCreated, "acquired")
 		forget := func() {
-			if err := ts.db.store().Delete(t.Context(), keyOf(c.user, opCreate, "k")); err != nil {
+			if err := ts.db.store().Delete(t.Context(), idemstore.DeleteParams{Key: keyOf(c.user, opCreate, "k")}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -105,7 +105,7 @@ func testUnavailable(t *testing.T, h Harness) {
 		{"ResolveRelease", func(t *testing.T, ctx context.Context) error {
 			return s.Resolve(ctx, idemstore.ResolveParams{Key: k, Action: idemstore.ResolveRelease})
 		}},
-		{"Delete", func(t *testing.T, ctx context.Context) error { return s.Delete(ctx, k) }},
+		{"Delete", func(t *testing.T, ctx context.Context) error { return s.Delete(ctx, idemstore.DeleteParams{Key: k}) }},
 		{"ListExpiredLeases", func(t *testing.T, ctx context.Context) error {
 			_, err := s.ListExpiredLeases(ctx, 10)
 			return err

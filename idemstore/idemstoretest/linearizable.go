@@ -242,6 +242,10 @@ func (w *linWorkload) nextCall(r *rand.Rand, k idemstore.Key, view *keyView) lin
 		if r.IntN(2) == 0 {
 			in.reason = w.name("resolved")
 		}
+	case opDelete:
+		if r.IntN(4) != 0 {
+			in.token = view.pick(r, w)
+		}
 	}
 	return in
 }
@@ -293,7 +297,7 @@ func (w *linWorkload) call(fault fault, client int, in linInput, view *keyView) 
 		}
 		err = w.store.Resolve(ctx, p)
 	case opDelete:
-		err = w.store.Delete(ctx, k)
+		err = w.store.Delete(ctx, idemstore.DeleteParams{Key: k, Token: in.token})
 	}
 	ret := w.clock.Add(1)
 
@@ -345,7 +349,7 @@ func (w *linWorkload) call(fault fault, client int, in linInput, view *keyView) 
 func sentinelResult(kind opKind, err error) result {
 	switch {
 	case kind == opReserve:
-	case errors.Is(err, idemstore.ErrLeaseLost) && kind != opGet && kind != opDelete:
+	case errors.Is(err, idemstore.ErrLeaseLost) && kind != opGet:
 		return resLeaseLost
 	case errors.Is(err, idemstore.ErrNotFound) && (kind == opGet || kind == opResolve || kind == opDelete):
 		return resNotFound
@@ -615,6 +619,6 @@ func (s flakyStore) Resolve(ctx context.Context, p idemstore.ResolveParams) erro
 	return s.inject(ctx, func(ctx context.Context) error { return s.Store.Resolve(ctx, p) })
 }
 
-func (s flakyStore) Delete(ctx context.Context, k idemstore.Key) error {
-	return s.inject(ctx, func(ctx context.Context) error { return s.Store.Delete(ctx, k) })
+func (s flakyStore) Delete(ctx context.Context, p idemstore.DeleteParams) error {
+	return s.inject(ctx, func(ctx context.Context) error { return s.Store.Delete(ctx, p) })
 }

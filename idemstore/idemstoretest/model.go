@@ -18,17 +18,19 @@ import (
 // machine as the store contract describes it.
 //
 //	absent        --Reserve-->                   pending(token, fingerprint)
-//	pending(tok)  --Complete(tok)-->             completed(response)
+//	pending(tok)  --Complete(tok)-->             completed(tok, response)
 //	pending(tok)  --Release(tok)-->              absent
 //	pending(tok)  --Escalate(tok)-->             needs_review(reason)
 //	pending(tok)  --Extend(tok)-->               pending(tok), lease renewed
 //	pending(tok)  --Takeover(tok, new)-->        pending(new)      if the lease expired
-//	needs_review(tok) --Resolve(tok or none)-->  completed | absent
-//	completed     --Delete-->                    absent
+//	needs_review(tok) --Resolve(tok or none)-->  completed(tok) | absent
+//	completed(tok) --Delete(tok or none)-->      absent
 //
 // Release and Escalate with IfExpired apply only to an expired lease; a
 // record in review keeps the token it was escalated under, and a Resolve
-// that names a token settles only that attempt. Every
+// that names a token settles only that attempt; a completed record keeps
+// the token it was completed under, and a Delete that names a token
+// deletes only that answer. Every
 // other call changes nothing and says why (ErrLeaseLost, ErrNotFound,
 // ErrNotNeedsReview, ErrNotCompleted); Reserve of an existing record and Get
 // return what the record is.
@@ -71,7 +73,7 @@ func (k opKind) String() string { return opNames[k] }
 type linInput struct {
 	key         string // the record's Key.Key: histories are checked per key
 	kind        opKind
-	token       string        // Reserve: the new token; Takeover: the old one; other fenced calls: the lease's; Resolve: the attempt's, or none
+	token       string        // Reserve: the new token; Takeover: the old one; other fenced calls: the lease's; Resolve and Delete: the attempt's, or none
 	newToken    string        // Takeover
 	fingerprint string        // Reserve
 	lease       time.Duration // Reserve, Extend, Takeover
@@ -111,10 +113,10 @@ type linOutput struct {
 }
 
 // recordState is the model's state of one record, and what a read of a
-// record shows, in the same terms: the token while the record is pending or
-// in review (Resolve is fenced by the token it was escalated under), the
-// lease only while it is pending (the contract says nothing of either once
-// it is completed), and the response once it is completed.
+// record shows, in the same terms: the token (Resolve is fenced by the
+// token the record was escalated under, Delete by the one it was completed
+// under), the lease only while it is pending (the contract says nothing of
+// it afterwards), and the response once it is completed.
 type recordState struct {
 	state       idemstore.State // "" while there is no record
 	token       string
@@ -133,7 +135,7 @@ func observe(rec *idemstore.Record) recordState {
 	case idemstore.StateNeedsReview:
 		s.token = rec.Token
 	case idemstore.StateCompleted:
-		s.response = responseString(rec.Response)
+		s.token, s.response = rec.Token, responseString(rec.Response)
 	}
 	return s
 }
@@ -168,7 +170,7 @@ func apply(s recordState, in linInput) (linOutput, recordState) {
 		if !fenced {
 			return lost, s
 		}
-		return ok, recordState{state: idemstore.StateCompleted, fingerprint: s.fingerprint, response: in.response}
+		return ok, recordState{state: idemstore.StateCompleted, token: s.token, fingerprint: s.fingerprint, response: in.response}
 	case opRelease:
 		if !fenced || in.ifExpired && !s.expired {
 			return lost, s
@@ -203,12 +205,15 @@ func apply(s recordState, in linInput) (linOutput, recordState) {
 			return ok, recordState{}
 		}
 		reason := cmp.Or(in.reason, s.reason)
-		return ok, recordState{state: idemstore.StateCompleted, fingerprint: s.fingerprint, reason: reason, response: in.response}
+		return ok, recordState{state: idemstore.StateCompleted, token: s.token, fingerprint: s.fingerprint, reason: reason, response: in.response}
 	case opDelete:
 		switch s.state {
 		case "":
 			return linOutput{result: resNotFound}, s
 		case idemstore.StateCompleted:
+			if in.token != "" && in.token != s.token {
+				return lost, s
+			}
 			return ok, recordState{}
 		}
 		return linOutput{result: resNotCompleted}, s

@@ -132,36 +132,3 @@ func testReview(t *testing.T, h Harness) {
 		}
 	})
 }
-
-// testDelete checks that an operator can delete a completed record, and
-// nothing else.
-func testDelete(t *testing.T, h Harness) {
-	s := h.New(t)
-
-	t.Run("Completed", func(t *testing.T) {
-		t.Parallel()
-		f := newFixture(t, s)
-		rec := f.reserve(f.key("k"), leaseLive)
-		f.complete(rec, jsonResponse(`{"id":7}`), retainLive)
-		if err := s.Delete(f.ctx(), rec.Key); err != nil {
-			t.Fatalf("Delete of a completed record: %v", err)
-		}
-		f.requireGone(rec.Key)
-		requireErrIs(t, s.Delete(f.ctx(), rec.Key), idemstore.ErrNotFound, "second Delete")
-		f.reserve(rec.Key, leaseLive) // the key runs again
-	})
-
-	t.Run("OtherStates", func(t *testing.T) {
-		t.Parallel()
-		f := newFixture(t, s)
-		pending := f.reserve(f.key("pending"), leaseLive)
-		review := f.escalate(f.reserve(f.key("review"), leaseLive), "check")
-		for _, rec := range []*idemstore.Record{pending, review} {
-			before := f.get(rec.Key)
-			requireErrIs(t, s.Delete(f.ctx(), rec.Key), idemstore.ErrNotCompleted, "Delete of a "+string(before.State)+" record")
-			f.requireUnchanged(before, "refused Delete")
-		}
-		missing := f.key("missing")
-		requireErrIs(t, s.Delete(f.ctx(), missing), idemstore.ErrNotFound, "Delete of a missing record")
-	})
-}

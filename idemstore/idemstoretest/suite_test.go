@@ -92,7 +92,7 @@ func (m mutant) Release(ctx context.Context, p idemstore.ReleaseParams) error {
 		if rec, err := m.Store.Get(ctx, p.Key); err == nil && rec.Token == p.Token {
 			switch rec.State {
 			case idemstore.StateCompleted:
-				return m.Store.Delete(ctx, p.Key)
+				return m.Store.Delete(ctx, idemstore.DeleteParams{Key: p.Key})
 			case idemstore.StateNeedsReview:
 				return m.Store.Resolve(ctx, idemstore.ResolveParams{Key: p.Key, Action: idemstore.ResolveRelease})
 			}
@@ -105,7 +105,7 @@ func (m mutant) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 	if m.bug == "extend-resurrects" {
 		// Bring a completed record back to pending.
 		if rec, err := m.Store.Get(ctx, p.Key); err == nil && rec.State == idemstore.StateCompleted && rec.Token == p.Token {
-			if err := m.Store.Delete(ctx, p.Key); err != nil {
+			if err := m.Store.Delete(ctx, idemstore.DeleteParams{Key: p.Key}); err != nil {
 				return err
 			}
 			_, _, err := m.Store.Reserve(ctx, idemstore.ReserveParams{Key: p.Key, Fingerprint: rec.Fingerprint, Token: p.Token, Lease: p.Lease})
@@ -140,6 +140,13 @@ func (m mutant) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		return idemstore.ErrNotFound
 	}
 	return err
+}
+
+func (m mutant) Delete(ctx context.Context, p idemstore.DeleteParams) error {
+	if m.bug == "delete-ignores-token" {
+		p.Token = ""
+	}
+	return m.Store.Delete(ctx, p)
 }
 
 // TestMutantHelper runs the suite against the mutant named in the
@@ -185,6 +192,9 @@ func TestSuiteCatchesBugs(t *testing.T) {
 		{"last-writer-wins", "Linearizable", "Linearizable"},
 		{"resolve-ignores-token", "Review", "Review/ResolveFencedByToken"},
 		{"resolve-ignores-token", "Linearizable", "Linearizable"},
+		{"delete-ignores-token", "Delete", "Delete/AnsweredAgain"},
+		{"delete-ignores-token", "Delete", "Delete/OtherToken"},
+		{"delete-ignores-token", "Linearizable", "Linearizable"},
 	}
 	for _, c := range cases {
 		t.Run(c.bug+"/"+c.area, func(t *testing.T) {

@@ -153,12 +153,12 @@ func (l *lazy) Release(ctx context.Context, p idemstore.ReleaseParams) error {
 	return s.Release(ctx, p)
 }
 
-func (l *lazy) Delete(ctx context.Context, key idemstore.Key) error {
+func (l *lazy) Delete(ctx context.Context, p idemstore.DeleteParams) error {
 	s, err := l.get(ctx)
 	if err != nil {
 		return err
 	}
-	return s.Delete(ctx, key)
+	return s.Delete(ctx, p)
 }
 
 func (l *lazy) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
