@@ -1,0 +1,142 @@
+package rpccore
+
+import (
+	"strconv"
+	"sync"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/idem-dev/idem"
+)
+
+// The fingerprint of a call is idem.Fingerprint of its operation and of
+// its request message in protobuf's deterministic encoding (map entries in
+// key order), so that a retry that encodes a map in another order is the
+// same request, whatever protocol or codec (binary or JSON) carried it:
+//
+//   - the key field (request_id, or idempotency_key) is left out, so that
+//     the key never makes two attempts differ; an AEP-155 first_sent stays
+//     in, so that a key sent again with another first_sent is a reuse;
+//   - unknown fields, at any depth, are left out: the server did not read
+//     them, so they cannot have changed what it did. A newer client whose
+//     retry differs only in fields this server does not know gets the
+//     first answer, as it would from a server that ignored them.
+var fpBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// fpContentType tags the fingerprint's body: a message, not JSON.
+const fpContentType = "application/protobuf"
+
+// Fingerprint returns the fingerprint of m, a request of op, under key
+// (FingerprintOptions.Key; nil for plain SHA-256).
+func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte) (string, error) {
+	if hasUnknown(m.ProtoReflect()) {
+		m = proto.Clone(m)
+		discardUnknown(m.ProtoReflect())
+	}
+	bp := fpBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= 1<<20 { // do not pin huge buffers in the pool
+			fpBufs.Put(bp)
+		}
+	}()
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*bp)[:0], m)
+	if err != nil {
+		return "", err
+	}
+	*bp = b
+	b = dropFields(b, f)
+	in := idem.FingerprintInput{Method: "RPC", Operation: op, ContentType: fpContentType, Body: b}
+	if k.hasFirstSent {
+		in.Query = "first_sent=" + strconv.FormatInt(k.firstSent.UnixNano(), 10)
+	}
+	return idem.Fingerprint(in, idem.FingerprintOptions{Key: key})
+}
+
+// dropFields removes the top-level key fields from b, a message's
+// encoding, in place.
+func dropFields(b []byte, f *KeyFields) []byte {
+	var skip [2]protowire.Number
+	n := 0
+	if f.RequestID != nil {
+		skip[n] = f.RequestID.Number()
+		n++
+	}
+	if f.IdemKey != nil {
+		skip[n] = f.IdemKey.Number()
+		n++
+	}
+	if n == 0 {
+		return b
+	}
+	out := b[:0]
+	for rest := b; len(rest) > 0; {
+		num, typ, tagLen := protowire.ConsumeTag(rest)
+		if tagLen < 0 {
+			return b // not reached: the encoding is the marshaller's own
+		}
+		size := protowire.ConsumeFieldValue(num, typ, rest[tagLen:])
+		if size < 0 {
+			return b
+		}
+		field := rest[:tagLen+size]
+		rest = rest[tagLen+size:]
+		if num != skip[0] && (n < 2 || num != skip[1]) {
+			out = append(out, field...) // out never overtakes rest: a copy within b
+		}
+	}
+	return out
+}
+
+// hasUnknown reports whether m, or a message in it, has unknown fields.
+func hasUnknown(m protoreflect.Message) bool {
+	if len(m.GetUnknown()) > 0 {
+		return true
+	}
+	found := false
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		found = anyUnknown(fd, v, hasUnknown)
+		return !found
+	})
+	return found
+}
+
+// discardUnknown removes the unknown fields of m and of the messages in it.
+func discardUnknown(m protoreflect.Message) {
+	if len(m.GetUnknown()) > 0 {
+		m.SetUnknown(nil)
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		anyUnknown(fd, v, func(m protoreflect.Message) bool { discardUnknown(m); return false })
+		return true
+	})
+}
+
+// anyUnknown applies f to the messages in field fd's value v, until f
+// reports true.
+func anyUnknown(fd protoreflect.FieldDescriptor, v protoreflect.Value, f func(protoreflect.Message) bool) bool {
+	switch {
+	case fd.IsMap():
+		if fd.MapValue().Message() == nil {
+			return false
+		}
+		found := false
+		v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+			found = f(mv.Message())
+			return !found
+		})
+		return found
+	case fd.Message() == nil:
+		return false
+	case fd.IsList():
+		l := v.List()
+		for i := 0; i < l.Len(); i++ {
+			if f(l.Get(i).Message()) {
+				return true
+			}
+		}
+		return false
+	}
+	return f(v.Message())
+}
