@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/msgdoor"
 )
 
 // Error is returned by the middleware when it did not run the handler
@@ -22,8 +23,9 @@ import (
 type Error struct {
 	// Situation is what happened, from idem's outcome table:
 	// idem.SituationInFlight, SituationMismatch, SituationNeedsReview,
-	// SituationNotReplayable, SituationMissingKey, SituationInvalidKey or
-	// SituationSealed.
+	// SituationNotReplayable, SituationMissingKey, SituationInvalidKey,
+	// SituationSealed, or SituationUnavailable (the store failed; the
+	// error wraps the store's).
 	Situation idem.Situation
 	// RetryAfter is set with SituationInFlight: about when the running
 	// handling should be done.
@@ -32,7 +34,8 @@ type Error struct {
 	// contains the key.
 	Reason string
 
-	errs []error
+	errs     []error
+	poisoned bool
 }
 
 // Error describes the situation; it never contains the key.
@@ -52,9 +55,9 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() []error { return e.errs }
 
 // Poison reports whether no redelivery can help: every situation but
-// SituationInFlight, which a later delivery gets past once the running
-// handling ends.
-func (e *Error) Poison() bool { return e.Situation.Name != idem.SituationInFlight.Name }
+// SituationInFlight (a later delivery gets past it once the running
+// handling ends) and SituationUnavailable (the store failed).
+func (e *Error) Poison() bool { return e.poisoned }
 
 // IsPoison reports whether err holds an *Error that no redelivery can help:
 // the message's key was used with another payload, is in review (also
@@ -68,6 +71,6 @@ func IsPoison(err error) bool {
 	return errors.As(err, &e) && e.Poison()
 }
 
-func newError(s idem.Situation, reason string, errs ...error) *Error {
-	return &Error{Situation: s, Reason: reason, errs: errs}
+func refused(r *msgdoor.Refusal) *Error {
+	return &Error{Situation: r.Situation, RetryAfter: r.RetryAfter, Reason: r.Reason, errs: r.Errs, poisoned: r.Poison()}
 }

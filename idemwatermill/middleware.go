@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/msgdoor"
 )
 
 // Middleware returns Watermill middleware that runs each message's handler
@@ -57,55 +57,48 @@ func (g *guard) handle(msg *message.Message, h message.HandlerFunc) (out []*mess
 			g.cfg.OnOutcome(ev)
 		}()
 	}
-	req, err := g.request(msg)
+	req, r := g.request(msg)
 	ev.Operation = req.Key.Operation
-	if err != nil {
-		var e *Error
-		if errors.As(err, &e) && e.Situation.Name == idem.SituationMissingKey.Name && g.cfg.KeyOptional {
-			ev.Outcome = idem.SituationNoKey.Name
-			return h(msg)
-		}
-		ev.Outcome = situationOf(err)
-		return nil, err
+	if r != nil && r.Missing() && g.cfg.KeyOptional {
+		ev.Outcome = idem.SituationNoKey.Name
+		return h(msg)
 	}
-	res, err := g.e.Begin(ctx, req)
-	if err != nil {
-		err = beginError(err)
-		ev.Outcome = situationOf(err)
-		return nil, err
-	}
-	ev.Outcome = res.Outcome.String()
-	switch res.Outcome {
-	case idem.Acquired:
-		out, err = g.run(msg, h, res.Lease)
-		ev.Settlement = res.Lease.State().String()
-		return out, err
-	case idem.Replayed:
-		out, err = replay(res.Response)
-		if err != nil {
-			ev.Outcome = situationOf(err)
+	if r == nil {
+		var res idem.Result
+		res, err = g.e.Begin(ctx, req)
+		switch {
+		case err != nil:
+			r = msgdoor.BeginError(err)
+		case res.Outcome == idem.Acquired:
+			ev.Outcome = res.Outcome.String()
+			out, err = g.run(msg, h, res.Lease)
+			ev.Settlement = res.Lease.State().String()
+			return out, err
+		case res.Outcome == idem.Replayed:
+			ev.Outcome = res.Outcome.String()
+			if r = msgdoor.Replayable(res.Response); r == nil {
+				if out, err = decodeAnswer(res.Response); err == nil {
+					return out, nil
+				}
+				r = msgdoor.Undecodable(err)
+			}
+		default:
+			r = msgdoor.Found(res)
+			if r == nil {
+				return nil, fmt.Errorf("idemwatermill: Begin returned outcome %v", res.Outcome)
+			}
+			if r.Situation.Name == idem.SituationInFlight.Name {
+				g.pause(ctx, min(r.RetryAfter, g.cfg.NackDelay))
+			}
 		}
-		return out, err
-	case idem.InFlight:
-		g.pause(ctx, min(res.RetryAfter, g.cfg.NackDelay))
-		e := newError(idem.SituationInFlight, fmt.Sprintf("the message's first handling still runs (retry after %v)", res.RetryAfter), idem.ErrInFlight)
-		e.RetryAfter = res.RetryAfter
-		return nil, e
-	case idem.Mismatch:
-		return nil, newError(idem.SituationMismatch, "the message's key was used with another payload", idem.ErrMismatch)
-	case idem.NeedsReview:
-		reason := "an earlier handling's outcome is unknown"
-		if res.Record != nil && res.Record.Reason != "" {
-			reason += ": " + res.Record.Reason
-		}
-		return nil, newError(idem.SituationNeedsReview, reason, idem.ErrNeedsReview)
 	}
-	return nil, fmt.Errorf("idemwatermill: Begin returned outcome %v", res.Outcome)
+	ev.Outcome = r.Situation.Name
+	return nil, refused(r)
 }
 
-// request is the idem request of msg, or an *Error for a message whose key
+// request is the idem request of msg, or a Refusal for a message whose key
 // is missing or malformed.
-func (g *guard) request(msg *message.Message) (idem.Request, error) {
+func (g *guard) request(msg *message.Message) (idem.Request, *msgdoor.Refusal) {
 	ctx := msg.Context()
 	topic := message.SubscribeTopicFromCtx(ctx)
 	name := message.HandlerNameFromCtx(ctx)
@@ -115,46 +108,24 @@ func (g *guard) request(msg *message.Message) (idem.Request, error) {
 	if name == "" {
 		name = "message"
 	}
-	req := idem.Request{Kind: g.cfg.Kind, Lease: g.cfg.Lease, Retention: g.cfg.Retention}
-	req.Key.Scope, req.Key.Operation = g.cfg.Scope, name
-	if req.Key.Scope == "" {
-		req.Key.Scope = name
+	in := msgdoor.Input{Scope: g.cfg.Scope, Operation: name, Payload: msg.Payload, FingerprintKey: g.cfg.FingerprintKey,
+		Kind: g.cfg.Kind, Lease: g.cfg.Lease, Retention: g.cfg.Retention, Topic: topic}
+	if in.Scope == "" {
+		in.Scope = name
 	}
 	if g.cfg.Operation != nil {
-		req.Key.Operation = g.cfg.Operation(msg)
+		in.Operation = g.cfg.Operation(msg)
 	}
-	key, err := g.cfg.Key(msg)
-	switch {
-	case err != nil:
-		return req, newError(idem.SituationInvalidKey, "the message's key cannot be read: "+err.Error(), idem.ErrInvalidKey, err)
-	case key == "":
-		return req, newError(idem.SituationMissingKey, "the message has no key", idem.ErrMissingKey)
-	}
-	if err := idem.ValidateKey(key); err != nil {
-		var ke *idem.KeyError
-		errors.As(err, &ke)
-		return req, newError(idem.SituationInvalidKey, ke.Reason, err)
-	}
-	req.Key.Key = key
-	var meta url.Values
+	in.Key, in.KeyErr = g.cfg.Key(msg)
 	for _, name := range g.cfg.FingerprintMetadata {
 		if v, ok := msg.Metadata[name]; ok {
-			if meta == nil {
-				meta = url.Values{}
+			if in.Fields == nil {
+				in.Fields = url.Values{}
 			}
-			meta.Set(name, v)
+			in.Fields.Set(name, v)
 		}
 	}
-	fp, err := idem.Fingerprint(idem.FingerprintInput{Method: "MESSAGE", Operation: req.Key.Operation, Query: meta.Encode(), Body: msg.Payload},
-		idem.FingerprintOptions{Key: g.cfg.FingerprintKey})
-	if err != nil {
-		return req, err
-	}
-	req.Fingerprint = fp
-	if topic != "" {
-		req.Info = &idemstore.Request{Method: "MESSAGE", Path: topic}
-	}
-	return req, nil
+	return msgdoor.Request(in)
 }
 
 // run runs the handler under lease and maps how it ended.
@@ -183,7 +154,7 @@ func (g *guard) run(msg *message.Message, h message.HandlerFunc, lease *idem.Lea
 		// every redelivery emits, so emit it now too.
 		out, rerr := decodeAnswer(stored)
 		if rerr != nil {
-			return nil, newError(idem.SituationNotReplayable, rerr.Error(), idem.ErrNotReplayable)
+			return nil, refused(msgdoor.Undecodable(rerr))
 		}
 		if !sameUUIDs(out, produced) {
 			g.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemwatermill: the handler returned other messages than it stored with CompleteTx; emitting the stored ones",
@@ -191,50 +162,9 @@ func (g *guard) run(msg *message.Message, h message.HandlerFunc, lease *idem.Lea
 		}
 		return out, nil
 	case lease.State() == idem.LeaseEscalated:
-		return nil, newError(idem.SituationNeedsReview, "the handler failed and its outcome is unknown: "+err.Error(), idem.ErrNeedsReview, err)
+		return nil, refused(msgdoor.Escalated(err))
 	}
 	return nil, err
-}
-
-// replay returns the stored messages of a completed key.
-func replay(resp *idem.Response) ([]*message.Message, error) {
-	switch {
-	case resp == nil || resp.NotReplayable != "":
-		reason := "the message was handled, but its produced messages were not kept"
-		if resp != nil {
-			reason += " (" + resp.NotReplayable + ")"
-		}
-		return nil, newError(idem.SituationNotReplayable, reason, idem.ErrNotReplayable)
-	case resp.Status < 200 || resp.Status > 299:
-		return nil, newError(idem.SituationNotReplayable, fmt.Sprintf("the key was settled with status %d, not by a handler", resp.Status), idem.ErrNotAResult)
-	}
-	out, err := decodeAnswer(resp)
-	if err != nil {
-		return nil, newError(idem.SituationNotReplayable, err.Error(), idem.ErrNotReplayable)
-	}
-	return out, nil
-}
-
-// beginError maps an error of Begin: a key or a name the store cannot
-// keep, and a record that does not open, are poison; anything else (the
-// store is unavailable) is returned as it is, for the router to nack.
-func beginError(err error) error {
-	switch {
-	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrTooLong):
-		return newError(idem.SituationInvalidKey, err.Error(), idem.ErrInvalidKey, err)
-	case errors.Is(err, idem.ErrSealed):
-		return newError(idem.SituationSealed, "the stored answer cannot be opened", err)
-	}
-	return err
-}
-
-// situationOf names what err says for Event.Outcome.
-func situationOf(err error) string {
-	var e *Error
-	if errors.As(err, &e) {
-		return e.Situation.Name
-	}
-	return idem.SituationUnavailable.Name
 }
 
 // pause holds the message for d, or until its context ends.

@@ -157,10 +157,12 @@ func TestRouterPoisonQueueAndReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rig.publish(t, delivery("m-1", "order 1"))
-	rig.publish(t, delivery("m-1", "order 1")) // delivered again: replayed
-	rig.publish(t, delivery("m-1", "order 2")) // same UUID, another payload: poison
-	for i := 0; i < 3; i++ {
+	for i, d := range []*message.Message{
+		delivery("m-1", "order 1"),
+		delivery("m-1", "order 1"), // delivered again: replayed
+		delivery("m-1", "order 2"), // same UUID, another payload: poison
+	} {
+		rig.publish(t, d)
 		if err := rig.next(t); err != nil {
 			t.Fatalf("delivery %d: %v (the poison queue acks poison)", i+1, err)
 		}

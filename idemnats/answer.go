@@ -1,0 +1,128 @@
+package idemnats
+
+import (
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"slices"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/idem-dev/idem"
+)
+
+// A message's answer is what its handler produced: the messages to publish,
+// each with its subject, headers (a Nats-Msg-Id among them) and data, kept
+// byte for byte so that a redelivery publishes them again unchanged. The
+// encoding is a version byte, then a count and, per message, its subject,
+// its headers and its data, each length-prefixed (uvarint).
+
+const (
+	answerType    = "application/vnd.idem.nats-messages"
+	answerVersion = 1
+)
+
+// Answer returns the stored answer of a handler that produced msgs, to
+// pass to a store's CompleteTx (CompleteTx does this for you). A produced
+// message without a Nats-Msg-Id header is given one first, so that every
+// delivery publishes it under the same ID.
+func Answer(msgs []*nats.Msg) (*idem.Response, error) {
+	b := []byte{answerVersion}
+	b = binary.AppendUvarint(b, uint64(len(msgs)))
+	for _, m := range msgs {
+		if m == nil {
+			return nil, errors.New("idemnats: the handler produced a nil message")
+		}
+		if m.Subject == "" {
+			return nil, errors.New("idemnats: the handler produced a message without a subject")
+		}
+		if m.Header.Get(jetstream.MsgIDHeader) == "" {
+			if m.Header == nil {
+				m.Header = nats.Header{}
+			}
+			m.Header.Set(jetstream.MsgIDHeader, nuid.Next())
+		}
+		b = appendBytes(b, m.Subject)
+		names := make([]string, 0, len(m.Header))
+		for name := range m.Header {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		b = binary.AppendUvarint(b, uint64(len(names)))
+		for _, name := range names {
+			b = appendBytes(b, name)
+			vs := m.Header[name]
+			b = binary.AppendUvarint(b, uint64(len(vs)))
+			for _, v := range vs {
+				b = appendBytes(b, v)
+			}
+		}
+		b = appendBytes(b, m.Data)
+	}
+	return &idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {answerType}}, Body: b}, nil
+}
+
+func appendBytes[S string | []byte](b []byte, s S) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+var errCorrupt = errors.New("the stored answer is not a handler's messages")
+
+// decodeAnswer returns the messages of a stored answer.
+func decodeAnswer(body []byte) ([]*nats.Msg, error) {
+	if len(body) == 0 || body[0] != answerVersion {
+		return nil, errCorrupt
+	}
+	d := decoder{b: body[1:]}
+	n := d.count()
+	out := make([]*nats.Msg, 0, min(n, 1024))
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		m := &nats.Msg{Subject: string(d.bytes())}
+		if nh := d.count(); nh > 0 {
+			m.Header = make(nats.Header, min(nh, 64))
+			for j := uint64(0); j < nh && d.err == nil; j++ {
+				name := string(d.bytes())
+				nv := d.count()
+				for k := uint64(0); k < nv && d.err == nil; k++ {
+					m.Header[name] = append(m.Header[name], string(d.bytes()))
+				}
+			}
+		}
+		m.Data = d.bytes()
+		out = append(out, m)
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return nil, errCorrupt
+	}
+	return out, nil
+}
+
+type decoder struct {
+	b   []byte
+	err error
+}
+
+// count reads a count, which can be no larger than the bytes left.
+func (d *decoder) count() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 || v > uint64(len(d.b)) {
+		d.err = errCorrupt
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	l := d.count()
+	if d.err != nil || l > uint64(len(d.b)) {
+		d.err = errCorrupt
+		return nil
+	}
+	v := d.b[:l:l]
+	d.b = d.b[l:]
+	return v
+}

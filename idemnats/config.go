@@ -1,0 +1,187 @@
+package idemnats
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-dev/idem"
+)
+
+// Config configures a Guard. The zero value protects every message by its
+// Nats-Msg-Id (or stream sequence), as an External operation, and allows
+// handlers that publish nothing.
+type Config struct {
+	// Scope names whose messages these are: the consumer group. Defaults to
+	// the consumer's name (the durable name every instance of a service
+	// shares), from the message's metadata.
+	Scope string
+
+	// Operation returns the operation a message asks for. Defaults to the
+	// stream's name.
+	Operation func(msg jetstream.Msg) string
+
+	// Key returns the message's idempotency key: 1 to idem.MaxKeyLength
+	// bytes of visible ASCII, or "" when it has none. Defaults to
+	// DefaultKey.
+	Key func(msg jetstream.Msg) (string, error)
+
+	// FingerprintHeaders names the headers that are part of a message's
+	// meaning, beside its data: the same key with other data or another
+	// value of one of these headers is a mismatch, and the message is
+	// terminated. Defaults to none: the data alone.
+	FingerprintHeaders []string
+
+	// FingerprintKey, if set, keys the fingerprint (see
+	// idem.FingerprintOptions.Key). Defaults to none.
+	FingerprintKey []byte
+
+	// Kind says what a failure or a crash of the handler leaves behind:
+	// External, when the handler acts outside the idem store's database (a
+	// plain error sends the key to review), or Transactional, when its
+	// effect commits with the store's CompleteTx (a plain error releases
+	// the key; a crashed consumer's message is taken over once its lease
+	// expires). Defaults to idem.External.
+	Kind idem.Kind
+
+	// Lease overrides the engine's lease for these messages when positive.
+	// Defaults to the engine's (EngineConfig.Lease).
+	Lease time.Duration
+
+	// Retention overrides how long a completed message is remembered when
+	// positive; it must outlast the stream's redeliveries (MaxDeliver
+	// times AckWait and BackOff). Defaults to the engine's
+	// (EngineConfig.Retention, 24h).
+	Retention time.Duration
+
+	// InProgressInterval is how often a running handler tells JetStream
+	// that its message is in progress (InProgress), which restarts the
+	// consumer's AckWait. Keep it well under AckWait. Defaults to a third
+	// of the lease, the lease's own heartbeat.
+	InProgressInterval time.Duration
+
+	// NakDelay is the longest delay of a NakWithDelay for a message whose
+	// first handling still runs (the delay is about as long as that
+	// handling has taken so far, at least a second) or whose store failed.
+	// Defaults to 5s.
+	NakDelay time.Duration
+
+	// Publisher publishes the messages a handler produced (a
+	// jetstream.JetStream), each with a Nats-Msg-Id header (one is set when
+	// a produced message has none), waiting for JetStream's
+	// acknowledgement before the consumed message is acked. Defaults to
+	// nil: a handler that produces messages then fails the message.
+	Publisher jetstream.Publisher
+
+	// OnOutcome, if set, is called once per message with what happened,
+	// for metrics and logs. Defaults to nil.
+	OnOutcome func(Event)
+
+	// Logger receives the guard's logs. Defaults to the engine's.
+	Logger *slog.Logger
+}
+
+// Event is what happened to one message, for Config.OnOutcome.
+type Event struct {
+	// Operation is the record's operation.
+	Operation string
+	// Outcome is the name of an idem.Situation: "acquired", "replayed",
+	// "in_flight", "mismatch", "needs_review", "not_replayable",
+	// "missing_key", "invalid_key", "sealed" or "unavailable".
+	Outcome string
+	// Settlement is, after "acquired", the lease's final state:
+	// "completed", "released", "escalated", "abandoned", or "open" when the
+	// lease was lost.
+	Settlement string
+	// Ack is what the message got: "ack", "nak", "nak_delay" or "term".
+	Ack string
+	// Duration is the time spent in the guard and the handler.
+	Duration time.Duration
+}
+
+// DefaultNakDelay is Config.NakDelay's default.
+const DefaultNakDelay = 5 * time.Second
+
+func (c Config) withDefaults(e *idem.Engine) Config {
+	if c.Key == nil {
+		c.Key = DefaultKey
+	}
+	if c.NakDelay == 0 {
+		c.NakDelay = DefaultNakDelay
+	}
+	if c.Logger == nil {
+		c.Logger = e.Config().Logger
+	}
+	c.FingerprintHeaders = slices.Clone(c.FingerprintHeaders)
+	slices.Sort(c.FingerprintHeaders)
+	c.FingerprintKey = bytes.Clone(c.FingerprintKey)
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Kind != idem.External && c.Kind != idem.Transactional:
+		return fmt.Errorf("idemnats: Config.Kind %v is unknown", c.Kind)
+	case len(c.Scope) > idem.MaxScopeLength:
+		return fmt.Errorf("idemnats: Config.Scope is %d bytes long; at most %d are kept", len(c.Scope), idem.MaxScopeLength)
+	case c.Lease < 0 || c.Retention < 0 || c.InProgressInterval < 0 || c.NakDelay < 0:
+		return errors.New("idemnats: Config.Lease, Retention, InProgressInterval and NakDelay must not be negative")
+	}
+	for _, name := range c.FingerprintHeaders {
+		if name == "" {
+			return errors.New("idemnats: Config.FingerprintHeaders names an empty header")
+		}
+	}
+	return nil
+}
+
+// DefaultKey is the default Config.Key: the message's Nats-Msg-Id header,
+// which its publisher chose (JetStream drops a second publication with the
+// same ID within the stream's duplicate window), or else its stream and
+// stream sequence ("ORDERS:42"), which JetStream keeps across
+// redeliveries. The stream sequence protects against processing a stored
+// message twice; only a Nats-Msg-Id (or a business ID, with Config.Key)
+// also covers a publisher that stored the same message twice, outside the
+// duplicate window.
+func DefaultKey(msg jetstream.Msg) (string, error) {
+	if h := msg.Headers(); h != nil {
+		if vs, ok := h[jetstream.MsgIDHeader]; ok {
+			if len(vs) != 1 {
+				return "", fmt.Errorf("the message has %d %s headers", len(vs), jetstream.MsgIDHeader)
+			}
+			return vs[0], nil
+		}
+	}
+	return StreamSequenceKey(msg)
+}
+
+// StreamSequenceKey is a Config.Key: the message's stream and stream
+// sequence ("ORDERS:42"), whatever its headers say.
+func StreamSequenceKey(msg jetstream.Msg) (string, error) {
+	md, err := msg.Metadata()
+	if err != nil {
+		return "", err
+	}
+	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10), nil
+}
+
+// HeaderKey returns a Config.Key that takes the key from the header name
+// (a business ID that the publisher sets).
+func HeaderKey(name string) func(msg jetstream.Msg) (string, error) {
+	return func(msg jetstream.Msg) (string, error) {
+		vs := msg.Headers()[name]
+		if len(vs) > 1 {
+			return "", fmt.Errorf("the message has %d %s headers", len(vs), name)
+		}
+		if len(vs) == 0 {
+			return "", nil
+		}
+		return vs[0], nil
+	}
+}

@@ -1,0 +1,4 @@
+package idemnats
+
+// DecodeAnswer is decodeAnswer, for the tests.
+var DecodeAnswer = decodeAnswer

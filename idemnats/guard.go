@@ -1,0 +1,306 @@
+package idemnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/msgdoor"
+)
+
+// HandlerFunc handles one message, at most once per key. It returns the
+// messages to publish (nil for none), or an error: idem.Retryable when
+// nothing happened and a redelivery may run it again, idem.Ambiguous when
+// the outcome is unknown. ctx carries the message's lease (idem.LeaseFrom),
+// for a store's CompleteTx (see CompleteTx), and ends when the consumer's
+// context does.
+type HandlerFunc func(ctx context.Context, msg jetstream.Msg) ([]*nats.Msg, error)
+
+// Guard runs JetStream messages' handlers once per key. It is safe for
+// concurrent use: several goroutines may handle messages of one consumer
+// through it (a Messages() or Fetch loop with workers).
+type Guard struct {
+	e   *idem.Engine
+	cfg Config
+}
+
+// New returns a Guard over e. It fails on a nil engine or an invalid
+// configuration.
+func New(e *idem.Engine, cfg Config) (*Guard, error) {
+	if e == nil {
+		return nil, errors.New("idemnats: New needs an engine")
+	}
+	cfg = cfg.withDefaults(e)
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Guard{e: e, cfg: cfg}, nil
+}
+
+// MessageHandler returns a jetstream.MessageHandler, for cons.Consume, that
+// handles each message with h through Handle. ctx is the consumer's: when
+// it ends, running handlers see their context end, and the messages not
+// yet begun are nakked.
+func (g *Guard) MessageHandler(ctx context.Context, h HandlerFunc) jetstream.MessageHandler {
+	return func(msg jetstream.Msg) { _ = g.Handle(ctx, msg, h) }
+}
+
+// Handle runs h for msg at most once per key and acknowledges msg by what
+// happened (Ack, Nak, NakWithDelay or TermWithReason; see the package
+// doc). It returns nil when msg was acked after its handler ran or its
+// stored answer was published again, and otherwise why not: an *Error for
+// what idem found, or the handler's error after a release. The guard logs
+// what it returns, so a MessageHandler needs nothing more.
+func (g *Guard) Handle(ctx context.Context, msg jetstream.Msg, h HandlerFunc) (err error) {
+	ev := Event{}
+	start := time.Now()
+	defer func() {
+		if g.cfg.OnOutcome != nil {
+			ev.Duration = time.Since(start)
+			g.cfg.OnOutcome(ev)
+		}
+	}()
+	req, r := g.request(msg)
+	ev.Operation = req.Key.Operation
+	if r == nil {
+		var res idem.Result
+		res, err = g.e.Begin(ctx, req)
+		switch {
+		case err != nil:
+			r = msgdoor.BeginError(err)
+		case res.Outcome == idem.Acquired:
+			ev.Outcome = res.Outcome.String()
+			err = g.run(ctx, msg, h, res.Lease, &ev)
+			ev.Settlement = res.Lease.State().String()
+			return err
+		case res.Outcome == idem.Replayed:
+			ev.Outcome = res.Outcome.String()
+			if r = msgdoor.Replayable(res.Response); r == nil {
+				var out []*nats.Msg
+				if out, err = decodeAnswer(res.Response.Body); err == nil {
+					return g.publishAndAck(ctx, msg, out, &ev)
+				}
+				r = msgdoor.Undecodable(err)
+			}
+		default:
+			if r = msgdoor.Found(res); r == nil {
+				return fmt.Errorf("idemnats: Begin returned outcome %v", res.Outcome)
+			}
+		}
+	}
+	ev.Outcome = r.Situation.Name
+	return g.refuse(msg, r, &ev)
+}
+
+// request is the idem request of msg, or a Refusal for a message whose key
+// is missing or malformed.
+func (g *Guard) request(msg jetstream.Msg) (idem.Request, *msgdoor.Refusal) {
+	in := msgdoor.Input{Scope: g.cfg.Scope, Payload: msg.Data(), FingerprintKey: g.cfg.FingerprintKey,
+		Kind: g.cfg.Kind, Lease: g.cfg.Lease, Retention: g.cfg.Retention, Topic: msg.Subject()}
+	if md, err := msg.Metadata(); err == nil {
+		in.Operation = md.Stream
+		if in.Scope == "" {
+			in.Scope = md.Consumer
+		}
+	}
+	if g.cfg.Operation != nil {
+		in.Operation = g.cfg.Operation(msg)
+	}
+	in.Key, in.KeyErr = g.cfg.Key(msg)
+	h := msg.Headers()
+	for _, name := range g.cfg.FingerprintHeaders {
+		if vs, ok := h[name]; ok {
+			if in.Fields == nil {
+				in.Fields = url.Values{}
+			}
+			in.Fields[name] = vs
+		}
+	}
+	if in.Scope == "" || in.Operation == "" {
+		// A message without JetStream metadata (not from a consumer).
+		return idem.Request{}, &msgdoor.Refusal{Situation: idem.SituationInvalidKey,
+			Reason: "the message has no JetStream metadata to name its stream and consumer; set Config.Scope and Config.Operation", Errs: []error{idem.ErrInvalidKey}}
+	}
+	return msgdoor.Request(in)
+}
+
+// run runs h under lease, telling JetStream the message is in progress at
+// each heartbeat, and acknowledges it by how the lease ended.
+func (g *Guard) run(ctx context.Context, msg jetstream.Msg, h HandlerFunc, lease *idem.Lease, ev *Event) error {
+	var (
+		produced []*nats.Msg
+		answer   *idem.Response
+	)
+	stop := g.inProgress(msg, lease)
+	stored, err := lease.Run(ctx, func(ctx context.Context) (*idem.Response, error) {
+		defer stop()
+		out, err := h(ctx, msg)
+		if err != nil {
+			return nil, err
+		}
+		produced = out
+		answer, err = Answer(out)
+		return answer, err
+	})
+	switch {
+	case err == nil && stored != answer:
+		// The handler completed with CompleteTx: publish what committed,
+		// which every redelivery publishes too.
+		if produced, err = decodeAnswer(stored.Body); err != nil {
+			return g.refuse(msg, msgdoor.Undecodable(err), ev)
+		}
+		fallthrough
+	case err == nil:
+		return g.publishAndAck(ctx, msg, produced, ev)
+	}
+	switch lease.State() {
+	case idem.LeaseEscalated:
+		return g.refuse(msg, msgdoor.Escalated(err), ev)
+	case idem.LeaseReleased:
+		ev.Ack = "nak"
+		g.ackErr(msg, msg.Nak(), "nak")
+		return err
+	}
+	// Abandoned or lost: the key is pending until its lease expires, or
+	// settled by someone else; a redelivery finds out which.
+	ev.Ack = "nak_delay"
+	g.ackErr(msg, msg.NakWithDelay(g.cfg.NakDelay), "nak")
+	return err
+}
+
+// inProgress tells JetStream that msg is in progress every
+// InProgressInterval (by default at each of the lease's heartbeats) until
+// stop is called.
+func (g *Guard) inProgress(msg jetstream.Msg, lease *idem.Lease) (stop func()) {
+	every := g.cfg.InProgressInterval
+	if every == 0 {
+		every = lease.Duration() / 3
+	}
+	if every <= 0 {
+		return func() {}
+	}
+	done := make(chan struct{})
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				g.ackErr(msg, msg.InProgress(), "in progress")
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-exited
+	}
+}
+
+// publishAndAck publishes the produced messages, waiting for JetStream to
+// store each, and then acks msg. A publication that fails naks msg: its
+// redelivery publishes the stored messages again.
+func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nats.Msg, ev *Event) error {
+	if len(out) > 0 {
+		if g.cfg.Publisher == nil {
+			err := errors.New("idemnats: the handler produced messages, but Config.Publisher is not set")
+			g.cfg.Logger.LogAttrs(ctx, slog.LevelError, err.Error(), slog.String("operation", ev.Operation))
+			ev.Ack = "nak_delay"
+			g.ackErr(msg, msg.NakWithDelay(g.cfg.NakDelay), "nak")
+			return err
+		}
+		for _, m := range out {
+			if _, err := g.cfg.Publisher.PublishMsg(ctx, m); err != nil {
+				err = fmt.Errorf("idemnats: publishing a produced message: %w", err)
+				g.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemnats: publishing a produced message failed; the message will be delivered again",
+					slog.String("operation", ev.Operation), slog.Any("error", err))
+				ev.Ack = "nak_delay"
+				g.ackErr(msg, msg.NakWithDelay(g.cfg.NakDelay), "nak")
+				return err
+			}
+		}
+	}
+	ev.Ack = "ack"
+	if err := msg.Ack(); err != nil {
+		g.ackErr(msg, err, "ack")
+		return fmt.Errorf("idemnats: acking the message: %w", err)
+	}
+	return nil
+}
+
+// refuse acknowledges a message whose handler did not run, or whose
+// failure went to review: NakWithDelay when a later delivery can get past
+// it, TermWithReason when none can.
+func (g *Guard) refuse(msg jetstream.Msg, r *msgdoor.Refusal, ev *Event) error {
+	e := refused(r)
+	if e.Terminated() {
+		ev.Ack = "term"
+		g.ackErr(msg, msg.TermWithReason(termReason(e.Error())), "term")
+		return e
+	}
+	delay := g.cfg.NakDelay
+	if r.RetryAfter > 0 {
+		delay = min(r.RetryAfter, delay)
+	}
+	ev.Ack = "nak_delay"
+	g.ackErr(msg, msg.NakWithDelay(delay), "nak")
+	return e
+}
+
+// maxTermReason bounds a Term's reason: it travels in the server's
+// advisory, and a handler's error can be long.
+const maxTermReason = 256
+
+// termReason is reason on one line, at most maxTermReason bytes.
+func termReason(reason string) string {
+	reason = strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, reason)
+	if len(reason) > maxTermReason {
+		reason = strings.ToValidUTF8(reason[:maxTermReason], "")
+	}
+	return reason
+}
+
+func (g *Guard) ackErr(msg jetstream.Msg, err error, what string) {
+	if err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		g.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "idemnats: "+what+" failed; JetStream delivers the message again after AckWait",
+			slog.String("subject", msg.Subject()), slog.Any("error", err))
+	}
+}
+
+// ErrNoLease is returned by CompleteTx when the context carries no lease:
+// the message is not being handled through a Guard.
+var ErrNoLease = errors.New("idemnats: the context carries no lease; is the handler run through a Guard?")
+
+// CompleteTx stores produced as the answer of the message being handled,
+// inside tx, the handler's own transaction in the idem store's database
+// (ctx is the handler's), so that its change and idem's record commit
+// together or not at all. store is the engine's store (*idempg.Store with
+// pgx.Tx, *idemsqlite.Store or *idemmysql.Store with *sql.Tx). The handler
+// then returns the same messages; the guard publishes the stored ones.
+func CompleteTx[Tx any](ctx context.Context, store idem.TxCompleter[Tx], tx Tx, produced ...*nats.Msg) error {
+	lease := idem.LeaseFrom(ctx)
+	if lease == nil {
+		return ErrNoLease
+	}
+	resp, err := Answer(produced)
+	if err != nil {
+		return err
+	}
+	return store.CompleteTx(ctx, tx, lease, resp)
+}

@@ -1,0 +1,477 @@
+package idemnats_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemnats"
+	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testenv.VerifyNoLeaks(m, testenv.LeakGrace))
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// fakeMsg is a jetstream.Msg that records how it was acknowledged.
+type fakeMsg struct {
+	subject string
+	data    []byte
+	header  nats.Header
+	md      jetstream.MsgMetadata
+
+	mu   sync.Mutex
+	acks []string
+	wip  int
+}
+
+func newMsg(seq uint64, data string, header ...string) *fakeMsg {
+	m := &fakeMsg{subject: "orders.placed", data: []byte(data),
+		md: jetstream.MsgMetadata{Stream: "ORDERS", Consumer: "billing", Sequence: jetstream.SequencePair{Stream: seq}}}
+	for i := 0; i+1 < len(header); i += 2 {
+		if m.header == nil {
+			m.header = nats.Header{}
+		}
+		m.header.Add(header[i], header[i+1])
+	}
+	return m
+}
+
+func (m *fakeMsg) Metadata() (*jetstream.MsgMetadata, error) { md := m.md; return &md, nil }
+func (m *fakeMsg) Data() []byte                              { return m.data }
+func (m *fakeMsg) Headers() nats.Header                      { return m.header }
+func (m *fakeMsg) Subject() string                           { return m.subject }
+func (m *fakeMsg) Reply() string                             { return "" }
+func (m *fakeMsg) Ack() error                                { return m.record("ack") }
+func (m *fakeMsg) DoubleAck(context.Context) error           { return m.record("ack") }
+func (m *fakeMsg) Nak() error                                { return m.record("nak") }
+func (m *fakeMsg) NakWithDelay(d time.Duration) error        { return m.record(fmt.Sprintf("nak %v", d)) }
+func (m *fakeMsg) Term() error                               { return m.record("term") }
+func (m *fakeMsg) TermWithReason(r string) error             { return m.record("term: " + r) }
+func (m *fakeMsg) InProgress() error {
+	m.mu.Lock()
+	m.wip++
+	m.mu.Unlock()
+	return nil
+}
+
+func (m *fakeMsg) record(a string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.acks = append(m.acks, a)
+	return nil
+}
+
+// ack is the message's one acknowledgement.
+func (m *fakeMsg) ack(t *testing.T) string {
+	t.Helper()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.acks) != 1 {
+		t.Fatalf("acknowledged %q; want exactly once", m.acks)
+	}
+	return m.acks[0]
+}
+
+// publisher records what the guard publishes.
+type publisher struct {
+	jetstream.Publisher // nil: only PublishMsg is used
+	mu                  sync.Mutex
+	msgs                []*nats.Msg
+	fail                atomic.Int32 // fail this many publications
+}
+
+func (p *publisher) PublishMsg(_ context.Context, m *nats.Msg, _ ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if p.fail.Add(-1) >= 0 {
+		return nil, errors.New("nats: timeout")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.msgs = append(p.msgs, m)
+	return &jetstream.PubAck{}, nil
+}
+
+func (p *publisher) ids() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var ids []string
+	for _, m := range p.msgs {
+		ids = append(ids, m.Header.Get(jetstream.MsgIDHeader))
+	}
+	return ids
+}
+
+func memEngine(t testing.TB, cfg idem.EngineConfig) (*idem.Engine, *idemmem.Store) {
+	t.Helper()
+	store := idemmem.MustNew(idemmem.Config{})
+	t.Cleanup(func() { store.Close() })
+	if cfg.Logger == nil {
+		cfg.Logger = discard
+	}
+	e, err := idem.NewEngine(store, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, store
+}
+
+func newGuard(t testing.TB, e *idem.Engine, cfg idemnats.Config) *idemnats.Guard {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = discard
+	}
+	g, err := idemnats.New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// counting is a handler that counts its runs and produces one receipt per
+// run, without a Nats-Msg-Id of its own.
+type counting struct {
+	runs atomic.Int32
+	fail func(run int32) error
+}
+
+func (c *counting) handle(_ context.Context, msg jetstream.Msg) ([]*nats.Msg, error) {
+	n := c.runs.Add(1)
+	if c.fail != nil {
+		if err := c.fail(n); err != nil {
+			return nil, err
+		}
+	}
+	return []*nats.Msg{{Subject: "receipts", Data: append([]byte("paid:"), msg.Data()...)}}, nil
+}
+
+// A message delivered again after its handler completed is acked without
+// running the handler, and its receipt is published again with the same
+// Nats-Msg-Id.
+func TestRedeliveryAcksAndRepublishes(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var pub publisher
+	g := newGuard(t, e, idemnats.Config{Publisher: &pub})
+	var c counting
+	for range 2 {
+		m := newMsg(7, "order 7")
+		if err := g.Handle(context.Background(), m, c.handle); err != nil {
+			t.Fatal(err)
+		}
+		if a := m.ack(t); a != "ack" {
+			t.Fatalf("acknowledged %q", a)
+		}
+	}
+	ids := pub.ids()
+	if c.runs.Load() != 1 || len(ids) != 2 || ids[0] == "" || ids[0] != ids[1] {
+		t.Fatalf("%d runs, published IDs %q", c.runs.Load(), ids)
+	}
+}
+
+// Keys: the Nats-Msg-Id header when present (two deliveries of one ID at
+// different stream sequences run once), else stream and sequence.
+func TestKeys(t *testing.T) {
+	t.Parallel()
+	e, store := memEngine(t, idem.EngineConfig{})
+	g := newGuard(t, e, idemnats.Config{})
+	h := func(context.Context, jetstream.Msg) ([]*nats.Msg, error) { return nil, nil }
+	for _, m := range []*fakeMsg{newMsg(1, "a", "Nats-Msg-Id", "order-1"), newMsg(2, "a", "Nats-Msg-Id", "order-1"), newMsg(3, "b")} {
+		if err := g.Handle(context.Background(), m, h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, key := range []string{"order-1", "ORDERS:3"} {
+		if _, err := store.Get(context.Background(), idem.Key{Scope: "billing", Operation: "ORDERS", Key: key}); err != nil {
+			t.Errorf("no record for %q: %v", key, err)
+		}
+	}
+	if _, err := store.Get(context.Background(), idem.Key{Scope: "billing", Operation: "ORDERS", Key: "ORDERS:2"}); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Errorf("the second publication of order-1 ran under its sequence: %v", err)
+	}
+}
+
+// Hostile or missing keys are terminated with a reason, and the handler
+// does not run; the reason never shows the key.
+func TestHostileKeysTerminate(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	for _, tc := range []struct {
+		name string
+		msg  *fakeMsg
+		cfg  idemnats.Config
+		want error
+	}{
+		{"too long", newMsg(1, "x", "Nats-Msg-Id", strings.Repeat("k", 300)), idemnats.Config{}, idem.ErrInvalidKey},
+		{"control", newMsg(1, "x", "Nats-Msg-Id", "k\r\nEvil: 1"), idemnats.Config{}, idem.ErrInvalidKey},
+		{"empty", newMsg(1, "x", "Nats-Msg-Id", ""), idemnats.Config{}, idem.ErrMissingKey},
+		{"two IDs", newMsg(1, "x", "Nats-Msg-Id", "a", "Nats-Msg-Id", "b"), idemnats.Config{}, idem.ErrInvalidKey},
+		{"missing business ID", newMsg(1, "x"), idemnats.Config{Key: idemnats.HeaderKey("Order-Id")}, idem.ErrMissingKey},
+	} {
+		var c counting
+		err := newGuard(t, e, tc.cfg).Handle(context.Background(), tc.msg, c.handle)
+		a := tc.msg.ack(t)
+		if !errors.Is(err, tc.want) || !idemnats.IsTerminated(err) || !strings.HasPrefix(a, "term: ") || c.runs.Load() != 0 {
+			t.Errorf("%s: %v, %q, %d runs", tc.name, err, a, c.runs.Load())
+		}
+		if strings.Contains(a, "Evil") || strings.Contains(a, "kkkk") || strings.ContainsAny(a, "\r\n") {
+			t.Errorf("%s: the reason shows the key: %q", tc.name, a)
+		}
+	}
+}
+
+// The same key with other data (or another value of a fingerprinted
+// header) is terminated, and the handler does not run.
+func TestMismatchTerminates(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	g := newGuard(t, e, idemnats.Config{FingerprintHeaders: []string{"Amount"}})
+	var c counting
+	h := func(ctx context.Context, m jetstream.Msg) ([]*nats.Msg, error) { c.handle(ctx, m); return nil, nil }
+	if err := g.Handle(context.Background(), newMsg(1, "order", "Nats-Msg-Id", "o-1", "Amount", "10"), h); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*fakeMsg{newMsg(2, "other", "Nats-Msg-Id", "o-1", "Amount", "10"), newMsg(3, "order", "Nats-Msg-Id", "o-1", "Amount", "11")} {
+		err := g.Handle(context.Background(), m, h)
+		if !errors.Is(err, idem.ErrMismatch) || !strings.HasPrefix(m.ack(t), "term: ") {
+			t.Fatalf("%v, %q", err, m.ack(t))
+		}
+	}
+	if c.runs.Load() != 1 {
+		t.Fatalf("%d runs", c.runs.Load())
+	}
+}
+
+// Handler errors: Retryable naks (the redelivery runs again); a plain error
+// of an External operation terminates with the reason and sends the key to
+// review; of a Transactional one, naks.
+func TestHandlerErrors(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		kind idem.Kind
+		err  error
+		ack  string
+	}{
+		{"retryable", idem.External, idem.Retryable(boom), "nak"},
+		{"plain external", idem.External, boom, "term: idemnats: needs_review: the handler failed and its outcome is unknown: boom"},
+		{"ambiguous", idem.Transactional, idem.Ambiguous(boom), "term: idemnats: needs_review: the handler failed and its outcome is unknown: boom"},
+		{"plain transactional", idem.Transactional, boom, "nak"},
+	} {
+		e, _ := memEngine(t, idem.EngineConfig{})
+		g := newGuard(t, e, idemnats.Config{Kind: tc.kind, Publisher: &publisher{}})
+		c := counting{fail: func(run int32) error {
+			if run == 1 {
+				return tc.err
+			}
+			return nil
+		}}
+		m := newMsg(1, "x")
+		if err := g.Handle(context.Background(), m, c.handle); !errors.Is(err, boom) {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if a := m.ack(t); a != tc.ack {
+			t.Fatalf("%s: acknowledged %q, want %q", tc.name, a, tc.ack)
+		}
+		again := newMsg(1, "x")
+		err := g.Handle(context.Background(), again, c.handle)
+		if tc.ack == "nak" && (err != nil || c.runs.Load() != 2) {
+			t.Fatalf("%s: redelivery %v after %d runs", tc.name, err, c.runs.Load())
+		}
+		if tc.ack != "nak" && (!errors.Is(err, idem.ErrNeedsReview) || c.runs.Load() != 1 || !strings.HasPrefix(again.ack(t), "term: ")) {
+			t.Fatalf("%s: redelivery %v after %d runs", tc.name, err, c.runs.Load())
+		}
+	}
+}
+
+// A message redelivered while its first handling runs is nakked with a
+// delay (about as long as that handling has run, at most NakDelay); the
+// running handler tells JetStream it is in progress at each heartbeat.
+func TestInFlightAndInProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := memEngine(t, idem.EngineConfig{Lease: 3 * time.Second})
+		g := newGuard(t, e, idemnats.Config{NakDelay: 2 * time.Second})
+		release := make(chan struct{})
+		first := newMsg(1, "x")
+		done := make(chan error)
+		go func() {
+			done <- g.Handle(context.Background(), first, func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
+				<-release
+				return nil, nil
+			})
+		}()
+		time.Sleep(10*time.Second + time.Millisecond) // fake time: three leases and more
+		again := newMsg(1, "x")
+		err := g.Handle(context.Background(), again, func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
+			t.Error("the handler ran twice")
+			return nil, nil
+		})
+		if !errors.Is(err, idem.ErrInFlight) || idemnats.IsTerminated(err) {
+			t.Fatalf("redelivery: %v", err)
+		}
+		if a := again.ack(t); a != "nak 2s" {
+			t.Fatalf("redelivery acknowledged %q; want nak 2s (NakDelay, under RetryAfter)", a)
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		first.mu.Lock()
+		wip := first.wip
+		first.mu.Unlock()
+		if wip != 10 {
+			t.Fatalf("InProgress %d times in 10s with a 3s lease; want 10 (every second)", wip)
+		}
+		time.Sleep(time.Second) // the engine's heartbeat loop lingers, then exits
+	})
+}
+
+// A failed publication of the produced messages naks the message (its key
+// is completed); the redelivery publishes the stored messages, with the
+// same IDs, without running the handler. A handler that produces messages
+// without a Publisher is nakked the same way.
+func TestPublishFailsThenReplays(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	pub := &publisher{}
+	pub.fail.Store(1)
+	g := newGuard(t, e, idemnats.Config{Publisher: pub, NakDelay: time.Second})
+	var c counting
+	m := newMsg(1, "x")
+	if err := g.Handle(context.Background(), m, c.handle); err == nil || m.ack(t) != "nak 1s" {
+		t.Fatalf("%v, %q", err, m.ack(t))
+	}
+	again := newMsg(1, "x")
+	if err := g.Handle(context.Background(), again, c.handle); err != nil || again.ack(t) != "ack" {
+		t.Fatalf("%v, %q", err, again.ack(t))
+	}
+	if c.runs.Load() != 1 || len(pub.ids()) != 1 {
+		t.Fatalf("%d runs, published %q", c.runs.Load(), pub.ids())
+	}
+
+	noPub := newGuard(t, e, idemnats.Config{NakDelay: time.Second})
+	m = newMsg(2, "y")
+	if err := noPub.Handle(context.Background(), m, c.handle); err == nil || m.ack(t) != "nak 1s" {
+		t.Fatalf("without a Publisher: %v, %q", err, m.ack(t))
+	}
+}
+
+// A store that is down: the handler does not run, and the message is
+// nakked with a delay.
+func TestStoreDown(t *testing.T) {
+	t.Parallel()
+	_, mem := memEngine(t, idem.EngineConfig{})
+	e, err := idem.NewEngine(downStore{mem}, idem.EngineConfig{Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c counting
+	m := newMsg(1, "x")
+	err = newGuard(t, e, idemnats.Config{}).Handle(context.Background(), m, c.handle)
+	if !errors.Is(err, idemstore.ErrUnavailable) || idemnats.IsTerminated(err) || m.ack(t) != "nak 5s" || c.runs.Load() != 0 {
+		t.Fatalf("%v, %q, %d runs", err, m.ack(t), c.runs.Load())
+	}
+}
+
+type downStore struct{ idemstore.Store }
+
+func (downStore) Reserve(context.Context, idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	return nil, false, fmt.Errorf("dial tcp: connection refused: %w", idemstore.ErrUnavailable)
+}
+
+// A consumer whose context ends mid-handler: the handler's context ends;
+// the context's error of an External handler sends the key to review
+// (terminated, never run twice); Retryable naks, and the redelivery runs.
+func TestContextCancelledMidHandler(t *testing.T) {
+	t.Parallel()
+	for _, retryable := range []bool{false, true} {
+		e, _ := memEngine(t, idem.EngineConfig{})
+		g := newGuard(t, e, idemnats.Config{})
+		ctx, cancel := context.WithCancel(context.Background())
+		var runs atomic.Int32
+		h := func(ctx context.Context, _ jetstream.Msg) ([]*nats.Msg, error) {
+			if runs.Add(1) > 1 {
+				return nil, nil
+			}
+			cancel()
+			<-ctx.Done()
+			if retryable {
+				return nil, idem.Retryable(ctx.Err())
+			}
+			return nil, ctx.Err()
+		}
+		m := newMsg(1, "x")
+		if err := g.Handle(ctx, m, h); !errors.Is(err, context.Canceled) {
+			t.Fatalf("%v", err)
+		}
+		again := newMsg(1, "x")
+		err := g.Handle(context.Background(), again, h)
+		switch {
+		case retryable && (err != nil || runs.Load() != 2 || m.ack(t) != "nak"):
+			t.Fatalf("retryable: %v, %d runs, first %q", err, runs.Load(), m.ack(t))
+		case !retryable && (!errors.Is(err, idem.ErrNeedsReview) || runs.Load() != 1):
+			t.Fatalf("plain: %v, %d runs", err, runs.Load())
+		}
+	}
+}
+
+// Produced messages come back byte for byte, and a corrupt stored answer
+// is refused, never half-published.
+func TestAnswerRoundTrip(t *testing.T) {
+	t.Parallel()
+	in := []*nats.Msg{
+		{Subject: "a.b", Header: nats.Header{"K\xff": {"v\x00", ""}, "Nats-Msg-Id": {"id-1"}}, Data: []byte{0, 0xff}},
+		{Subject: "c", Data: nil},
+	}
+	resp, err := idemnats.Answer(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := idemnats.DecodeAnswer(resp.Body)
+	if err != nil || len(out) != 2 || out[0].Header["K\xff"][0] != "v\x00" || string(out[0].Data) != "\x00\xff" || out[1].Header.Get("Nats-Msg-Id") == "" {
+		t.Fatalf("%v: %+v", err, out)
+	}
+	for i := range resp.Body {
+		if _, err := idemnats.DecodeAnswer(resp.Body[:i]); err == nil {
+			t.Fatalf("a stored answer cut at %d decoded", i)
+		}
+	}
+	if _, err := idemnats.DecodeAnswer(append([]byte{1}, 0xff, 0xff, 0xff, 0xff, 0x0f)); err == nil {
+		t.Fatal("a huge count decoded")
+	}
+}
+
+func TestNewRefusesBadConfig(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	for name, tc := range map[string]struct {
+		e   *idem.Engine
+		cfg idemnats.Config
+	}{
+		"no engine":    {nil, idemnats.Config{}},
+		"unknown kind": {e, idemnats.Config{Kind: 9}},
+		"negative":     {e, idemnats.Config{NakDelay: -1}},
+		"long scope":   {e, idemnats.Config{Scope: strings.Repeat("s", idem.MaxScopeLength+1)}},
+		"empty header": {e, idemnats.Config{FingerprintHeaders: []string{""}}},
+	} {
+		if _, err := idemnats.New(tc.e, tc.cfg); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

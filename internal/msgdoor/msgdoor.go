@@ -1,0 +1,150 @@
+// Package msgdoor holds what the broker front doors (idemwatermill,
+// idemnats) share: a message's idem request (key, scope, operation,
+// fingerprint), and what each outcome of Begin means for a message that
+// does not run. Each front door maps a Refusal to its own protocol (a
+// Watermill error for the poison queue, a JetStream Nak or Term).
+package msgdoor
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// Refusal is why a message's handler did not run, or why its failure went
+// to review.
+type Refusal struct {
+	// Situation is from idem's outcome table.
+	Situation idem.Situation
+	// Reason says why; it never contains the key.
+	Reason string
+	// RetryAfter is set with idem.SituationInFlight.
+	RetryAfter time.Duration
+	// Errs are the situation's sentinel and, after a handler failure, the
+	// handler's error.
+	Errs []error
+}
+
+// Poison reports whether no redelivery can help: every situation but
+// idem.SituationInFlight and idem.SituationUnavailable.
+func (r *Refusal) Poison() bool {
+	return r.Situation.Name != idem.SituationInFlight.Name && r.Situation.Name != idem.SituationUnavailable.Name
+}
+
+func refuse(s idem.Situation, reason string, errs ...error) *Refusal {
+	return &Refusal{Situation: s, Reason: reason, Errs: errs}
+}
+
+// Input is what a message's request is made of.
+type Input struct {
+	Scope, Operation string
+	// Key is the message's key, KeyErr the error of reading it.
+	Key    string
+	KeyErr error
+	// Payload and Fields (the metadata or headers the configuration names)
+	// are the message's meaning.
+	Payload []byte
+	Fields  url.Values
+	// FingerprintKey keys the fingerprint.
+	FingerprintKey []byte
+	Kind           idem.Kind
+	Lease          time.Duration
+	Retention      time.Duration
+	// Topic, when set, is kept on the record for operators (as its path).
+	Topic string
+}
+
+// Request is the idem request of a message, or a Refusal (missing or
+// malformed key) when the handler must not run.
+func Request(in Input) (idem.Request, *Refusal) {
+	req := idem.Request{Key: idem.Key{Scope: in.Scope, Operation: in.Operation, Key: in.Key},
+		Kind: in.Kind, Lease: in.Lease, Retention: in.Retention}
+	switch {
+	case in.KeyErr != nil:
+		return req, refuse(idem.SituationInvalidKey, "the message's key cannot be read: "+in.KeyErr.Error(), idem.ErrInvalidKey, in.KeyErr)
+	case in.Key == "":
+		return req, refuse(idem.SituationMissingKey, "the message has no key", idem.ErrMissingKey)
+	}
+	if err := idem.ValidateKey(in.Key); err != nil {
+		var ke *idem.KeyError
+		errors.As(err, &ke)
+		return req, refuse(idem.SituationInvalidKey, ke.Reason, err)
+	}
+	fp, err := idem.Fingerprint(idem.FingerprintInput{Method: "MESSAGE", Operation: in.Operation, Query: in.Fields.Encode(), Body: in.Payload},
+		idem.FingerprintOptions{Key: in.FingerprintKey})
+	if err != nil { // only for field pointers, which are not used here
+		return req, refuse(idem.SituationInvalidKey, err.Error(), idem.ErrInvalidKey, err)
+	}
+	req.Fingerprint = fp
+	if in.Topic != "" {
+		req.Info = &idemstore.Request{Method: "MESSAGE", Path: in.Topic}
+	}
+	return req, nil
+}
+
+// BeginError maps an error of Begin: a key, scope or operation the store
+// cannot keep, and a record that does not open, are poison; anything else
+// (the store is unavailable) is SituationUnavailable, for a redelivery.
+func BeginError(err error) *Refusal {
+	switch {
+	case errors.Is(err, idem.ErrInvalidKey), errors.Is(err, idem.ErrTooLong):
+		return refuse(idem.SituationInvalidKey, err.Error(), idem.ErrInvalidKey, err)
+	case errors.Is(err, idem.ErrSealed):
+		return refuse(idem.SituationSealed, "the stored answer cannot be opened", err)
+	}
+	return refuse(idem.SituationUnavailable, "the idempotency store failed: "+err.Error(), err)
+}
+
+// Found is the Refusal of a Begin that found the key in flight, in review
+// or used with another payload; nil for Acquired and Replayed.
+func Found(res idem.Result) *Refusal {
+	switch res.Outcome {
+	case idem.InFlight:
+		r := refuse(idem.SituationInFlight, fmt.Sprintf("the message's first handling still runs (retry after %v)", res.RetryAfter), idem.ErrInFlight)
+		r.RetryAfter = res.RetryAfter
+		return r
+	case idem.Mismatch:
+		return refuse(idem.SituationMismatch, "the message's key was used with another payload", idem.ErrMismatch)
+	case idem.NeedsReview:
+		reason := "an earlier handling's outcome is unknown"
+		if res.Record != nil && res.Record.Reason != "" {
+			reason += ": " + res.Record.Reason
+		}
+		return refuse(idem.SituationNeedsReview, reason, idem.ErrNeedsReview)
+	}
+	return nil
+}
+
+// Replayable returns the Refusal of a stored answer that is not a
+// handler's (not kept, or settled by an operator with a failure), or nil.
+func Replayable(resp *idem.Response) *Refusal {
+	switch {
+	case resp == nil || resp.NotReplayable != "":
+		reason := "the message was handled, but its produced messages were not kept"
+		if resp != nil {
+			reason += " (" + resp.NotReplayable + ")"
+		}
+		return refuse(idem.SituationNotReplayable, reason, idem.ErrNotReplayable)
+	case resp.Status < 200 || resp.Status > 299:
+		return refuse(idem.SituationNotReplayable, fmt.Sprintf("the key was settled with status %d, not by a handler", resp.Status), idem.ErrNotAResult)
+	}
+	return nil
+}
+
+// Undecodable is the Refusal of a stored answer that does not decode.
+func Undecodable(err error) *Refusal {
+	return refuse(idem.SituationNotReplayable, err.Error(), idem.ErrNotReplayable)
+}
+
+// Escalated is the Refusal of a handler whose failure sent its key to
+// review.
+func Escalated(err error) *Refusal {
+	return refuse(idem.SituationNeedsReview, "the handler failed and its outcome is unknown: "+err.Error(), idem.ErrNeedsReview, err)
+}
+
+// Missing reports whether r is a message without a key.
+func (r *Refusal) Missing() bool { return r.Situation.Name == idem.SituationMissingKey.Name }
