@@ -11,6 +11,8 @@
 #   PostgreSQL  127.0.0.1:5432, database idem_test  -> IDEM_TEST_POSTGRES_URL
 #   MariaDB     127.0.0.1:3306, database idem_test  -> IDEM_TEST_MYSQL_DSN
 #   Redis       delegated to scripts/redis.sh       -> IDEM_TEST_REDIS_URL, IDEM_TEST_REDIS_CLUSTER
+#   RabbitMQ    127.0.0.1:5672, guest/guest         -> IDEM_TEST_AMQP_URL
+#   NATS        127.0.0.1:4222, with JetStream      -> IDEM_TEST_NATS_URL
 #   Chromium    /usr/bin/chromium, for the review page's browser test
 #
 # Flags:
@@ -34,7 +36,7 @@ for arg in "$@"; do
 	case "$arg" in
 	--bench) bench=1 ;;
 	-h | --help)
-		sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
+		sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'
 		exit 0
 		;;
 	*)
@@ -176,6 +178,61 @@ redis_setup() {
 	scripts/redis.sh >&3
 }
 
+# ------------------------------------------------------------------ RabbitMQ
+
+# rabbit_ready: the AMQP port answers a protocol header with a
+# connection.start frame (type 1), which RabbitMQ sends once it is booted.
+rabbit_ready() {
+	local reply
+	reply=$(timeout 5 bash -c 'exec 9<>/dev/tcp/127.0.0.1/5672 && printf "AMQP\0\0\11\1" >&9 && head -c 1 <&9 | od -An -tu1' 2>/dev/null) || return 1
+	[ "$(echo $reply)" = 1 ]
+}
+
+rabbit_setup() {
+	if rabbit_ready; then
+		emit IDEM_TEST_AMQP_URL 'amqp://guest:guest@127.0.0.1:5672/'
+		return 0
+	fi
+	if [ ! -x /usr/sbin/rabbitmq-server ]; then
+		log "RabbitMQ not installed; installing"
+		apt_install rabbitmq-server || return 1
+	fi
+	if ! rabbit_ready; then
+		log "starting RabbitMQ"
+		rabbitmq-server -detached </dev/null 3>&- || return 1
+	fi
+	if ! wait_until 90 rabbit_ready; then
+		log "RabbitMQ did not become ready within 90s (see /var/log/rabbitmq)"
+		return 1
+	fi
+	emit IDEM_TEST_AMQP_URL 'amqp://guest:guest@127.0.0.1:5672/'
+}
+
+# ---------------------------------------------------------------------- NATS
+
+# nats_ready: the server greets with an INFO line that says JetStream is on.
+nats_ready() {
+	timeout 5 bash -c 'exec 9<>/dev/tcp/127.0.0.1/4222 && head -n 1 <&9' 2>/dev/null | grep -q '"jetstream":true'
+}
+
+nats_setup() {
+	if ! nats_ready; then
+		if [ ! -x /usr/sbin/nats-server ]; then
+			log "nats-server not installed; installing"
+			apt_install nats-server || return 1
+		fi
+		log "starting nats-server with JetStream"
+		install -d /var/lib/nats-server || return 1
+		start-stop-daemon --start --oknodo --background --exec /usr/sbin/nats-server -- \
+			-a 127.0.0.1 -p 4222 -js -sd /var/lib/nats-server -l /var/log/nats-server.log </dev/null 3>&- || return 1
+		if ! wait_until 30 nats_ready; then
+			log "NATS did not become ready with JetStream within 30s (see /var/log/nats-server.log)"
+			return 1
+		fi
+	fi
+	emit IDEM_TEST_NATS_URL 'nats://127.0.0.1:4222'
+}
+
 # ------------------------------------------------------------------ Chromium
 
 # The review page is tested in Debian's headless chromium (chromedp); the test
@@ -202,6 +259,8 @@ bench_tools() {
 pg_setup || { log "PostgreSQL: FAILED"; failed=1; }
 my_setup || { log "MariaDB: FAILED"; failed=1; }
 redis_setup || { log "Redis: FAILED"; failed=1; }
+rabbit_setup || { log "RabbitMQ: FAILED"; failed=1; }
+nats_setup || { log "NATS: FAILED"; failed=1; }
 chromium_setup || { log "Chromium: FAILED"; failed=1; }
 if [ "$bench" = 1 ]; then
 	bench_tools || { log "benchmark tools: FAILED"; failed=1; }
