@@ -24,6 +24,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(chaosChild(role))
+	}
 	os.Exit(testenv.VerifyNoLeaks(m, testenv.LeakGrace))
 }
 
