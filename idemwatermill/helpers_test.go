@@ -19,6 +19,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		os.Exit(chaosChild(role))
+	}
 	// Watermill's Deduplicator (compared against in one test) starts a
 	// cleaning goroutine that nothing stops.
 	os.Exit(testenv.VerifyNoLeaks(m, testenv.LeakGrace,
