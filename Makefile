@@ -5,7 +5,7 @@ RACE ?= -race
 # Modules beside the root one, each with its own go.mod so that an application
 # using one of them never downloads another's dependencies; go.work joins them
 # for development, and make test, lint and bench run each.
-MODULES = examples/worker idemgrpc idemconnect internal/rpctest
+MODULES = examples/worker idemgrpc idemconnect internal/rpctest idemwatermill idemnats
 
 .DEFAULT_GOAL := help
 
@@ -14,7 +14,7 @@ help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: services
-services: ## Start PostgreSQL, MariaDB and Redis (standalone + Cluster) on loopback and print their URLs
+services: ## Start PostgreSQL, MariaDB, Redis (standalone + Cluster), RabbitMQ and NATS JetStream on loopback and print their URLs
 	@scripts/services.sh
 
 .PHONY: test
@@ -40,11 +40,14 @@ bench: ## Run the Go benchmarks (servers started as for make test)
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
 
 .PHONY: chaos
-chaos: ## Run the chaos test of idem serve, 3 minutes of faults per store (CHAOS_DURATION=10m for longer)
+chaos: ## Run the chaos tests of idem serve and of the broker consumers, 3 minutes of faults each (CHAOS_DURATION=10m for longer)
 	@set -euo pipefail; mkdir -p .tmp; timeout 900 scripts/services.sh >.tmp/services.env || \
 	echo "make: a service did not start; its tests skip, or fail when CI=true" >&2; \
 	. .tmp/services.env; \
 	IDEM_CHAOS=long $(GO) test $(RACE) -count=1 -timeout 2h -v -run '^TestChaos' ./internal/chaos $(if $(CHAOS_DURATION),-args -chaos.duration=$(CHAOS_DURATION))
+	@set -euo pipefail; . .tmp/services.env; for m in idemwatermill idemnats; do \
+		(cd $$m && IDEM_CHAOS=long $(if $(CHAOS_DURATION),IDEM_MSGCHAOS_DURATION=$(CHAOS_DURATION)) $(GO) test $(RACE) -count=1 -timeout 2h -v -run '^TestChaos' .); \
+	done
 
 # Fuzz targets, as package:function. make test runs each for FUZZTIME.
 FUZZ_TARGETS = .:FuzzParseKeyHeader .:FuzzCanonicalJSON \
