@@ -75,6 +75,25 @@ func BenchmarkEngine(b *testing.B) {
 	}
 }
 
+// BenchmarkCheckPolicy measures a check of the nodes' maxmemory-policy,
+// as New runs it and ListExpiredLeases and Purge run it before they scan:
+// one CONFIG GET per node, after CLUSTER SLOTS on a Cluster (three
+// masters and three replicas in the test Cluster). Nothing on the path of
+// a request pays it.
+func BenchmarkCheckPolicy(b *testing.B) {
+	for _, topo := range topologies {
+		b.Run(topo.name, func(b *testing.B) {
+			s := benchStore(b, topo.client(b))
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := s.CheckPolicy(b.Context()); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 func benchSetNX(b *testing.B, client rueidis.Client, workers int) {
 	prefix := testPrefix()
 	// The keys expire on their own; deleting them one by one on a Cluster

@@ -21,7 +21,7 @@ func TestConformanceStandalone(t *testing.T) {
 	idemstoretest.Exercise(t, idemstoretest.Harness{
 		New: func(t *testing.T) idemstore.Store { return newTestStore(t, client) },
 		Unavailable: func(t *testing.T) idemstore.Store {
-			return newUncleanedStore(t, cutOff(t, rueidis.MustParseURL(url)))
+			return cutOffStore(t, rueidis.MustParseURL(url))
 		},
 	})
 }
@@ -33,7 +33,7 @@ func TestConformanceCluster(t *testing.T) {
 	idemstoretest.Exercise(t, idemstoretest.Harness{
 		New: func(t *testing.T) idemstore.Store { return newTestStore(t, client) },
 		Unavailable: func(t *testing.T) idemstore.Store {
-			return newUncleanedStore(t, cutOff(t, rueidis.ClientOption{InitAddress: seeds}))
+			return cutOffStore(t, rueidis.ClientOption{InitAddress: seeds})
 		},
 	})
 }
@@ -48,11 +48,21 @@ func TestConcurrencyCluster(t *testing.T) {
 	})
 }
 
-// cutOff returns a client made with opt that has lost its servers: it
-// connects (rueidis dials when it is made), then every connection it holds
-// is closed and every later dial goes to a loopback port nothing listens
-// on, as after a crash of every node. The client does not retry.
-func cutOff(t *testing.T, opt rueidis.ClientOption) rueidis.Client {
+// cutOffStore returns a store whose client, made with opt, has lost its
+// servers since New checked them: see cutOff.
+func cutOffStore(t *testing.T, opt rueidis.ClientOption) *Store {
+	t.Helper()
+	c, cut := cutOff(t, opt)
+	s := newUncleanedStore(t, c)
+	cut()
+	return s
+}
+
+// cutOff returns a client made with opt, and cut, which makes it lose its
+// servers: every connection it holds is closed and every later dial goes
+// to a loopback port nothing listens on, as after a crash of every node.
+// The client does not retry.
+func cutOff(t *testing.T, opt rueidis.ClientOption) (rueidis.Client, func()) {
 	t.Helper()
 	var (
 		mu    sync.Mutex
@@ -74,11 +84,12 @@ func cutOff(t *testing.T, opt rueidis.ClientOption) rueidis.Client {
 		return c, err
 	}
 	c := newClient(t, opt)
-	mu.Lock()
-	down = true
-	for _, conn := range conns {
-		_ = conn.Close()
+	return c, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		down = true
+		for _, conn := range conns {
+			_ = conn.Close()
+		}
 	}
-	mu.Unlock()
-	return c
 }

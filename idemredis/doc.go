@@ -155,6 +155,44 @@
 // ends and its channel is closed. A notification is a hint: waiters still
 // poll.
 //
+// # Eviction: maxmemory-policy must be noeviction
+//
+// Redis is often run as a cache, and a cache evicts. Under memory
+// pressure, the volatile-* policies (volatile-lru, the default of
+// ElastiCache, Memorystore, Azure Cache for Redis and Redis Cloud, and the
+// other volatile ones) evict keys that carry a TTL, as every completed
+// record does; the allkeys-* policies evict any key, pending and
+// needs_review records too. A record evicted before its retention is a key
+// the next retry reserves anew: the operation runs twice. Only noeviction
+// never evicts: a full server refuses writes with OOM, which the store
+// reports as idemstore.ErrUnavailable, so a new key gets 503 and nothing
+// runs twice (a completed key still replays, as replays only read).
+//
+// So [New] reads maxmemory-policy from every node with CONFIG GET (on a
+// Cluster, every master that serves slots and every other node the client
+// knows, as a replica's policy takes effect when it is promoted) and fails
+// with an error wrapping [ErrEvictionPolicy] unless every one is
+// noeviction, whatever maxmemory says: a limit of 0 never evicts, but
+// CONFIG SET maxmemory evicts down to a new limit at once. There is no
+// option to accept another policy. Managed services disable CONFIG; there,
+// [Config.MaxmemoryPolicy] states the policy (noeviction, once it is set
+// in the service's console), New trusts it and logs a warning that it
+// could not verify it, and without it New fails with [ErrPolicyUnknown].
+//
+// The policy can change after New (CONFIG SET, a parameter group, a
+// failover to a replica configured otherwise, a master added to the
+// Cluster). [Store.CheckPolicy] reads it again; ListExpiredLeases and
+// Purge call it before they scan, so the engine's Recover and Purge loops
+// check as often as they run (idem serve: every minute). While the last
+// check found a node that can evict, Reserve and Takeover fail with
+// idemstore.ErrUnavailable (503) and the change is logged at ERROR; they
+// resume once a check finds every node at noeviction again. Between a
+// change and the next check, the store does not know. A proxy in front of
+// Redis answers CONFIG GET for itself, if at all; state the policy there.
+//
+// docs/redis.md in the repository lists the defaults of the common managed
+// services and how to set noeviction on each.
+//
 // # Durability: read this before storing payments
 //
 // Redis acknowledges a write once it is in memory. What survives a crash is
@@ -198,7 +236,10 @@
 // or Delete of a record in the wrong state idemstore.ErrNotNeedsReview or
 // idemstore.ErrNotCompleted, and a closed
 // client, a refused connection, CLUSTERDOWN, LOADING, READONLY (a write that
-// reached a demoted master) and similar are idemstore.ErrUnavailable.
+// reached a demoted master), OOM (a full server under noeviction refuses a
+// script at its first write that could grow memory, before it changes
+// anything; the scripts that delete first, Release and Purge, still run)
+// and similar are idemstore.ErrUnavailable.
 // Context cancellation and deadlines remain recognisable with errors.Is.
 //
 // # Lost replies

@@ -45,7 +45,12 @@ func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 // Takeover gives a pending record whose lease expired by the server's TIME
 // a new token and a lease of p.Lease from that TIME. Like Reserve, it waits
 // a moment for its script's reply when ctx ends first (see abandon.go).
+// Like Reserve, it fails with ErrUnavailable while the last policy check
+// found a node that can evict records.
 func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
+	if err := s.admit(); err != nil {
+		return err
+	}
 	names := s.keys(p.Key)
 	args := s.fenceArgs(names, p.OldToken, true, p.NewToken, durMicros(p.Lease))
 	msg, err := s.claim(ctx, takeoverScript, []string{names.record, names.tombstone}, args)

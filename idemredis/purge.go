@@ -13,8 +13,10 @@ import (
 // TIME of the node that holds them, read by each record's own delete
 // script. It scans every master once and sends the conditional deletes in
 // pipelines of at most p.BatchSize scripts. Records whose Redis TTL already
-// ran out are gone without being counted.
+// ran out are gone without being counted. It checks the nodes'
+// maxmemory-policy first (see CheckPolicy).
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
+	s.recheck(ctx)
 	p = p.Normalize()
 	nodes, err := s.masters(ctx)
 	if err != nil {

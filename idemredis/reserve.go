@@ -24,7 +24,14 @@ import (
 // before the reply, Reserve still waits a moment for it before it returns
 // ctx's error, so that the caller's release of the token cannot overtake
 // the script (see abandon.go).
+//
+// While the last policy check found a node whose maxmemory-policy can evict
+// records, Reserve sends nothing and fails with ErrUnavailable (see
+// CheckPolicy).
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	if err := s.admit(); err != nil {
+		return nil, false, err
+	}
 	key, token, fp := p.Key, p.Token, p.Fingerprint
 	msg, err := s.claim(ctx, reserveScript, []string{s.recordKey(key)}, []string{
 		key.Scope, key.Operation, key.Key, fp, token,

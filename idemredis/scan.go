@@ -437,8 +437,10 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 // follows idemstore.PageLimit. With no index to sort by, it makes one full
 // pass, keeping the limit oldest deadlines seen, then reads those records
 // whole and drops any that changed meanwhile (an extended lease, a released
-// record), so it may return fewer than limit while more are expired.
+// record), so it may return fewer than limit while more are expired. It
+// checks the nodes' maxmemory-policy first (see CheckPolicy).
 func (s *Store) ListExpiredLeases(ctx context.Context, limit int) ([]*idemstore.Record, error) {
+	s.recheck(ctx)
 	limit = idemstore.PageLimit(limit)
 	keep := func(sum summary) bool {
 		return sum.state == idemstore.StatePending && !sum.leaseUntil.After(sum.now)

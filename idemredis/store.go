@@ -1,12 +1,16 @@
 package idemredis
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -48,6 +52,26 @@ type Config struct {
 	// to 3; -1 sends each script once and reports a lost reply as
 	// idemstore.ErrUnavailable.
 	Resends int
+
+	// MaxmemoryPolicy states the maxmemory-policy of the Redis nodes, for
+	// servers that do not tell it: managed services (ElastiCache,
+	// Memorystore, Azure Cache for Redis, …) disable or rename CONFIG, and
+	// an ACL user may lack the right to run it. New reads the policy of
+	// every node with CONFIG GET and refuses any but noeviction, which is
+	// the only policy under which Redis never evicts a record before its
+	// retention (see "Eviction" in the package documentation). Where CONFIG
+	// GET is refused, New takes this setting instead, refuses it unless it
+	// is noeviction, and logs a warning that the policy was not verified.
+	// Where CONFIG GET answers, the node's answer counts and a different
+	// value here is logged as a warning. The value is one of Redis's policy
+	// names, in any case. Defaults to "": a node that does not tell its
+	// policy makes New fail with ErrPolicyUnknown.
+	MaxmemoryPolicy string
+
+	// Logger receives the warnings of the policy checks (a policy stated
+	// but not verified, a replica that could not be asked) and their
+	// changes at run time. Defaults to slog.Default().
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -63,8 +87,17 @@ func (c Config) withDefaults() Config {
 	if c.Resends == 0 {
 		c.Resends = 3
 	}
+	c.MaxmemoryPolicy = strings.ToLower(strings.TrimSpace(c.MaxmemoryPolicy))
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
 	return c
 }
+
+// Validate reports what New would find wrong with c, defaults applied,
+// without a client: a Prefix with '{' or '}', a MaxmemoryPolicy that is
+// not a Redis policy name, and the other fields' bounds.
+func (c Config) Validate() error { return c.withDefaults().validate() }
 
 func (c Config) validate() error {
 	if strings.ContainsAny(c.Prefix, "{}") {
@@ -79,6 +112,9 @@ func (c Config) validate() error {
 	if c.Resends < -1 {
 		return fmt.Errorf("idemredis: Resends %d must be -1 (none) or more", c.Resends)
 	}
+	if c.MaxmemoryPolicy != "" && !slices.Contains(policies, c.MaxmemoryPolicy) {
+		return fmt.Errorf("idemredis: MaxmemoryPolicy %q is not a Redis maxmemory-policy (%s)", c.MaxmemoryPolicy, strings.Join(policies, ", "))
+	}
 	return nil
 }
 
@@ -92,6 +128,11 @@ type Store struct {
 	// callID returns the id that tells a resent script from a new call
 	// (see resend.go); tests replace it to resend a call.
 	callID func() string
+	// refusal is why new reservations are refused: the error of the last
+	// policy check that found a node whose maxmemory-policy can evict
+	// records or is unknown; nil while the last check found every node
+	// safe (see policy.go).
+	refusal atomic.Pointer[error]
 }
 
 var (
@@ -108,7 +149,29 @@ var (
 // rueidis always sends to the master that owns the record's slot, whatever
 // ClientOption.SendToReplicas says. Do not build the client with
 // ReplicaOnly: its scripts would reach replicas, which refuse them.
+//
+// New asks every node (on a Cluster, every master and replica) for its
+// maxmemory-policy and fails with an error wrapping ErrEvictionPolicy
+// unless every one is noeviction, or with ErrPolicyUnknown when a node does
+// not tell and Config.MaxmemoryPolicy does not state it (see "Eviction" in
+// the package documentation). It fails with an error wrapping
+// idemstore.ErrUnavailable when a master cannot be asked within
+// policyCheckTimeout.
 func New(client rueidis.Client, cfg Config) (*Store, error) {
+	s, err := newStore(client, cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), policyCheckTimeout)
+	defer cancel()
+	if err := s.checkAtStart(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// newStore is New without the policy check.
+func newStore(client rueidis.Client, cfg Config) (*Store, error) {
 	if client == nil {
 		return nil, errors.New("idemredis: nil client")
 	}

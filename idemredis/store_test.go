@@ -31,7 +31,7 @@ func TestHashTagIsCollisionFreeAndSafe(t *testing.T) {
 		{Scope: "", Operation: "\x00", Key: ""},
 		{},
 	}
-	s, err := New(unusedClient, Config{Prefix: "p"})
+	s, err := newStore(unusedClient, Config{Prefix: "p"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,14 +52,15 @@ func TestHashTagIsCollisionFreeAndSafe(t *testing.T) {
 	}
 }
 
-// unusedClient stands for a client in tests of what New and the key
-// functions do without a server; calling it panics.
+// unusedClient stands for a client in tests of what newStore (New without
+// its policy check) and the key functions do without a server; calling it
+// panics.
 var unusedClient rueidis.Client = struct{ rueidis.Client }{}
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
 	client := unusedClient
-	s, err := New(client, Config{})
+	s, err := newStore(client, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestConfig(t *testing.T) {
 	if s.match != `idem:{*}:r` {
 		t.Errorf("match = %q", s.match)
 	}
-	s, err = New(client, Config{Prefix: `a*b[c]`})
+	s, err = newStore(client, Config{Prefix: `a*b[c]`})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,21 +84,21 @@ func TestConfig(t *testing.T) {
 		{ScanCount: -1},
 		{Resends: -2},
 	} {
-		if _, err := New(client, bad); err == nil {
-			t.Errorf("New(%+v) accepted", bad)
+		if _, err := newStore(client, bad); err == nil {
+			t.Errorf("newStore(%+v) accepted", bad)
 		}
 	}
-	if _, err := New(nil, Config{}); err == nil {
-		t.Error("New(nil) accepted")
+	if _, err := newStore(nil, Config{}); err == nil {
+		t.Error("newStore(nil) accepted")
 	}
-	if s, err := New(client, Config{Resends: -1}); err != nil || s.cfg.Resends != -1 {
-		t.Errorf("New(Resends: -1) = %+v, %v", s, err)
+	if s, err := newStore(client, Config{Resends: -1}); err != nil || s.cfg.Resends != -1 {
+		t.Errorf("newStore(Resends: -1) = %+v, %v", s, err)
 	}
 }
 
 func TestTTL(t *testing.T) {
 	t.Parallel()
-	s, err := New(unusedClient, Config{RetentionGrace: time.Minute})
+	s, err := newStore(unusedClient, Config{RetentionGrace: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
