@@ -8,8 +8,9 @@
 //	                               &schema=NAME keeps idem's table in NAME, default public)
 //	mysql://user:pass@tcp(host:3306)/db
 //	redis://:pass@host:6379/0      (rediss:// for TLS; ?prefix=NAME starts idem's
-//	                               keys, default idem)
-//	redis+cluster://h1:7000,h2:7001   (?prefix=NAME too)
+//	                               keys, default idem; ?maxmemory_policy=noeviction
+//	                               states the policy where CONFIG GET is refused)
+//	redis+cluster://h1:7000,h2:7001   (?prefix=NAME and ?maxmemory_policy= too)
 //
 // Drivers take handles, never URLs; this package is the one place that
 // parses connection strings.

@@ -36,7 +36,8 @@ type Options struct {
 	RetryInterval time.Duration
 
 	// Logger receives connection attempts of a Lazy store, with the URL
-	// redacted. Defaults to slog.Default().
+	// redacted, and the store's own warnings (a Redis maxmemory-policy that
+	// could not be verified). Defaults to slog.Default().
 	Logger *slog.Logger
 }
 
@@ -62,6 +63,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (idemstore.Store, fu
 		return nil, nil, err
 	}
 	opts = opts.withDefaults()
+	t.logger = opts.Logger
 	if opts.Lazy {
 		l := newLazy(t, opts)
 		return l, l.close, nil

@@ -2,6 +2,7 @@ package storeurl
 
 import (
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemredis"
 	"github.com/idem-dev/idem/idemsqlite"
 )
 
@@ -44,6 +46,12 @@ type Target struct {
 	redis      *redis.Options
 	cluster    *redis.ClusterOptions
 	redisPfx   string
+	// redisPolicy is maxmemory_policy=, the policy of Redis servers that
+	// do not tell it (see idemredis.Config.MaxmemoryPolicy).
+	redisPolicy string
+	// logger receives the store's own warnings (idemredis's policy
+	// check); nil for slog.Default().
+	logger *slog.Logger
 }
 
 // Parse checks rawURL and returns what it names, without connecting.
@@ -75,7 +83,10 @@ func Parse(rawURL string) (*Target, error) {
 		err = t.parseRedis(rawURL)
 	case "redis+cluster", "rediss+cluster":
 		t.Kind = KindRedisCluster
-		t.cluster, t.redisPfx, err = parseCluster(scheme, rest)
+		t.cluster, t.redisPfx, t.redisPolicy, err = parseCluster(scheme, rest)
+		if err == nil {
+			err = t.checkRedis()
+		}
 	default:
 		return nil, fmt.Errorf("store URL %s: unknown scheme %q; use sqlite, memory, postgres, mysql, redis or redis+cluster", t.Redacted, scheme)
 	}
@@ -151,17 +162,32 @@ func (t *Target) parsePostgres(rawURL string) error {
 	return err
 }
 
-// parseRedis reads a go-redis URL. Its one parameter of idem's own, prefix,
-// starts every Redis key the store uses (default idem); it is taken out
-// before go-redis, which refuses parameters it does not know.
+// parseRedis reads a go-redis URL. Its parameters of idem's own are taken
+// out before go-redis, which refuses parameters it does not know: prefix
+// starts every Redis key the store uses (default idem), and
+// maxmemory_policy states the server's maxmemory-policy where CONFIG GET
+// is refused (see idemredis.Config.MaxmemoryPolicy).
 func (t *Target) parseRedis(rawURL string) error {
 	rawURL, prefix, err := takeParam(rawURL, "prefix", "idem")
 	if err != nil {
 		return err
 	}
 	t.redisPfx = prefix
-	t.redis, err = redis.ParseURL(rawURL)
-	return err
+	if rawURL, t.redisPolicy, err = takeParam(rawURL, "maxmemory_policy", policyDefault); err != nil {
+		return err
+	}
+	if t.redis, err = redis.ParseURL(rawURL); err != nil {
+		return err
+	}
+	return t.checkRedis()
+}
+
+// policyDefault names what an absent maxmemory_policy means.
+const policyDefault = "read from each server with CONFIG GET"
+
+// checkRedis checks idem's own Redis parameters as idemredis.New would.
+func (t *Target) checkRedis() error {
+	return idemredis.Config{Prefix: t.redisPfx, MaxmemoryPolicy: t.redisPolicy}.Validate()
 }
 
 // takeParam removes the query parameter name from rawURL and returns the
@@ -273,8 +299,8 @@ func safeToInterpolate(params map[string]string) bool {
 }
 
 // parseCluster reads [user:pass@]h1:p1,h2:p2[?param=…] (the parameters of
-// redis.ParseClusterURL, and prefix, as for redis://).
-func parseCluster(scheme, rest string) (opts *redis.ClusterOptions, prefix string, err error) {
+// redis.ParseClusterURL, and prefix and maxmemory_policy, as for redis://).
+func parseCluster(scheme, rest string) (opts *redis.ClusterOptions, prefix, policy string, err error) {
 	hosts, query, _ := strings.Cut(rest, "?")
 	userinfo := ""
 	if i := strings.LastIndexByte(hosts, '@'); i >= 0 {
@@ -282,12 +308,12 @@ func parseCluster(scheme, rest string) (opts *redis.ClusterOptions, prefix strin
 	}
 	hosts = strings.TrimSuffix(hosts, "/")
 	if hosts == "" {
-		return nil, "", fmt.Errorf("redis+cluster:// needs at least one host:port, as in redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
+		return nil, "", "", fmt.Errorf("redis+cluster:// needs at least one host:port, as in redis+cluster://127.0.0.1:7000,127.0.0.1:7001")
 	}
 	addrs := strings.Split(hosts, ",")
 	for _, a := range addrs {
 		if _, port, ok := strings.Cut(a, ":"); !ok || port == "" || a == "" {
-			return nil, "", fmt.Errorf("cluster node %q is not host:port", a)
+			return nil, "", "", fmt.Errorf("cluster node %q is not host:port", a)
 		}
 	}
 	base := "redis"
@@ -297,11 +323,14 @@ func parseCluster(scheme, rest string) (opts *redis.ClusterOptions, prefix strin
 	q := url.Values{}
 	if query != "" {
 		if q, err = url.ParseQuery(query); err != nil {
-			return nil, "", err
+			return nil, "", "", err
 		}
 	}
 	if prefix, err = popParam(q, "prefix", "idem"); err != nil {
-		return nil, "", err
+		return nil, "", "", err
+	}
+	if policy, err = popParam(q, "maxmemory_policy", policyDefault); err != nil {
+		return nil, "", "", err
 	}
 	for _, a := range addrs[1:] {
 		q.Add("addr", a)
@@ -311,7 +340,7 @@ func parseCluster(scheme, rest string) (opts *redis.ClusterOptions, prefix strin
 		u += "?" + q.Encode()
 	}
 	opts, err = redis.ParseClusterURL(u)
-	return opts, prefix, err
+	return opts, prefix, policy, err
 }
 
 // Redact returns rawURL with any password replaced by "xxxxx", for logs

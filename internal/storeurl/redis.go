@@ -28,10 +28,17 @@ type redisConn struct {
 // redisClient connects to the Redis that t names and returns the client
 // and the store's Config.
 func (t *Target) redisClient() (rueidis.Client, idemredis.Config, error) {
-	opt, cfg := t.redisConn().option(t.Kind == KindRedis)
-	cfg.Prefix = t.redisPfx
+	opt, cfg := t.redisOption()
 	client, err := rueidis.NewClient(opt)
 	return client, cfg, err
+}
+
+// redisOption returns the client option and the store's Config that t
+// names.
+func (t *Target) redisOption() (rueidis.ClientOption, idemredis.Config) {
+	opt, cfg := t.redisConn().option(t.Kind == KindRedis)
+	cfg.Prefix, cfg.MaxmemoryPolicy, cfg.Logger = t.redisPfx, t.redisPolicy, t.logger
+	return opt, cfg
 }
 
 // redisConn collects the settings of t's go-redis options.

@@ -1,10 +1,15 @@
 package storeurl
 
 import (
+	"context"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
+
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // TestRedisOption checks how a store URL's settings reach rueidis and the
@@ -77,5 +82,58 @@ func TestRedisOption(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRedisPolicyParam checks maxmemory_policy, which states a Redis
+// server's policy where CONFIG GET is refused: it reaches the store's
+// Config, go-redis never sees it, and an empty or unknown value (or a
+// prefix the store would refuse) fails at Parse rather than at every
+// connection attempt.
+func TestRedisPolicyParam(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ url, policy, prefix string }{
+		{"redis://127.0.0.1:6379/0?maxmemory_policy=noeviction&prefix=p", "noeviction", "p"},
+		{"rediss://:pw@h:6380/1?maxmemory_policy=NoEviction&dial_timeout=2s", "NoEviction", ""},
+		{"redis+cluster://h1:7000,h2:7001?maxmemory_policy=noeviction&prefix=q&dial_timeout=2s", "noeviction", "q"},
+		{"redis://127.0.0.1:6379/0", "", ""},
+	} {
+		tg, err := Parse(c.url)
+		if err != nil {
+			t.Fatalf("Parse(%s): %v", c.url, err)
+		}
+		_, cfg := tg.redisOption()
+		eq(t, cfg.MaxmemoryPolicy, c.policy)
+		eq(t, cfg.Prefix, c.prefix)
+	}
+	for _, c := range []struct{ url, wantErr string }{
+		{"redis://127.0.0.1:6379/0?maxmemory_policy=", "maxmemory_policy must not be empty"},
+		{"redis+cluster://h1:7000?maxmemory_policy=", "maxmemory_policy must not be empty"},
+		{"redis://127.0.0.1:6379/0?maxmemory_policy=no-eviction", "is not a Redis maxmemory-policy"},
+		{"redis+cluster://h1:7000?maxmemory_policy=lru", "is not a Redis maxmemory-policy"},
+		{"redis://127.0.0.1:6379/0?prefix=a%7Bb", "must not contain"},
+	} {
+		if _, err := Parse(c.url); err == nil || !strings.Contains(err.Error(), c.wantErr) {
+			t.Errorf("Parse(%s) = %v, want an error with %q", c.url, err, c.wantErr)
+		}
+	}
+}
+
+// TestOpenRedisPolicyLogged opens the test server (noeviction, CONFIG
+// allowed) with a stated policy that differs: the server's answer counts,
+// and the store's warning reaches Options.Logger.
+func TestOpenRedisPolicyLogged(t *testing.T) {
+	t.Parallel()
+	u := testenv.WithParam(testenv.Getenv(t, "IDEM_TEST_REDIS_URL"), "maxmemory_policy", "volatile-lru")
+	var logs testenv.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, closeFn, err := Open(ctx, u, Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "stated=volatile-lru") || !strings.Contains(out, "reported=noeviction") {
+		t.Fatalf("no warning on Options.Logger: %q", out)
 	}
 }
