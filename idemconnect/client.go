@@ -163,6 +163,9 @@ const (
 
 // Reason returns the ErrorInfo reason of err when idem answered it, or "".
 func Reason(err error) string {
+	if err == nil {
+		return ""
+	}
 	st, ok := statusOf(err)
 	if !ok {
 		return ""

@@ -1,0 +1,87 @@
+package rpccore
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/rpctest/testpb"
+)
+
+// TestTableCoversSituations: every situation idem answers with a problem
+// document has a row, except those only an HTTP request's body or method causes.
+func TestTableCoversSituations(t *testing.T) {
+	t.Parallel()
+	// An HTTP request's body or method; a gRPC call's are checked by grpc.
+	httpOnly := []string{idem.SituationBodyTooLarge.Name, idem.SituationBodyUnreadable.Name, "invalid_method"}
+	for _, s := range idem.Situations() {
+		if s.Problem == "" || s.ProxyOnly || slices.Contains(httpOnly, s.Name) {
+			continue
+		}
+		found := false
+		for _, r := range Table {
+			found = found || r.Situation.Name == s.Name
+		}
+		if !found {
+			t.Errorf("situation %s has no gRPC row in Table", s.Name)
+		}
+	}
+}
+
+// TestFingerprintMapOrderAndUnknownFields: two encodings of one request
+// whose map entries come in another order, and with unknown fields that
+// differ, have one fingerprint; a change of a known field does not.
+func TestFingerprintMapOrderAndUnknownFields(t *testing.T) {
+	t.Parallel()
+	entry := func(k, v string) []byte {
+		var e []byte
+		e = protowire.AppendTag(e, 1, protowire.BytesType)
+		e = protowire.AppendString(e, k)
+		e = protowire.AppendTag(e, 2, protowire.BytesType)
+		e = protowire.AppendString(e, v)
+		var b []byte
+		b = protowire.AppendTag(b, 3, protowire.BytesType)
+		return protowire.AppendBytes(b, e)
+	}
+	head := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "acc")
+	unknown := func(v string) []byte {
+		return protowire.AppendString(protowire.AppendTag(nil, 99, protowire.BytesType), v)
+	}
+	a := slices.Concat(head, entry("a", "1"), entry("b", "2"), unknown("x"))
+	b := slices.Concat(head, entry("b", "2"), entry("a", "1"), unknown("y"))
+	if bytes.Equal(a, b) {
+		t.Fatal("the encodings should differ")
+	}
+	fp := func(raw []byte) string {
+		var m testpb.ChargeRequest
+		if err := proto.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		f := KeyFieldsOf(m.ProtoReflect().Descriptor())
+		before := len(m.ProtoReflect().GetUnknown())
+		s, err := Fingerprint("/m", &m, f, found{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.ProtoReflect().GetUnknown()) != before {
+			t.Fatal("the unknown field was dropped from the caller's message")
+		}
+		return s
+	}
+	if fp(a) != fp(b) {
+		t.Fatal("map order or unknown fields changed the fingerprint")
+	}
+	c := slices.Concat(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "acd"), entry("a", "1"), entry("b", "2"))
+	if fp(a) == fp(c) {
+		t.Fatal("another account has the same fingerprint")
+	}
+	// The key is left out.
+	withKey := slices.Concat(a, protowire.AppendString(protowire.AppendTag(nil, 4, protowire.BytesType), "0190a0e0-0000-7000-8000-000000000001"))
+	if fp(a) != fp(withKey) {
+		t.Fatal("the request_id changed the fingerprint")
+	}
+}
