@@ -34,8 +34,10 @@ func charge(name string) idem.Request {
 
 // fill completes n keys of other clients, each with a 16 KiB answer, and
 // returns how many the store refused as unavailable, as a full server
-// under noeviction does. Any other error fails the test.
-func fill(t *testing.T, eng *idem.Engine, n int) (refused int) {
+// under noeviction does, and how many leases were lost before their
+// Complete, as when an evicting server deleted the pending record. Any
+// other error fails the test.
+func fill(t *testing.T, eng *idem.Engine, n int) (refused, lost int) {
 	t.Helper()
 	ctx := t.Context()
 	for i := range n {
@@ -49,20 +51,22 @@ func fill(t *testing.T, eng *idem.Engine, n int) (refused int) {
 		switch {
 		case errors.Is(err, idemstore.ErrUnavailable):
 			refused++
+		case errors.Is(err, idemstore.ErrLeaseLost):
+			lost++
 		case err != nil:
 			t.Fatalf("other-%d: %v", i, err)
 		}
 	}
-	return refused
+	return refused, lost
 }
 
 // evictionScenario is how records were seen to go: one key is reserved
 // (and completed, unless pending), then 400 other keys are completed with
 // 16 KiB answers on a server of 3 MB under policy; it returns the outcome
-// of the first key's retry, and how many of the others the store refused.
-// The first record is made to look as old as a retry a day later finds it
+// of the first key's retry, and what fill returns for the others. The
+// first record is made to look as old as a retry a day later finds it
 // (see age).
-func evictionScenario(t *testing.T, s *Store, policy string, pending bool) (idem.Outcome, int) {
+func evictionScenario(t *testing.T, s *Store, policy string, pending bool) (retry idem.Outcome, refused, lost int) {
 	t.Helper()
 	eng, err := idem.NewEngine(s, idem.EngineConfig{Logger: quiet})
 	if err != nil {
@@ -79,12 +83,12 @@ func evictionScenario(t *testing.T, s *Store, policy string, pending bool) (idem
 		}
 	}
 	age(t, s, s.recordKey(charge("first").Key), policy)
-	refused := fill(t, eng, 400)
-	retry, err := eng.Begin(ctx, charge("first"))
+	refused, lost = fill(t, eng, 400)
+	res, err = eng.Begin(ctx, charge("first"))
 	if err != nil {
 		t.Fatalf("retry of first: %v", err)
 	}
-	return retry.Outcome, refused
+	return res.Outcome, refused, lost
 }
 
 // age makes key look unused for an hour (or never used, under an LFU
@@ -131,8 +135,8 @@ func TestEvictionPolicies(t *testing.T) {
 			s, err := New(c, Config{Prefix: testPrefix()})
 			if policy != safePolicy {
 				if err == nil {
-					retry, _ := evictionScenario(t, s, policy, false)
-					t.Fatalf("New accepted maxmemory-policy %s; the retry of a completed key after 400 other answers was %v", policy, retry)
+					retry, _, lost := evictionScenario(t, s, policy, false)
+					t.Fatalf("New accepted maxmemory-policy %s; the retry of a completed key after 400 other answers was %v, and %d of them lost their lease", policy, retry, lost)
 				}
 				if !errors.Is(err, ErrEvictionPolicy) || !strings.Contains(err.Error(), policy) {
 					t.Fatalf("New under %s: %v, want ErrEvictionPolicy naming the policy", policy, err)
@@ -142,9 +146,9 @@ func TestEvictionPolicies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			retry, refused := evictionScenario(t, s, policy, false)
-			if retry != idem.Replayed {
-				t.Fatalf("the retry of a completed key was %v, want Replayed", retry)
+			retry, refused, lost := evictionScenario(t, s, policy, false)
+			if retry != idem.Replayed || lost != 0 {
+				t.Fatalf("the retry of a completed key was %v and %d leases were lost, want Replayed and none", retry, lost)
 			}
 			if refused == 0 {
 				t.Fatal("the server never filled up: the scenario shows nothing")
@@ -170,7 +174,9 @@ func TestEvictionLosesRecords(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if retry, refused := evictionScenario(t, s, tc.policy, tc.pending); retry != idem.Acquired || refused != 0 {
+			// Other pending records may go too (their Complete then finds
+			// its lease lost); the first, the oldest, goes for sure.
+			if retry, refused, _ := evictionScenario(t, s, tc.policy, tc.pending); retry != idem.Acquired || refused != 0 {
 				t.Fatalf("retry %v with %d refused, want Acquired with none: Redis no longer evicts as it did", retry, refused)
 			}
 		})
