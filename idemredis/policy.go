@@ -142,8 +142,9 @@ func (s *Store) readPolicies(ctx context.Context) (reports []nodePolicy, skipped
 // CONFIG GET with an error reply (an unknown command when CONFIG is
 // disabled or renamed, NOPERM when the user may not run it) or without the
 // policy has refused; err is set only when the node could not be asked.
-// The reply's name is matched in any case, and the policy is returned in
-// lower case.
+// The reply's name is matched in any case (a reply that names the policy
+// twice, differently, has refused), and the policy is returned in lower
+// case.
 func readPolicy(ctx context.Context, c rueidis.Client) (policy string, refused, err error) {
 	return policyReply(ctx, c.Do(ctx, c.B().ConfigGet().Parameter("maxmemory-policy").Build().Pin()))
 }
@@ -163,13 +164,21 @@ func policyReply(ctx context.Context, res rueidis.RedisResult) (policy string, r
 		return "", fmt.Errorf("unexpected reply to CONFIG GET: %w", err), nil
 	}
 	for name, v := range values {
-		if strings.EqualFold(name, "maxmemory-policy") {
-			if p := strings.ToLower(strings.TrimSpace(v)); p != "" {
-				return p, nil, nil
-			}
+		if !strings.EqualFold(name, "maxmemory-policy") {
+			continue
+		}
+		switch p := strings.ToLower(strings.TrimSpace(v)); {
+		case p == "":
+		case policy == "" || policy == p:
+			policy = p
+		default:
+			return "", fmt.Errorf("CONFIG GET named maxmemory-policy twice, as %s and %s", policy, p), nil
 		}
 	}
-	return "", errors.New("CONFIG GET maxmemory-policy answered without it"), nil
+	if policy == "" {
+		return "", errors.New("CONFIG GET maxmemory-policy answered without it"), nil
+	}
+	return policy, nil, nil
 }
 
 // judge returns an error wrapping ErrEvictionPolicy or ErrPolicyUnknown

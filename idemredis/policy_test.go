@@ -207,6 +207,8 @@ func TestPolicyReply(t *testing.T) {
 		{"upper case", eval(`return {'MAXMEMORY-POLICY', 'NoEviction'}`), "noeviction", false, nil},
 		{"spaces", eval(`return {'maxmemory-policy', ' allkeys-lru '}`), "allkeys-lru", false, nil},
 		{"other names", eval(`return {'maxmemory', '0', 'maxmemory-policy', 'volatile-ttl'}`), "volatile-ttl", false, nil},
+		{"twice", eval(`return {'maxmemory-policy', 'noeviction', 'MAXMEMORY-POLICY', 'noeviction'}`), "noeviction", false, nil},
+		{"twice, differently", eval(`return {'maxmemory-policy', 'noeviction', 'MAXMEMORY-POLICY', 'allkeys-lru'}`), "", true, nil},
 		{"empty", eval(`return {}`), "", true, nil},
 		{"no policy", eval(`return {'maxmemory', '0'}`), "", true, nil},
 		{"empty policy", eval(`return {'maxmemory-policy', ''}`), "", true, nil},
