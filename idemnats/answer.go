@@ -71,9 +71,13 @@ func appendBytes[S string | []byte](b []byte, s S) []byte {
 
 var errCorrupt = errors.New("the stored answer is not a handler's messages")
 
-// decodeAnswer returns the messages of a stored answer.
+// decodeAnswer returns the messages of a stored answer. An empty answer
+// (an operator completed the key without one) holds none.
 func decodeAnswer(body []byte) ([]*nats.Msg, error) {
-	if len(body) == 0 || body[0] != answerVersion {
+	if len(body) == 0 {
+		return nil, nil
+	}
+	if body[0] != answerVersion {
 		return nil, errCorrupt
 	}
 	d := decoder{b: body[1:]}

@@ -450,13 +450,37 @@ func TestAnswerRoundTrip(t *testing.T) {
 	if err != nil || len(out) != 2 || out[0].Header["K\xff"][0] != "v\x00" || string(out[0].Data) != "\x00\xff" || out[1].Header.Get("Nats-Msg-Id") == "" {
 		t.Fatalf("%v: %+v", err, out)
 	}
-	for i := range resp.Body {
+	for i := 1; i < len(resp.Body); i++ { // empty is an operator's answer: no messages
 		if _, err := idemnats.DecodeAnswer(resp.Body[:i]); err == nil {
 			t.Fatalf("a stored answer cut at %d decoded", i)
 		}
 	}
 	if _, err := idemnats.DecodeAnswer(append([]byte{1}, 0xff, 0xff, 0xff, 0xff, 0x0f)); err == nil {
 		t.Fatal("a huge count decoded")
+	}
+}
+
+// An operator completed the key with status 200 and no body: the
+// redelivery is acked without running the handler or publishing anything.
+func TestOperatorsEmptyCompletion(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	fp, err := idem.Fingerprint(idem.FingerprintInput{Method: "MESSAGE", Operation: "ORDERS", Body: []byte("x")}, idem.FingerprintOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: "billing", Operation: "ORDERS", Key: "ORDERS:1"}, Fingerprint: fp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Lease.Complete(context.Background(), &idem.Response{Status: 200}); err != nil {
+		t.Fatal(err)
+	}
+	var pub publisher
+	var c counting
+	m := newMsg(1, "x")
+	if err := newGuard(t, e, idemnats.Config{Publisher: &pub}).Handle(context.Background(), m, c.handle); err != nil || m.ack(t) != "ack" || c.runs.Load() != 0 || len(pub.ids()) != 0 {
+		t.Fatalf("%v, %q, %d runs, published %q", err, m.ack(t), c.runs.Load(), pub.ids())
 	}
 }
 

@@ -94,8 +94,12 @@ func Answer(msgs []*message.Message) (*idem.Response, error) {
 	return &idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {answerType}}, Body: b}, nil
 }
 
-// decodeAnswer returns the messages of a stored answer.
+// decodeAnswer returns the messages of a stored answer. An empty answer
+// (an operator completed the key without one) holds none.
 func decodeAnswer(resp *idem.Response) ([]*message.Message, error) {
+	if len(resp.Body) == 0 {
+		return nil, nil
+	}
 	var a storedAnswer
 	if err := json.Unmarshal(resp.Body, &a); err != nil {
 		return nil, fmt.Errorf("the stored answer is not a handler's messages: %w", err)

@@ -525,7 +525,7 @@ func (downStore) Reserve(context.Context, idemstore.ReserveParams) (*idemstore.R
 // poison, and the handler does not run.
 func TestReplayOfAnOperatorsAnswer(t *testing.T) {
 	t.Parallel()
-	e, store := memEngine(t, idem.EngineConfig{})
+	e, _ := memEngine(t, idem.EngineConfig{})
 	key := idem.Key{Scope: "message", Operation: "message", Key: "m-1"}
 	fp := mustFingerprint(t, "x")
 	res, err := e.Begin(context.Background(), idem.Request{Key: key, Fingerprint: fp})
@@ -535,11 +535,37 @@ func TestReplayOfAnOperatorsAnswer(t *testing.T) {
 	if err := res.Lease.Complete(context.Background(), &idem.Response{Status: 502, Body: []byte("provider declined")}); err != nil {
 		t.Fatal(err)
 	}
-	_ = store
 	var c counting
 	h := protect(t, e, idemwatermill.Config{}, c.handle)
 	if _, err := h(delivery("m-1", "x")); !errors.Is(err, idem.ErrNotAResult) || !idemwatermill.IsPoison(err) || c.runs.Load() != 0 {
 		t.Fatalf("%v after %d runs", err, c.runs.Load())
+	}
+}
+
+// An operator completed the key (the effect happened) with status 200 and
+// no body: a redelivery is acked, emitting nothing, and the handler does not
+// run; with a body that is not produced messages, it is poison.
+func TestReplayOfAnOperatorsCompletion(t *testing.T) {
+	t.Parallel()
+	for _, body := range []string{"", "done by hand"} {
+		e, _ := memEngine(t, idem.EngineConfig{})
+		res, err := e.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: "message", Operation: "message", Key: "m-1"}, Fingerprint: mustFingerprint(t, "x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res.Lease.Complete(context.Background(), &idem.Response{Status: 200, Body: []byte(body)}); err != nil {
+			t.Fatal(err)
+		}
+		var c counting
+		out, err := protect(t, e, idemwatermill.Config{}, c.handle)(delivery("m-1", "x"))
+		switch {
+		case c.runs.Load() != 0:
+			t.Fatalf("body %q: the handler ran", body)
+		case body == "" && (err != nil || len(out) != 0):
+			t.Fatalf("empty answer: %v, %v; want acked with nothing emitted", out, err)
+		case body != "" && !idemwatermill.IsPoison(err):
+			t.Fatalf("body %q: %v; want poison", body, err)
+		}
 	}
 }
 
