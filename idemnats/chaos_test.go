@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -74,13 +73,13 @@ func TestChaosJetStream(t *testing.T) {
 	}
 
 	// Collect the produced messages: input ID -> Nats-Msg-Ids seen.
-	seen := newSeen()
+	seen := msgchaos.NewSeen()
 	watch, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{out}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	cc, err := watch.Consume(func(m jetstream.Msg) {
-		seen.add(m.Headers().Get("In-Id"), m.Headers().Get(jetstream.MsgIDHeader))
+		seen.Add(m.Headers().Get("In-Id"), m.Headers().Get(jetstream.MsgIDHeader))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -98,13 +97,13 @@ func TestChaosJetStream(t *testing.T) {
 			return err
 		}}
 	ids := run.Go(t)
-	seen.wait(t, len(ids))
+	seen.Wait(len(ids))
 	fleet.Stop(10 * time.Second)
 	ledger, err := db.Ledger(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgchaos.Check(t, ids, ledger, seen.all())
+	msgchaos.Check(t, ids, ledger, seen.All())
 	records, err := db.Records(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -116,46 +115,6 @@ func TestChaosJetStream(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Log(fleet.Logs())
-	}
-}
-
-// seen collects produced messages.
-type seen struct {
-	mu  sync.Mutex
-	ids map[string][]string
-}
-
-func newSeen() *seen { return &seen{ids: map[string][]string{}} }
-
-func (s *seen) add(in, produced string) {
-	s.mu.Lock()
-	s.ids[in] = append(s.ids[in], produced)
-	s.mu.Unlock()
-}
-
-func (s *seen) all() map[string][]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string][]string, len(s.ids))
-	for k, v := range s.ids {
-		out[k] = append([]string(nil), v...)
-	}
-	return out
-}
-
-// wait waits (a minute at most) until n inputs' produced messages were
-// seen.
-func (s *seen) wait(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		s.mu.Lock()
-		got := len(s.ids)
-		s.mu.Unlock()
-		if got >= n || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond) // polling a real broker, bounded
 	}
 }
 

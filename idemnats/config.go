@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/msgdoor"
 )
 
 // Config configures a Guard. The zero value protects every message by its
@@ -118,27 +118,16 @@ func (c Config) withDefaults(e *idem.Engine) Config {
 	if c.Logger == nil {
 		c.Logger = e.Config().Logger
 	}
-	c.FingerprintHeaders = slices.Clone(c.FingerprintHeaders)
-	slices.Sort(c.FingerprintHeaders)
+	c.FingerprintHeaders = msgdoor.SortedFields(c.FingerprintHeaders)
 	c.FingerprintKey = bytes.Clone(c.FingerprintKey)
 	return c
 }
 
 func (c Config) validate() error {
-	switch {
-	case c.Kind != idem.External && c.Kind != idem.Transactional:
-		return fmt.Errorf("idemnats: Config.Kind %v is unknown", c.Kind)
-	case len(c.Scope) > idem.MaxScopeLength:
-		return fmt.Errorf("idemnats: Config.Scope is %d bytes long; at most %d are kept", len(c.Scope), idem.MaxScopeLength)
-	case c.Lease < 0 || c.Retention < 0 || c.InProgressInterval < 0 || c.NakDelay < 0:
+	if c.Lease < 0 || c.Retention < 0 || c.InProgressInterval < 0 || c.NakDelay < 0 {
 		return errors.New("idemnats: Config.Lease, Retention, InProgressInterval and NakDelay must not be negative")
 	}
-	for _, name := range c.FingerprintHeaders {
-		if name == "" {
-			return errors.New("idemnats: Config.FingerprintHeaders names an empty header")
-		}
-	}
-	return nil
+	return msgdoor.CheckConfig("idemnats", c.Kind, c.Scope, "FingerprintHeaders", c.FingerprintHeaders)
 }
 
 // DefaultKey is the default Config.Key: the message's Nats-Msg-Id header,

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -68,7 +67,7 @@ func TestChaosRabbitMQ(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sub.Close()
-	seen := newSeen()
+	seen := msgchaos.NewSeen()
 	// Declare both queues before the consumers start, and collect.
 	for _, topic := range []string{in, out} {
 		if err := sub.SubscribeInitialize(topic); err != nil {
@@ -81,7 +80,7 @@ func TestChaosRabbitMQ(t *testing.T) {
 	}
 	go func() {
 		for m := range receipts {
-			seen.add(m.Metadata.Get("in_id"), m.UUID)
+			seen.Add(m.Metadata.Get("in_id"), m.UUID)
 			m.Ack()
 		}
 	}()
@@ -93,7 +92,7 @@ func TestChaosRabbitMQ(t *testing.T) {
 			return pub.Publish(in, message.NewMessage(id, []byte(`{"order":"`+id+`"}`)))
 		}}
 	ids := run.Go(t)
-	seen.wait(t, len(ids))
+	seen.Wait(len(ids))
 	fleet.Stop(10 * time.Second)
 	checkChaos(t, db, fleet, ids, seen, faults)
 }
@@ -136,7 +135,7 @@ func TestChaosPostgreSQL(t *testing.T) {
 	ids := run.Go(t)
 	fleet.Stop(10 * time.Second)
 	// The outbox: every produced message, as it committed.
-	seen := newSeen()
+	seen := msgchaos.NewSeen()
 	rows, err := pool.Query(context.Background(), `SELECT uuid, metadata->>'in_id' FROM `+pgx.Identifier{"watermill_" + out}.Sanitize())
 	if err != nil {
 		t.Fatal(err)
@@ -146,27 +145,27 @@ func TestChaosPostgreSQL(t *testing.T) {
 		if err := rows.Scan(&uuid, &inID); err != nil {
 			t.Fatal(err)
 		}
-		seen.add(inID, uuid)
+		seen.Add(inID, uuid)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
 	checkChaos(t, db, fleet, ids, seen, faults)
-	for id, uuids := range seen.all() {
+	for id, uuids := range seen.All() {
 		if len(uuids) != 1 {
 			t.Errorf("message %s: %d produced messages in the outbox", id, len(uuids))
 		}
 	}
 }
 
-func checkChaos(t *testing.T, db *msgchaos.DB, fleet *msgchaos.Fleet, ids []string, seen *seen, faults time.Duration) {
+func checkChaos(t *testing.T, db *msgchaos.DB, fleet *msgchaos.Fleet, ids []string, seen *msgchaos.Seen, faults time.Duration) {
 	t.Helper()
 	ctx := context.Background()
 	ledger, err := db.Ledger(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgchaos.Check(t, ids, ledger, seen.all())
+	msgchaos.Check(t, ids, ledger, seen.All())
 	records, err := db.Records(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -224,46 +223,6 @@ func deleteQueues(t testing.TB, url string, queues ...string) {
 	}
 	for _, q := range queues {
 		_, _ = ch.QueueDelete(q, false, false, false)
-	}
-}
-
-// seen collects produced messages: input ID -> UUIDs.
-type seen struct {
-	mu  sync.Mutex
-	ids map[string][]string
-}
-
-func newSeen() *seen { return &seen{ids: map[string][]string{}} }
-
-func (s *seen) add(in, produced string) {
-	s.mu.Lock()
-	s.ids[in] = append(s.ids[in], produced)
-	s.mu.Unlock()
-}
-
-func (s *seen) all() map[string][]string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make(map[string][]string, len(s.ids))
-	for k, v := range s.ids {
-		out[k] = append([]string(nil), v...)
-	}
-	return out
-}
-
-// wait waits (a minute at most) until n inputs' produced messages were
-// seen.
-func (s *seen) wait(t *testing.T, n int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		s.mu.Lock()
-		got := len(s.ids)
-		s.mu.Unlock()
-		if got >= n || time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond) // polling a real broker, bounded
 	}
 }
 

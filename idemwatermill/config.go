@@ -3,14 +3,13 @@ package idemwatermill
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/msgdoor"
 )
 
 // Config configures Middleware. The zero value protects every message by
@@ -122,27 +121,16 @@ func (c Config) withDefaults(e *idem.Engine) Config {
 	if c.Logger == nil {
 		c.Logger = e.Config().Logger
 	}
-	c.FingerprintMetadata = slices.Clone(c.FingerprintMetadata)
-	slices.Sort(c.FingerprintMetadata)
+	c.FingerprintMetadata = msgdoor.SortedFields(c.FingerprintMetadata)
 	c.FingerprintKey = bytes.Clone(c.FingerprintKey)
 	return c
 }
 
 func (c Config) validate() error {
-	switch {
-	case c.Kind != idem.External && c.Kind != idem.Transactional:
-		return fmt.Errorf("idemwatermill: Config.Kind %v is unknown", c.Kind)
-	case len(c.Scope) > idem.MaxScopeLength:
-		return fmt.Errorf("idemwatermill: Config.Scope is %d bytes long; at most %d are kept", len(c.Scope), idem.MaxScopeLength)
-	case c.Lease < 0 || c.Retention < 0:
+	if c.Lease < 0 || c.Retention < 0 {
 		return errors.New("idemwatermill: Config.Lease and Config.Retention must not be negative")
 	}
-	for _, name := range c.FingerprintMetadata {
-		if name == "" {
-			return errors.New("idemwatermill: Config.FingerprintMetadata names an empty field")
-		}
-	}
-	return nil
+	return msgdoor.CheckConfig("idemwatermill", c.Kind, c.Scope, "FingerprintMetadata", c.FingerprintMetadata)
 }
 
 // UUIDKey is the default Config.Key: the message's UUID. Watermill's

@@ -471,3 +471,46 @@ func randomDuration(lo, hi time.Duration) time.Duration {
 	n, _ := rand.Int(rand.Reader, big.NewInt(int64(hi-lo)))
 	return lo + time.Duration(n.Int64())
 }
+
+// Seen collects the produced messages a run's downstream consumer saw:
+// input ID -> produced IDs, as Check takes them.
+type Seen struct {
+	mu  sync.Mutex
+	ids map[string][]string
+}
+
+// NewSeen returns an empty Seen.
+func NewSeen() *Seen { return &Seen{ids: map[string][]string{}} }
+
+// Add records a produced message with ID produced for the input in.
+func (s *Seen) Add(in, produced string) {
+	s.mu.Lock()
+	s.ids[in] = append(s.ids[in], produced)
+	s.mu.Unlock()
+}
+
+// All returns a copy of what was seen.
+func (s *Seen) All() map[string][]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]string, len(s.ids))
+	for k, v := range s.ids {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// Wait waits, a minute at most, until produced messages of n inputs were
+// seen (polling: the broker delivers them in its own time).
+func (s *Seen) Wait(n int) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		s.mu.Lock()
+		got := len(s.ids)
+		s.mu.Unlock()
+		if got >= n || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

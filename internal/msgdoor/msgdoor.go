@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"time"
 
 	"github.com/idem-dev/idem"
@@ -74,12 +75,15 @@ func Request(in Input) (idem.Request, *Refusal) {
 		errors.As(err, &ke)
 		return req, refuse(idem.SituationInvalidKey, ke.Reason, err)
 	}
-	fp, err := idem.Fingerprint(idem.FingerprintInput{Method: "MESSAGE", Operation: in.Operation, Query: in.Fields.Encode(), Body: in.Payload},
-		idem.FingerprintOptions{Key: in.FingerprintKey})
+	// The source lets a record fingerprinted by an earlier version of
+	// idem match its redelivery.
+	src := &idem.FingerprintSource{Input: idem.FingerprintInput{Method: "MESSAGE", Operation: in.Operation, Query: in.Fields.Encode(), Body: in.Payload},
+		Options: idem.FingerprintOptions{Key: in.FingerprintKey}}
+	fp, err := idem.Fingerprint(src.Input, src.Options)
 	if err != nil { // only for field pointers, which are not used here
 		return req, refuse(idem.SituationInvalidKey, err.Error(), idem.ErrInvalidKey, err)
 	}
-	req.Fingerprint = fp
+	req.Fingerprint, req.FingerprintSource = fp, src
 	if in.Topic != "" {
 		req.Info = &idemstore.Request{Method: "MESSAGE", Path: in.Topic}
 	}
@@ -148,3 +152,26 @@ func Escalated(err error) *Refusal {
 
 // Missing reports whether r is a message without a key.
 func (r *Refusal) Missing() bool { return r.Situation.Name == idem.SituationMissingKey.Name }
+
+// CheckConfig checks what both front doors' configurations share: a known
+// kind, a scope the stores keep, and no empty name among the fingerprinted
+// fields (the setting fieldsName). pkg starts the errors.
+func CheckConfig(pkg string, kind idem.Kind, scope, fieldsName string, fields []string) error {
+	switch {
+	case kind != idem.External && kind != idem.Transactional:
+		return fmt.Errorf("%s: Config.Kind %v is unknown", pkg, kind)
+	case len(scope) > idem.MaxScopeLength:
+		return fmt.Errorf("%s: Config.Scope is %d bytes long; at most %d are kept", pkg, len(scope), idem.MaxScopeLength)
+	case slices.Contains(fields, ""):
+		return fmt.Errorf("%s: Config.%s names an empty field", pkg, fieldsName)
+	}
+	return nil
+}
+
+// SortedFields is a sorted copy of the fingerprinted fields' names, so that
+// the caller's slice can change without changing the fingerprints.
+func SortedFields(fields []string) []string {
+	fields = slices.Clone(fields)
+	slices.Sort(fields)
+	return fields
+}
