@@ -502,3 +502,27 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// noMetadata is a message that did not come from a JetStream consumer.
+type noMetadata struct{ *fakeMsg }
+
+func (noMetadata) Metadata() (*jetstream.MsgMetadata, error) { return nil, jetstream.ErrNotJSMessage }
+
+// A message without JetStream metadata, and no Scope and Operation set:
+// terminated with a reason that says what to configure; with them set and
+// a Nats-Msg-Id, it runs.
+func TestMessageWithoutMetadata(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var c counting
+	m := noMetadata{newMsg(1, "x", "Nats-Msg-Id", "o-1")}
+	err := newGuard(t, e, idemnats.Config{}).Handle(context.Background(), m, c.handle)
+	if !idemnats.IsTerminated(err) || !strings.Contains(m.ack(t), "Config.Scope") || c.runs.Load() != 0 {
+		t.Fatalf("%v, %q", err, m.ack(t))
+	}
+	m = noMetadata{newMsg(1, "x", "Nats-Msg-Id", "o-1")}
+	g := newGuard(t, e, idemnats.Config{Scope: "billing", Operation: func(jetstream.Msg) string { return "orders" }})
+	if err := g.Handle(context.Background(), m, func(context.Context, jetstream.Msg) ([]*nats.Msg, error) { return nil, nil }); err != nil || m.ack(t) != "ack" {
+		t.Fatalf("configured: %v, %q", err, m.ack(t))
+	}
+}

@@ -605,3 +605,39 @@ func TestNewRefusesBadConfig(t *testing.T) {
 	}()
 	idemwatermill.Middleware(nil, idemwatermill.Config{})
 }
+
+// A consumer died mid-handler (its lease is never settled nor renewed):
+// once the lease expires, an External message's key goes to review and the
+// redelivery is poison, never run again blindly; a Transactional one is
+// taken over and runs.
+func TestConsumerDiedMidHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, kind := range []idem.Kind{idem.External, idem.Transactional} {
+			var rv reviews
+			e, _ := memEngine(t, idem.EngineConfig{Lease: 2 * time.Second, OnReview: rv.onReview})
+			// The dead consumer's reservation.
+			if _, err := e.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: "message", Operation: "message", Key: "m-1"},
+				Fingerprint: mustFingerprint(t, "x"), Kind: kind}); err != nil {
+				t.Fatal(err)
+			}
+			var c counting
+			h := protect(t, e, idemwatermill.Config{Kind: kind, NackDelay: -1}, c.handle)
+			if _, err := h(delivery("m-1", "x")); !errors.Is(err, idem.ErrInFlight) {
+				t.Fatalf("%v: while the lease lives: %v", kind, err)
+			}
+			time.Sleep(3 * time.Second) // fake time: the lease expires
+			_, err := h(delivery("m-1", "x"))
+			switch kind {
+			case idem.External:
+				if !errors.Is(err, idem.ErrNeedsReview) || !idemwatermill.IsPoison(err) || c.runs.Load() != 0 || rv.count() != 1 {
+					t.Fatalf("external: %v, %d runs, %d reviews", err, c.runs.Load(), rv.count())
+				}
+			case idem.Transactional:
+				if err != nil || c.runs.Load() != 1 {
+					t.Fatalf("transactional: %v, %d runs", err, c.runs.Load())
+				}
+			}
+		}
+		idleEngines()
+	})
+}
