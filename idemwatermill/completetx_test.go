@@ -1,0 +1,84 @@
+package idemwatermill_test
+
+import (
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemsqlite"
+	"github.com/idem-dev/idem/idemwatermill"
+)
+
+func sqliteEngine(t *testing.T) (*sql.DB, *idemsqlite.Store, *idem.Engine) {
+	t.Helper()
+	db, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), idemsqlite.OpenOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	store, err := idemsqlite.New(db, idemsqlite.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := idem.NewEngine(store, idem.EngineConfig{Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return db, store, e
+}
+
+// A handler that stored one set of messages with CompleteTx and returned
+// another: what committed is emitted, now and on every redelivery. A
+// handler whose transaction rolled back after CompleteTx has its
+// Transactional key released, and the redelivery runs it again.
+func TestCompleteTxWhatCommittedIsEmitted(t *testing.T) {
+	t.Parallel()
+	db, store, e := sqliteEngine(t)
+	var runs int
+	h := protect(t, e, idemwatermill.Config{Kind: idem.Transactional}, func(msg *message.Message) ([]*message.Message, error) {
+		runs++
+		ctx := msg.Context()
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback()
+		if err := idemwatermill.CompleteTx[*sql.Tx](ctx, store, tx, message.NewMessage("stored", []byte("a"))); err != nil {
+			return nil, err
+		}
+		if runs == 1 {
+			return nil, errors.New("rolled back") // the deferred rollback undoes CompleteTx
+		}
+		return []*message.Message{message.NewMessage("returned", []byte("b"))}, tx.Commit()
+	})
+	if _, err := h(delivery("m-1", "x")); err == nil || idemwatermill.IsPoison(err) {
+		t.Fatalf("rolled back: %v; want the error, not poison", err)
+	}
+	for i := range 2 {
+		out, err := h(delivery("m-1", "x"))
+		if err != nil || len(out) != 1 || out[0].UUID != "stored" {
+			t.Fatalf("delivery %d: %v, %v; want the stored message", i+2, out, err)
+		}
+	}
+	if runs != 2 {
+		t.Fatalf("%d runs", runs)
+	}
+}
+
+// CompleteTx outside the middleware has no lease to complete.
+func TestCompleteTxWithoutLease(t *testing.T) {
+	t.Parallel()
+	db, store, _ := sqliteEngine(t)
+	tx, err := db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	if err := idemwatermill.CompleteTx[*sql.Tx](t.Context(), store, tx); !errors.Is(err, idemwatermill.ErrNoLease) {
+		t.Fatalf("%v", err)
+	}
+}
