@@ -58,6 +58,17 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Fatalf("waited 20s for %s", what)
 }
 
+// waitAgreed waits until redis-cli's own check of the Cluster at addr
+// finds every node agreeing on the slots and no open slot: redis-cli
+// refuses to add a node or move a slot before.
+func waitAgreed(t *testing.T, addr string) {
+	t.Helper()
+	waitFor(t, "the Cluster's nodes to agree", func() bool {
+		out, err := exec.Command(redisCliBin, "--cluster", "check", addr).CombinedOutput()
+		return err == nil && strings.Contains(string(out), "[OK] All nodes agree") && !strings.Contains(string(out), "[ERR]")
+	})
+}
+
 // slotsName reports whether CLUSTER SLOTS, asked of the node at at, names
 // the node at addr (as a master or a replica of a slot range).
 func slotsName(t *testing.T, at, addr string) bool {
@@ -98,6 +109,7 @@ func TestPolicyCluster(t *testing.T) {
 	masters := []string{clusterNode(t, "noeviction"), clusterNode(t, "noeviction"), clusterNode(t, "volatile-lru")}
 	redisCli(t, append(append([]string{"--cluster", "create"}, masters...), "--cluster-yes")...)
 	replica := clusterNode(t, "allkeys-lru")
+	waitAgreed(t, masters[0])
 	redisCli(t, "--cluster", "add-node", replica, masters[0], "--cluster-slave", "--cluster-master-id", nodeID(t, masters[0]))
 	for _, m := range masters {
 		waitFor(t, m+" to name the replica "+replica, func() bool { return slotsName(t, m, replica) })
@@ -143,6 +155,7 @@ func TestPolicyCluster(t *testing.T) {
 	// A master added after New: without slots it holds no records and is
 	// not asked; once it serves a slot, the next check finds it.
 	added := clusterNode(t, "volatile-ttl")
+	waitAgreed(t, masters[0])
 	redisCli(t, "--cluster", "add-node", added, masters[0])
 	addedID := nodeID(t, added)
 	for _, n := range append([]string{replica}, masters...) {
@@ -155,6 +168,7 @@ func TestPolicyCluster(t *testing.T) {
 	if err := s.CheckPolicy(ctx); err != nil {
 		t.Fatalf("CheckPolicy with a master that serves no slot: %v", err)
 	}
+	waitAgreed(t, masters[0])
 	redisCli(t, "--cluster", "reshard", masters[0], "--cluster-from", nodeID(t, masters[0]), "--cluster-to", addedID,
 		"--cluster-slots", "1", "--cluster-yes")
 	waitFor(t, "every master to give "+added+" its slot", func() bool {
