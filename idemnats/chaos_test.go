@@ -99,23 +99,7 @@ func TestChaosJetStream(t *testing.T) {
 	ids := run.Go(t)
 	seen.Wait(len(ids))
 	fleet.Stop(10 * time.Second)
-	ledger, err := db.Ledger(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgchaos.Check(t, ids, ledger, seen.All())
-	records, err := db.Records(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	starts, kills := fleet.Stats()
-	t.Logf("%d messages in %v of faults; consumers started %d times, killed %d times by the test; idem records by state: %v", len(ids), faults, starts, kills, records)
-	if records["completed"] != len(ids) {
-		t.Errorf("idem records %v; want all %d completed", records, len(ids))
-	}
-	if t.Failed() {
-		t.Log(fleet.Logs())
-	}
+	msgchaos.Verify(t, db, fleet, ids, seen, faults)
 }
 
 // chaosChild is a consumer process of TestChaosJetStream.

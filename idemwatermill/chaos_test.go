@@ -94,7 +94,7 @@ func TestChaosRabbitMQ(t *testing.T) {
 	ids := run.Go(t)
 	seen.Wait(len(ids))
 	fleet.Stop(10 * time.Second)
-	checkChaos(t, db, fleet, ids, seen, faults)
+	msgchaos.Verify(t, db, fleet, ids, seen, faults)
 }
 
 // TestChaosPostgreSQL: the same on PostgreSQL through watermill-sql, with
@@ -150,33 +150,11 @@ func TestChaosPostgreSQL(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	checkChaos(t, db, fleet, ids, seen, faults)
+	msgchaos.Verify(t, db, fleet, ids, seen, faults)
 	for id, uuids := range seen.All() {
 		if len(uuids) != 1 {
 			t.Errorf("message %s: %d produced messages in the outbox", id, len(uuids))
 		}
-	}
-}
-
-func checkChaos(t *testing.T, db *msgchaos.DB, fleet *msgchaos.Fleet, ids []string, seen *msgchaos.Seen, faults time.Duration) {
-	t.Helper()
-	ctx := context.Background()
-	ledger, err := db.Ledger(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msgchaos.Check(t, ids, ledger, seen.All())
-	records, err := db.Records(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	starts, kills := fleet.Stats()
-	t.Logf("%d messages in %v of faults; consumers started %d times, killed %d times by the test; idem records by state: %v", len(ids), faults, starts, kills, records)
-	if records["completed"] != len(ids) {
-		t.Errorf("idem records %v; want all %d completed", records, len(ids))
-	}
-	if t.Failed() {
-		t.Log(fleet.Logs())
 	}
 }
 

@@ -514,3 +514,28 @@ func (s *Seen) Wait(n int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// Verify checks a finished run (Check on the ledger and what was seen
+// downstream, and every idem record completed), logs its size, and on
+// failure the children's logs.
+func Verify(t testing.TB, db *DB, fleet *Fleet, ids []string, seen *Seen, faults time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	ledger, err := db.Ledger(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Check(t, ids, ledger, seen.All())
+	records, err := db.Records(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts, kills := fleet.Stats()
+	t.Logf("%d messages in %v of faults; consumers started %d times, killed %d times by the test; idem records by state: %v", len(ids), faults, starts, kills, records)
+	if records["completed"] != len(ids) {
+		t.Errorf("idem records %v; want all %d completed", records, len(ids))
+	}
+	if t.Failed() {
+		t.Log(fleet.Logs())
+	}
+}
