@@ -78,9 +78,8 @@ func (g *Guard) Handle(ctx context.Context, msg jetstream.Msg, h HandlerFunc) (e
 			r = msgdoor.BeginError(err)
 		case res.Outcome == idem.Acquired:
 			ev.Outcome = res.Outcome.String()
-			err = g.run(ctx, msg, h, res.Lease, &ev)
-			ev.Settlement = res.Lease.State().String()
-			return err
+			defer func() { ev.Settlement = res.Lease.State().String() }() // also after a panic
+			return g.run(ctx, msg, h, res.Lease, &ev)
 		case res.Outcome == idem.Replayed:
 			ev.Outcome = res.Outcome.String()
 			if r = msgdoor.Replayable(res.Response); r == nil {

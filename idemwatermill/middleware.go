@@ -71,9 +71,8 @@ func (g *guard) handle(msg *message.Message, h message.HandlerFunc) (out []*mess
 			r = msgdoor.BeginError(err)
 		case res.Outcome == idem.Acquired:
 			ev.Outcome = res.Outcome.String()
-			out, err = g.run(msg, h, res.Lease)
-			ev.Settlement = res.Lease.State().String()
-			return out, err
+			defer func() { ev.Settlement = res.Lease.State().String() }() // also after a panic
+			return g.run(msg, h, res.Lease)
 		case res.Outcome == idem.Replayed:
 			ev.Outcome = res.Outcome.String()
 			if r = msgdoor.Replayable(res.Response); r == nil {

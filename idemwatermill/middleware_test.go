@@ -641,3 +641,33 @@ func TestConsumerDiedMidHandler(t *testing.T) {
 		idleEngines()
 	})
 }
+
+// OnOutcome reports every message, a panicking handler's too, with the
+// settlement of its key.
+func TestOnOutcome(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var events []idemwatermill.Event
+	h := protect(t, e, idemwatermill.Config{OnOutcome: func(ev idemwatermill.Event) { events = append(events, ev) }},
+		func(m *message.Message) ([]*message.Message, error) {
+			if string(m.Payload) == "panic" {
+				panic("boom")
+			}
+			return nil, nil
+		})
+	_, _ = h(delivery("m-1", "x"))
+	_, _ = h(delivery("m-1", "x"))
+	func() {
+		defer func() { _ = recover() }()
+		_, _ = h(delivery("m-2", "panic"))
+	}()
+	want := []string{"acquired/completed", "replayed/", "acquired/escalated"}
+	if len(events) != len(want) {
+		t.Fatalf("%d events: %+v", len(events), events)
+	}
+	for i, ev := range events {
+		if got := ev.Outcome + "/" + ev.Settlement; got != want[i] || ev.Operation != "message" {
+			t.Errorf("event %d: %s (operation %q), want %s", i, got, ev.Operation, want[i])
+		}
+	}
+}
