@@ -89,17 +89,19 @@ func (h *Handler) apiResolve(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) apiDelete(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		Note string `json:"note"`
-	}
+	var req DeleteRequest
 	if err := decodeJSON(w, r, &req, true); err != nil {
 		writeError(w, err)
 		return
 	}
+	// A DELETE may carry its fields in the query instead of a body.
 	if req.Note == "" {
 		req.Note = r.URL.Query().Get("note")
 	}
-	res, err := h.keys.Delete(r.Context(), r.PathValue("id"), who(r.Context()), req.Note)
+	if req.Attempt == "" {
+		req.Attempt = r.URL.Query().Get("attempt")
+	}
+	res, err := h.keys.Delete(r.Context(), r.PathValue("id"), who(r.Context()), req)
 	if err != nil {
 		writeError(w, err)
 		return

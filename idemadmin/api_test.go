@@ -185,7 +185,7 @@ func TestAPIResolveRelease(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t)
 	id := f.review(key("k"))
-	a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"release","note":"never reached the provider"}`)
+	a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"release","note":"never reached the provider","attempt":"`+f.attempt(key("k"))+`"}`)
 	wantStatus(t, "release", a, 200)
 	var res idemadmin.Result
 	a.decode(t, &res)
@@ -199,7 +199,7 @@ func TestAPIResolveRelease(t *testing.T) {
 		t.Errorf("OnChange got %+v", ch)
 	}
 	log := f.log.String()
-	for _, s := range []string{"admin: key resolved", "by=ops", "action=release", "key=k", `note="never reached the provider"`} {
+	for _, s := range []string{"admin: key resolved", "by=ops", "action=release", "key=k", "attempt=" + res.Attempt, "any_attempt=false", `note="never reached the provider"`} {
 		if !strings.Contains(log, s) {
 			t.Errorf("the audit log lacks %s:\n%s", s, log)
 		}
@@ -211,7 +211,7 @@ func TestAPIResolveComplete(t *testing.T) {
 	f := newFixture(t)
 	id := f.review(key("k"))
 	a := f.api("POST", "/api/v1/keys/"+id+"/resolve", aliceToken,
-		`{"action":"complete","status":201,"headers":{"content-type":"application/json","X-Multi":["a","b"]},"body":"{\"charge\":\"ch_1\"}","note":"charged per the dashboard"}`)
+		`{"action":"complete","status":201,"headers":{"content-type":"application/json","X-Multi":["a","b"]},"body":"{\"charge\":\"ch_1\"}","note":"charged per the dashboard","attempt":"`+f.attempt(key("k"))+`"}`)
 	wantStatus(t, "complete", a, 200)
 	var res idemadmin.Result
 	a.decode(t, &res)
@@ -231,7 +231,7 @@ func TestAPIResolveComplete(t *testing.T) {
 
 	// Binary bodies go in base64.
 	id = f.review(key("bin"))
-	wantStatus(t, "complete base64", f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"complete","status":200,"body_base64":"AP8="}`), 200)
+	wantStatus(t, "complete base64", f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"complete","status":200,"body_base64":"AP8=","attempt":"*"}`), 200)
 	if r := f.retry(key("bin")); string(r.Response.Body) != "\x00\xff" {
 		t.Fatalf("base64 body replayed as %q", r.Response.Body)
 	}
@@ -271,8 +271,14 @@ func TestAPIResolveRefusesBadRequests(t *testing.T) {
 		{"empty body", id, ``, 400, "bad_request"},
 		{"not JSON", id, `action=release`, 400, "bad_request"},
 		{"malformed id", "%21", `{"action":"release"}`, 400, "bad_request"},
-		{"unknown key", idemadmin.KeyID(key("nosuch")), `{"action":"release"}`, 404, "not_found"},
-		{"completed key", done, `{"action":"release"}`, 409, "not_needs_review"},
+		{"no attempt", id, `{"action":"release"}`, 428, "attempt_required"},
+		{"empty attempt", id, `{"action":"release","attempt":""}`, 428, "attempt_required"},
+		{"attempt too short", id, `{"action":"release","attempt":"4f1c"}`, 400, "bad_request"},
+		{"attempt not hex", id, `{"action":"release","attempt":"4F1C0A9E7D2B6C35"}`, 400, "bad_request"},
+		{"attempt the key id", id, `{"action":"release","attempt":"` + id + `"}`, 400, "bad_request"},
+		{"attempt of nothing", id, `{"action":"release","attempt":"0000000000000000"}`, 409, "stale_attempt"},
+		{"unknown key", idemadmin.KeyID(key("nosuch")), `{"action":"release","attempt":"*"}`, 404, "not_found"},
+		{"completed key", done, `{"action":"release","attempt":"*"}`, 409, "not_needs_review"},
 	} {
 		a := f.api("POST", "/api/v1/keys/"+tc.id+"/resolve", opsToken, tc.body)
 		if a.status != tc.status || a.code(t) != tc.code {
@@ -282,7 +288,7 @@ func TestAPIResolveRefusesBadRequests(t *testing.T) {
 	if got := f.retry(key("k")).Outcome; got != idem.NeedsReview {
 		t.Fatalf("after refused resolutions the key is %v, want needs_review", got)
 	}
-	a := f.api("POST", "/api/v1/keys/"+done+"/resolve", opsToken, `{"action":"release"}`)
+	a := f.api("POST", "/api/v1/keys/"+done+"/resolve", opsToken, `{"action":"release","attempt":"*"}`)
 	if !strings.Contains(string(a.body), `\"done\"`) || !strings.Contains(string(a.body), "completed") {
 		t.Errorf("the conflict does not name the key and its state: %s", a.body)
 	}
@@ -302,7 +308,8 @@ func TestAPIConcurrentResolve(t *testing.T) {
 		id := f.review(k)
 		var wg sync.WaitGroup
 		answers := make([]apiAnswer, 2)
-		for i, body := range []string{`{"action":"release"}`, `{"action":"complete","status":201,"body":"done"}`} {
+		at := f.attempt(k)
+		for i, body := range []string{`{"action":"release","attempt":"` + at + `"}`, `{"action":"complete","status":201,"body":"done","attempt":"` + at + `"}`} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -335,15 +342,20 @@ func TestAPIDelete(t *testing.T) {
 	f := newFixture(t)
 	done := f.complete(key("done"))
 	review := f.review(key("review"))
-	a := f.api("DELETE", "/api/v1/keys/"+review, opsToken, "")
+	a := f.api("DELETE", "/api/v1/keys/"+review, opsToken, `{"attempt":"`+f.attempt(key("review"))+`"}`)
 	if a.status != 409 || a.code(t) != "not_completed" {
 		t.Fatalf("delete a key in review: %d %s", a.status, a.body)
 	}
 	a = f.api("DELETE", "/api/v1/keys/"+done, opsToken, `{"note":"customer asked to charge again"}`)
+	if a.status != 428 || a.code(t) != "attempt_required" {
+		t.Fatalf("delete without an attempt: %d %s", a.status, a.body)
+	}
+	at := f.attempt(key("done"))
+	a = f.api("DELETE", "/api/v1/keys/"+done, opsToken, `{"note":"customer asked to charge again","attempt":"`+at+`"}`)
 	wantStatus(t, "delete", a, 200)
 	var res idemadmin.Result
 	a.decode(t, &res)
-	if res.State != "deleted" || res.By != "ops" || res.Note != "customer asked to charge again" {
+	if res.State != "deleted" || res.By != "ops" || res.Note != "customer asked to charge again" || res.Attempt != at {
 		t.Fatalf("result %+v", res)
 	}
 	wantStatus(t, "get after delete", f.api("GET", "/api/v1/keys/"+done, opsToken, ""), 404)
@@ -353,7 +365,7 @@ func TestAPIDelete(t *testing.T) {
 	if !strings.Contains(f.log.String(), "admin: key deleted") {
 		t.Errorf("no audit line:\n%s", f.log)
 	}
-	a = f.api("DELETE", "/api/v1/keys/"+done+"?note=again", opsToken, "")
+	a = f.api("DELETE", "/api/v1/keys/"+done+"?note=again&attempt=*", opsToken, "")
 	if a.status != 409 || a.code(t) != "not_completed" {
 		t.Fatalf("delete a key someone else just took: %d %s", a.status, a.body)
 	}
@@ -377,16 +389,16 @@ func TestClient(t *testing.T) {
 	if err != nil || it.Request == nil || it.Request.Body == nil {
 		t.Fatalf("Get: %+v, %v", it, err)
 	}
-	res, err := c.Resolve(ctx, id, idemadmin.ResolveRequest{Action: "release", Note: "n"})
+	res, err := c.Resolve(ctx, id, idemadmin.ResolveRequest{Action: "release", Note: "n", Attempt: f.attempt(key("k"))})
 	if err != nil || res.State != "released" {
 		t.Fatalf("Resolve: %+v, %v", res, err)
 	}
-	_, err = c.Resolve(ctx, id, idemadmin.ResolveRequest{Action: "release"})
+	_, err = c.Resolve(ctx, id, idemadmin.ResolveRequest{Action: "release", Attempt: idemadmin.AnyAttempt})
 	var ae *idemadmin.Error
 	if !errAs(err, &ae) || ae.Code != idemadmin.CodeNotFound || ae.Status != 404 {
 		t.Fatalf("Resolve again: %v", err)
 	}
-	if res, err = c.Delete(ctx, idemadmin.KeyID(key("done")), "gone"); err != nil || res.State != "deleted" {
+	if res, err = c.Delete(ctx, idemadmin.KeyID(key("done")), idemadmin.DeleteRequest{Note: "gone", Attempt: f.attempt(key("done"))}); err != nil || res.State != "deleted" {
 		t.Fatalf("Delete: %+v, %v", res, err)
 	}
 	bad, _ := idemadmin.NewClient(f.srv.URL, "wrong-token-0123456789", nil)
@@ -415,8 +427,14 @@ func TestAPIStaleAttempt(t *testing.T) {
 		t.Fatalf("attempt %q", first.Attempt)
 	}
 	// Someone releases it; the client's retry fails the same way.
-	wantStatus(t, "release", f.api("POST", "/api/v1/keys/"+id+"/resolve", aliceToken, `{"action":"release"}`), 200)
+	wantStatus(t, "release", f.api("POST", "/api/v1/keys/"+id+"/resolve", aliceToken, `{"action":"release","attempt":"`+first.Attempt+`"}`), 200)
 	f.review(key("k"))
+	for _, action := range []string{`"action":"complete","status":201`, `"action":"release"`} {
+		a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{`+action+`,"attempt":"`+first.Attempt+`"}`)
+		if a.status != 409 || a.code(t) != "stale_attempt" {
+			t.Fatalf("%s of the first attempt: %d %s", action, a.status, a.body)
+		}
+	}
 	a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"complete","status":201,"attempt":"`+first.Attempt+`"}`)
 	if a.status != 409 || a.code(t) != "stale_attempt" {
 		t.Fatalf("a resolution of the first attempt: %d %s", a.status, a.body)

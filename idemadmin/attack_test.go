@@ -86,19 +86,24 @@ func TestAttackPageHostileEverywhere(t *testing.T) {
 	}
 	p := b.get("/keys/" + doneID)
 	wantPage(t, "the completed key", p, 200, "&lt;script&gt;", `<span class="esc">\x1b</span>[2J`)
+	doneAt, reviewAt := f.attempt(done), f.attempt(inReview)
 	wantSafePage(t, "the resolve confirmation", b.post("/keys/"+reviewID+"/resolve", url.Values{
 		"action": {"complete"}, "status": {"201"}, "headers": {"X-Evil: " + hostile + "\nContent-Type: text/html"},
-		"body": {"</textarea>" + hostile}, "note": {hostile},
+		"body": {"</textarea>" + hostile}, "note": {hostile}, "attempt": {reviewAt},
 	}))
 	wantSafePage(t, "a refused resolution", b.post("/keys/"+reviewID+"/resolve", url.Values{
-		"action": {"complete"}, "status": {hostile}, "headers": {hostile}, "body": {hostile}, "note": {hostile},
+		"action": {"complete"}, "status": {hostile}, "headers": {hostile}, "body": {hostile}, "note": {hostile}, "attempt": {reviewAt},
 	}))
-	wantSafePage(t, "the delete confirmation", b.post("/keys/"+doneID+"/delete", url.Values{"note": {hostile}}))
-	wantSafePage(t, "a refused form token", b.post("/keys/"+doneID+"/delete", url.Values{"csrf": {hostile}, "note": {hostile}}))
+	wantSafePage(t, "a hostile attempt", b.post("/keys/"+reviewID+"/resolve", url.Values{
+		"action": {"release"}, "note": {hostile}, "attempt": {hostile}, "confirm": {"yes"},
+	}))
+	wantSafePage(t, "the delete confirmation", b.post("/keys/"+doneID+"/delete", url.Values{"note": {hostile}, "attempt": {doneAt}}))
+	wantSafePage(t, "a refused form token", b.post("/keys/"+doneID+"/delete", url.Values{"csrf": {hostile}, "note": {hostile}, "attempt": {doneAt}}))
+	wantSafePage(t, "a hostile attempt to delete", b.post("/keys/"+doneID+"/delete", url.Values{"note": {hostile}, "attempt": {hostile}}))
 
 	// Completing it with hostile headers and body, then showing it.
 	p = b.post("/keys/"+reviewID+"/resolve", url.Values{"action": {"complete"}, "status": {"201"},
-		"headers": {"X-Evil: " + hostile}, "body": {hostile}, "note": {hostile}, "confirm": {"yes"}})
+		"headers": {"X-Evil: " + hostile}, "body": {hostile}, "note": {hostile}, "confirm": {"yes"}, "attempt": {reviewAt}})
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("completing the key: %d %s", p.status, p.body)
 	}
@@ -207,8 +212,8 @@ func TestAttackForgedIDs(t *testing.T) {
 		short := forged[:min(len(forged), 40)]
 		for _, call := range []struct{ method, path, body string }{
 			{"GET", "/api/v1/keys/" + forged, ""},
-			{"POST", "/api/v1/keys/" + forged + "/resolve", `{"action":"release"}`},
-			{"DELETE", "/api/v1/keys/" + forged, ""},
+			{"POST", "/api/v1/keys/" + forged + "/resolve", `{"action":"release","attempt":"*"}`},
+			{"DELETE", "/api/v1/keys/" + forged, `{"attempt":"*"}`},
 		} {
 			a := f.api(call.method, call.path, opsToken, call.body)
 			if a.status != http.StatusBadRequest && a.status != http.StatusNotFound {
@@ -240,20 +245,24 @@ func TestAttackSettlingAKeyInFlight(t *testing.T) {
 	k := key("in-flight")
 	lease := f.begin(k, nil)
 	id := idemadmin.KeyID(k)
-	for _, body := range []string{`{"action":"release"}`, `{"action":"complete","status":201,"body":"forged"}`} {
-		a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, body)
-		if a.status != http.StatusConflict || a.code(t) != "not_needs_review" {
-			t.Fatalf("resolving a pending key with %s: %d %s", body, a.status, a.body)
+	at := f.attempt(k)
+	for _, attempt := range []string{"*", at} {
+		for _, body := range []string{`{"action":"release","attempt":"` + attempt + `"}`, `{"action":"complete","status":201,"body":"forged","attempt":"` + attempt + `"}`} {
+			a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, body)
+			if a.status != http.StatusConflict || a.code(t) != "not_needs_review" {
+				t.Fatalf("resolving a pending key with %s: %d %s", body, a.status, a.body)
+			}
 		}
-	}
-	if a := f.api("DELETE", "/api/v1/keys/"+id, opsToken, ""); a.status != http.StatusConflict || a.code(t) != "not_completed" {
-		t.Fatalf("deleting a pending key: %d %s", a.status, a.body)
+		if a := f.api("DELETE", "/api/v1/keys/"+id, opsToken, `{"attempt":"`+attempt+`"}`); a.status != http.StatusConflict || a.code(t) != "not_completed" {
+			t.Fatalf("deleting a pending key: %d %s", a.status, a.body)
+		}
 	}
 	b := f.browser()
 	b.signIn(opsToken)
 	b.get("/keys/" + id)
-	wantPage(t, "releasing a pending key on the page", b.post("/keys/"+id+"/resolve", url.Values{"action": {"release"}, "confirm": {"yes"}}), 409, "Not changed")
-	wantPage(t, "deleting a pending key on the page", b.post("/keys/"+id+"/delete", url.Values{"confirm": {"yes"}}), 409, "Not changed")
+	// Forms forged with the holder's attempt (the page shows none).
+	wantPage(t, "releasing a pending key on the page", b.post("/keys/"+id+"/resolve", url.Values{"action": {"release"}, "confirm": {"yes"}, "attempt": {at}}), 409, "Not changed")
+	wantPage(t, "deleting a pending key on the page", b.post("/keys/"+id+"/delete", url.Values{"confirm": {"yes"}, "attempt": {at}}), 409, "Not changed")
 
 	if err := lease.Complete(context.Background(), &idem.Response{Status: 201, Body: []byte("the holder's answer")}); err != nil {
 		t.Fatalf("the holder's Complete after refused changes: %v", err)
@@ -262,7 +271,7 @@ func TestAttackSettlingAKeyInFlight(t *testing.T) {
 	if r.Outcome != idem.Replayed || string(r.Response.Body) != "the holder's answer" {
 		t.Fatalf("the retry: %v %q", r.Outcome, r.Response.Body)
 	}
-	a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"complete","status":200,"body":"forged"}`)
+	a := f.api("POST", "/api/v1/keys/"+id+"/resolve", opsToken, `{"action":"complete","status":200,"body":"forged","attempt":"*"}`)
 	if a.status != http.StatusConflict {
 		t.Fatalf("completing a completed key: %d %s", a.status, a.body)
 	}

@@ -73,9 +73,9 @@ func (c *Client) Resolve(ctx context.Context, id string, req ResolveRequest) (Re
 }
 
 // Delete removes a completed key.
-func (c *Client) Delete(ctx context.Context, id, note string) (Result, error) {
+func (c *Client) Delete(ctx context.Context, id string, req DeleteRequest) (Result, error) {
 	var res Result
-	err := c.do(ctx, http.MethodDelete, "/api/v1/keys/"+url.PathEscape(id), nil, map[string]string{"note": note}, &res)
+	err := c.do(ctx, http.MethodDelete, "/api/v1/keys/"+url.PathEscape(id), nil, req, &res)
 	return res, err
 }
 

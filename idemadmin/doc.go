@@ -13,6 +13,13 @@
 //     answer, each behind a confirmation and protected against cross-site
 //     request forgery.
 //
+// Every change names the attempt of the key the operator looked at
+// (Item.Attempt), and applies to that attempt only: a key that went to
+// review again, or whose answer was deleted and stored anew, since it was
+// read is left alone (409 stale_attempt). The page always sends the
+// attempt it showed; through the API, AnyAttempt acts on whichever attempt
+// holds the key.
+//
 // Keys is the same logic without HTTP, for tools that open a store
 // directly, and Client speaks the API. Every change is logged with the
 // name of the token that made it and the operator's note, and a completed

@@ -20,9 +20,12 @@ const (
 	CodeNotNeedsReview = "not_needs_review"
 	CodeNotCompleted   = "not_completed"
 	CodeStaleAttempt   = "stale_attempt"
-	CodeUnavailable    = "store_unavailable"
-	CodeTooLarge       = "too_large"
-	CodeInternal       = "internal"
+	// CodeAttemptRequired: a change that does not say which attempt of
+	// the key it is about (428).
+	CodeAttemptRequired = "attempt_required"
+	CodeUnavailable     = "store_unavailable"
+	CodeTooLarge        = "too_large"
+	CodeInternal        = "internal"
 )
 
 // Error is an admin API error: what the API answers (as an RFC 9457
@@ -77,17 +80,23 @@ func asError(err error) *Error {
 		return &Error{Status: http.StatusBadRequest, Code: CodeBadRequest, Detail: "invalid cursor: pass back the next_cursor of the previous page", Err: err}
 	case errors.Is(err, idemstore.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Detail: "the store is unavailable: " + err.Error(), Err: err}
+	case errors.Is(err, idemstore.ErrRetryable):
+		return &Error{Status: http.StatusServiceUnavailable, Code: CodeUnavailable, Detail: "the store aborted the change on a conflict and nothing was changed; try again: " + err.Error(), Err: err}
 	}
 	return &Error{Status: http.StatusInternalServerError, Code: CodeInternal, Detail: err.Error(), Err: err}
 }
 
-// keyError turns a store error about k into an *Error naming it.
+// keyError turns a store error about k into an *Error naming it. state is
+// the record's state where known; with idemstore.ErrLeaseLost, the state
+// the change wanted.
 func keyError(k idemstore.Key, state idemstore.State, err error) error {
 	switch {
 	case errors.Is(err, idemstore.ErrNotFound):
 		return &Error{Status: http.StatusNotFound, Code: CodeNotFound, Detail: "no " + describeKey(k) + " (it may have been released, deleted or purged)", Err: err}
 	case errors.Is(err, idemstore.ErrNotNeedsReview):
 		return &Error{Status: http.StatusConflict, Code: CodeNotNeedsReview, Detail: describeKey(k) + " does not need review" + stateNote(state) + "; someone may have settled it already", Err: err}
+	case errors.Is(err, idemstore.ErrLeaseLost) && state == idemstore.StateCompleted:
+		return &Error{Status: http.StatusConflict, Code: CodeStaleAttempt, Detail: describeKey(k) + " holds another answer than the one read (it was deleted or expired, and the operation ran again); look at it again before deleting it", Err: err}
 	case errors.Is(err, idemstore.ErrLeaseLost):
 		return &Error{Status: http.StatusConflict, Code: CodeStaleAttempt, Detail: describeKey(k) + " went to review again since it was read (a new attempt); look at it again before settling it", Err: err}
 	case errors.Is(err, idemstore.ErrNotCompleted):

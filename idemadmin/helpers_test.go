@@ -117,6 +117,16 @@ func (f *fixture) complete(k idem.Key) string {
 	return idemadmin.KeyID(k)
 }
 
+// attempt returns the attempt of k as the API shows it.
+func (f *fixture) attempt(k idem.Key) string {
+	f.t.Helper()
+	it, err := (&idemadmin.Keys{Store: f.store}).Get(context.Background(), idemadmin.KeyID(k))
+	if err != nil || it.Attempt == "" {
+		f.t.Fatalf("the attempt of %v: %q, %v", k, it.Attempt, err)
+	}
+	return it.Attempt
+}
+
 // retry begins k again, as a client's retry would, and returns the outcome.
 func (f *fixture) retry(k idem.Key) idem.Result {
 	f.t.Helper()

@@ -31,9 +31,10 @@ type Item struct {
 	// Reason says why the key needs review, or how it was resolved.
 	Reason      string `json:"reason"`
 	Fingerprint string `json:"fingerprint"`
-	// Attempt identifies the attempt that holds the key (pending) or went
-	// to review: a resolution that names it settles that attempt only,
-	// never a later one that went to review since it was read.
+	// Attempt identifies the attempt that holds the key (pending), went
+	// to review, or stored the answer (completed): a resolution or a
+	// deletion that names it changes that attempt only, never a later one
+	// that went to review or stored an answer since it was read.
 	Attempt string `json:"attempt,omitempty"`
 	// Request is what was asked: method, path and query, and the body in
 	// the detail of a key whose route stores it.
@@ -117,9 +118,7 @@ func newItem(rec *idemstore.Record, detail bool) Item {
 	if rec.State != idemstore.StatePending {
 		it.LeaseUntil = time.Time{} // meaningless once the lease ended
 	}
-	if rec.State != idemstore.StateCompleted {
-		it.Attempt = attemptOf(rec.Token)
-	}
+	it.Attempt = attemptOf(rec.Token)
 	if q := rec.Request; q != nil {
 		it.Request = &RequestInfo{Method: q.Method, Path: q.Path, Query: q.Query, BodyBytes: len(q.Body)}
 		if detail && len(q.Body) > 0 {

@@ -63,10 +63,24 @@ type ResolveRequest struct {
 	Answer
 	// Note says why, for the audit log and the record.
 	Note string `json:"note,omitempty"`
-	// Attempt, when set, is the Item.Attempt the operator looked at: if
-	// the key went to review again since (released, retried, reset once
-	// more), the resolution is refused (409 stale_attempt) instead of
-	// settling an attempt nobody looked at.
+	// Attempt is the Item.Attempt the operator looked at: if the key went
+	// to review again since (released, retried, reset once more), the
+	// resolution is refused (409 stale_attempt) instead of settling an
+	// attempt nobody looked at. Required: AnyAttempt settles whichever
+	// attempt is in review; empty is refused (428 attempt_required).
+	Attempt string `json:"attempt,omitempty"`
+}
+
+// DeleteRequest deletes a completed key.
+type DeleteRequest struct {
+	// Note says why, for the audit log.
+	Note string `json:"note,omitempty"`
+	// Attempt is the Item.Attempt of the completed key the operator looked
+	// at: if its answer was deleted (or expired) and the operation ran
+	// again since, the new answer is left alone and the deletion refused
+	// (409 stale_attempt); otherwise the next request would run the
+	// operation once more. Required: AnyAttempt deletes whichever answer
+	// is stored; empty is refused (428 attempt_required).
 	Attempt string `json:"attempt,omitempty"`
 }
 
@@ -85,6 +99,8 @@ type Result struct {
 	Key       string `json:"key"`
 	// Action is release, complete or delete.
 	Action string `json:"action"`
+	// Attempt is the attempt that was changed.
+	Attempt string `json:"attempt"`
 	// State is what became of the key: released, completed or deleted.
 	State string `json:"state"`
 	// By names who made the change (the admin token's name).
@@ -145,7 +161,9 @@ func (k *Keys) Get(ctx context.Context, id string) (Item, error) {
 	return k.item(rec, true), nil
 }
 
-// Resolve settles a key in review as req says, on behalf of who.
+// Resolve settles a key in review as req says, on behalf of who: the
+// attempt req.Attempt names, and nothing that went to review since. It is
+// what a bulk action calls for each key.
 func (k *Keys) Resolve(ctx context.Context, id, who string, req ResolveRequest) (Result, error) {
 	key, err := ParseKeyID(id)
 	if err != nil {
@@ -166,37 +184,28 @@ func (k *Keys) Resolve(ctx context.Context, id, who string, req ResolveRequest) 
 	if p.Retention <= 0 {
 		p.Retention = 24 * time.Hour
 	}
-	rec, err := k.Store.Get(ctx, key)
-	if err != nil {
-		return Result{}, keyError(key, "", err)
-	}
-	if rec.State != idemstore.StateNeedsReview {
-		return Result{}, keyError(key, rec.State, idemstore.ErrNotNeedsReview)
-	}
-	if req.Attempt != "" && req.Attempt != attemptOf(rec.Token) {
-		return Result{}, keyError(key, rec.State, idemstore.ErrLeaseLost)
-	}
-	// Fenced to the attempt just read: whatever happens between this read
-	// and the change, only that attempt is settled.
-	p.Token = rec.Token
 	if p.Response, err = k.seal(key, p.Response); err != nil {
 		return Result{}, err
 	}
 	res := Result{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Action: req.Action, By: who, Note: note}
-	if p.Action == idemstore.ResolveRelease {
-		res.State = "released"
-		res.Reason = fmt.Sprintf("released by %s: %s (was: %s)", who, orNoNote(note), cut(rec.Reason, 500))
-	} else {
-		res.State = "completed"
-		res.Reason = fmt.Sprintf("completed with status %d by %s: %s (was: %s)", p.Response.Status, who, orNoNote(note), cut(rec.Reason, 500))
+	rec, err := k.change(ctx, key, req.Attempt, idemstore.StateNeedsReview, idemstore.ErrNotNeedsReview, func(rec *idemstore.Record) error {
+		if p.Action == idemstore.ResolveRelease {
+			res.State = "released"
+			res.Reason = fmt.Sprintf("released by %s: %s (was: %s)", who, orNoNote(note), cut(rec.Reason, 500))
+		} else {
+			res.State = "completed"
+			res.Reason = fmt.Sprintf("completed with status %d by %s: %s (was: %s)", p.Response.Status, who, orNoNote(note), cut(rec.Reason, 500))
+		}
+		p.Token, p.Reason = rec.Token, res.Reason
+		return k.Store.Resolve(ctx, p)
+	})
+	if err != nil {
+		return Result{}, err
 	}
-	p.Reason = res.Reason
-	if err := k.Store.Resolve(ctx, p); err != nil {
-		// Another operator or a resolver may have settled it since the read.
-		return Result{}, keyError(key, "", err)
-	}
+	res.Attempt = attemptOf(rec.Token)
 	attrs := []slog.Attr{slog.String("by", who), slog.String("action", req.Action), slog.String("scope", key.Scope),
-		slog.String("operation", key.Operation), slog.String("key", key.Key), slog.String("note", note), slog.String("was", rec.Reason)}
+		slog.String("operation", key.Operation), slog.String("key", key.Key), slog.String("attempt", res.Attempt),
+		slog.Bool("any_attempt", req.Attempt == AnyAttempt), slog.String("note", note), slog.String("was", rec.Reason)}
 	if p.Response != nil {
 		attrs = append(attrs, slog.Int("status", p.Response.Status))
 	}
@@ -229,29 +238,29 @@ func (req ResolveRequest) Check() (*idemstore.Response, error) {
 }
 
 // Delete removes a completed key before its retention ends, so that the
-// next request with it runs the operation again.
-func (k *Keys) Delete(ctx context.Context, id, who, note string) (Result, error) {
+// next request with it runs the operation again: the answer of the attempt
+// req.Attempt names, never one stored since. It is what a bulk action
+// calls for each key.
+func (k *Keys) Delete(ctx context.Context, id, who string, req DeleteRequest) (Result, error) {
 	key, err := ParseKeyID(id)
 	if err != nil {
 		return Result{}, err
 	}
-	if note, err = cleanNote(note); err != nil {
+	note, err := cleanNote(req.Note)
+	if err != nil {
 		return Result{}, err
 	}
-	rec, err := k.Store.Get(ctx, key)
+	rec, err := k.change(ctx, key, req.Attempt, idemstore.StateCompleted, idemstore.ErrNotCompleted, func(rec *idemstore.Record) error {
+		return k.Store.Delete(ctx, idemstore.DeleteParams{Key: key, Token: rec.Token})
+	})
 	if err != nil {
-		return Result{}, keyError(key, "", err)
+		return Result{}, err
 	}
-	if rec.State != idemstore.StateCompleted {
-		return Result{}, keyError(key, rec.State, idemstore.ErrNotCompleted)
-	}
-	if err := k.Store.Delete(ctx, idemstore.DeleteParams{Key: key, Token: rec.Token}); err != nil {
-		return Result{}, keyError(key, "", err)
-	}
-	res := Result{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Action: ActionDelete, State: "deleted", By: who, Note: note,
-		Reason: fmt.Sprintf("deleted by %s: %s", who, orNoNote(note))}
+	res := Result{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Action: ActionDelete, Attempt: attemptOf(rec.Token),
+		State: "deleted", By: who, Note: note, Reason: fmt.Sprintf("deleted by %s: %s", who, orNoNote(note))}
 	k.logger().LogAttrs(ctx, slog.LevelInfo, "admin: key deleted", slog.String("by", who), slog.String("scope", key.Scope),
-		slog.String("operation", key.Operation), slog.String("key", key.Key), slog.String("note", note))
+		slog.String("operation", key.Operation), slog.String("key", key.Key), slog.String("attempt", res.Attempt),
+		slog.Bool("any_attempt", req.Attempt == AnyAttempt), slog.String("note", note))
 	k.changed(res)
 	return res, nil
 }

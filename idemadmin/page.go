@@ -227,6 +227,9 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, sess *session)
 		answer, err = req.Check()
 	}
 	if err == nil {
+		err = pageAttempt(form.Attempt)
+	}
+	if err == nil {
 		_, err = cleanNote(req.Note)
 	}
 	if err != nil {
@@ -243,7 +246,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, sess *session)
 			c.Title, c.Button = "store this answer?", "Store the answer"
 			c.Text = "Only if the operation happened: every retry with this key gets this answer from now on, and the operation never runs again."
 		}
-		h.confirm(w, r, v, c)
+		h.confirm(w, r, v, c, idemstore.StateNeedsReview)
 		return
 	}
 	res, err := h.keys.Resolve(r.Context(), r.PathValue("id"), sess.name, req)
@@ -263,14 +266,19 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, sess *session)
 
 func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request, sess *session) {
 	v := h.base(sess, "", "")
-	v.Form = pageForm{Action: ActionDelete, Note: r.PostFormValue("note")}
+	v.Form = pageForm{Action: ActionDelete, Note: r.PostFormValue("note"), Attempt: r.PostFormValue("attempt")}
+	if err := pageAttempt(v.Form.Attempt); err != nil {
+		v.Error = "Not changed: " + asError(err).Detail
+		h.showKey(w, r, v, http.StatusBadRequest)
+		return
+	}
 	if r.PostFormValue("confirm") != "yes" {
 		h.confirm(w, r, v, &confirmation{Action: "/keys/" + r.PathValue("id") + "/delete",
 			Title: "delete this key?", Button: "Delete the key",
-			Text: "The stored answer is forgotten: the next request with this key runs the operation again."})
+			Text: "The stored answer is forgotten: the next request with this key runs the operation again."}, idemstore.StateCompleted)
 		return
 	}
-	res, err := h.keys.Delete(r.Context(), r.PathValue("id"), sess.name, v.Form.Note)
+	res, err := h.keys.Delete(r.Context(), r.PathValue("id"), sess.name, DeleteRequest{Note: v.Form.Note, Attempt: v.Form.Attempt})
 	if err != nil {
 		v.Error = "Not changed: " + asError(err).Detail
 		h.showKey(w, r, v, asError(err).Status)
@@ -281,15 +289,42 @@ func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request, sess *sessio
 }
 
 // confirm shows the confirmation of a change, which posts the same form
-// again with confirm=yes.
-func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, v *view, c *confirmation) {
+// again with confirm=yes; or, when the key is no longer in state want
+// under the attempt the form was filled in for, the key as it is now.
+func (h *Handler) confirm(w http.ResponseWriter, r *http.Request, v *view, c *confirmation, want idemstore.State) {
 	it, err := h.keys.Get(r.Context(), r.PathValue("id"))
 	if err != nil {
 		h.fail(w, v, err)
 		return
 	}
+	if it.Attempt != v.Form.Attempt || it.State != string(want) {
+		key, _ := ParseKeyID(it.ID)
+		wrong, state := idemstore.ErrLeaseLost, want
+		if it.State != string(want) {
+			wrong, state = idemstore.ErrNotCompleted, idemstore.State(it.State)
+			if want == idemstore.StateNeedsReview {
+				wrong = idemstore.ErrNotNeedsReview
+			}
+		}
+		e := asError(keyError(key, state, wrong))
+		v.Error = "Not changed: " + e.Detail
+		v.Item, v.Title = &it, "Key "+Visible(it.Key)
+		h.render(w, e.Status, "detail", v)
+		return
+	}
 	v.Item, v.Confirm, v.Title = &it, c, "Confirm"
 	h.render(w, http.StatusOK, "confirm", v)
+}
+
+// pageAttempt refuses a form of the review page that does not name the
+// attempt its page showed: a change made on the page is always fenced to
+// what the operator looked at (AnyAttempt is for scripts, through the
+// API).
+func pageAttempt(attempt string) error {
+	if attempt == "" || attempt == AnyAttempt {
+		return badRequest("this form does not say which attempt of the key it was filled in for; reload the key's page and try again")
+	}
+	return nil
 }
 
 // request turns the posted form into a ResolveRequest.

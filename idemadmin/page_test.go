@@ -20,10 +20,11 @@ import (
 // browser is an HTTP client with a cookie jar that does not follow
 // redirects, so tests see each answer.
 type browser struct {
-	t    *testing.T
-	f    *fixture
-	c    *http.Client
-	csrf string
+	t       *testing.T
+	f       *fixture
+	c       *http.Client
+	csrf    string
+	attempt string // the attempt the last key's page showed
 }
 
 func (f *fixture) browser() *browser {
@@ -37,7 +38,10 @@ type page struct {
 	body   string
 }
 
-var csrfRE = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+var (
+	csrfRE    = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+	attemptRE = regexp.MustCompile(`name="attempt" value="([^"]+)"`)
+)
 
 func (b *browser) do(method, path string, form url.Values, hdr ...string) page {
 	b.t.Helper()
@@ -65,16 +69,24 @@ func (b *browser) do(method, path string, form url.Values, hdr ...string) page {
 	if m := csrfRE.FindStringSubmatch(p.body); m != nil {
 		b.csrf = m[1]
 	}
+	if m := attemptRE.FindStringSubmatch(p.body); m != nil {
+		b.attempt = m[1]
+	}
 	return p
 }
 
 func (b *browser) get(path string) page { b.t.Helper(); return b.do("GET", path, nil) }
 
-// post sends form with the CSRF token of the last page seen.
+// post sends form with the CSRF token of the last page seen and, unless
+// form has an attempt field, the attempt of the last key's page seen, as
+// the page's forms do.
 func (b *browser) post(path string, form url.Values, hdr ...string) page {
 	b.t.Helper()
 	if form.Get("csrf") == "" && b.csrf != "" {
 		form.Set("csrf", b.csrf)
+	}
+	if _, ok := form["attempt"]; !ok && b.attempt != "" {
+		form.Set("attempt", b.attempt)
 	}
 	return b.do("POST", path, form, hdr...)
 }
@@ -206,6 +218,7 @@ func TestPageComplete(t *testing.T) {
 
 	// Delete, behind its own confirmation.
 	done := idemadmin.KeyID(key("order-1"))
+	b.get("/keys/" + done)
 	wantPage(t, "delete confirmation", b.post("/keys/"+done+"/delete", url.Values{"note": {"charge again"}}), 200, "delete this key?")
 	p = b.post("/keys/"+done+"/delete", url.Values{"note": {"charge again"}, "confirm": {"yes"}})
 	if p.status != http.StatusSeeOther {
@@ -255,6 +268,7 @@ func TestPageCSRF(t *testing.T) {
 	wantPage(t, "sign out without the form token", victim.do("POST", "/logout", url.Values{"csrf": {""}}), 403)
 	wantPage(t, "still signed in", victim.get("/"), 200, "Signed in as")
 	// The same origin's posts pass.
+	victim.get("/keys/" + id)
 	p := victim.post("/keys/"+id+"/resolve", release(victim.csrf), "Origin", f.srv.URL, "Sec-Fetch-Site", "same-origin")
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("a same-origin post: %d %s", p.status, p.body)
@@ -378,7 +392,7 @@ func TestPageStaleAttempt(t *testing.T) {
 		t.Fatalf("the detail has no attempt:\n%s", detail.body)
 	}
 	// Meanwhile another operator releases it and the retry fails again.
-	wantStatus(t, "release", f.api("POST", "/api/v1/keys/"+id+"/resolve", aliceToken, `{"action":"release"}`), 200)
+	wantStatus(t, "release", f.api("POST", "/api/v1/keys/"+id+"/resolve", aliceToken, `{"action":"release","attempt":"`+attempt[1]+`"}`), 200)
 	f.review(key("order-1"))
 	p := b.post("/keys/"+id+"/resolve", url.Values{"action": {"release"}, "attempt": {attempt[1]}, "confirm": {"yes"}})
 	wantPage(t, "a confirmation from a stale page", p, 409, "Not changed", "went to review again")

@@ -72,7 +72,7 @@ func TestKeysSealed(t *testing.T) {
 
 	body := "OPERATOR-SECRET"
 	rid := idemadmin.KeyID(idemstore.Key{Scope: "u", Operation: "POST /pay", Key: "review"})
-	res, err := with.Resolve(ctx, rid, "ops", idemadmin.ResolveRequest{Action: idemadmin.ActionComplete, Answer: idemadmin.Answer{Status: 200, Body: &body}, Note: "checked"})
+	res, err := with.Resolve(ctx, rid, "ops", idemadmin.ResolveRequest{Action: idemadmin.ActionComplete, Answer: idemadmin.Answer{Status: 200, Body: &body}, Note: "checked", Attempt: idemadmin.AnyAttempt})
 	if err != nil || res.Item == nil || res.Item.Response.Status != 200 {
 		t.Fatalf("Resolve: %+v, %v", res, err)
 	}

@@ -109,9 +109,9 @@ func TestAdminAPISettlesReview(t *testing.T) {
 	if len(items) != 2 {
 		t.Fatalf("%d keys in review, want 2: %+v", len(items), items)
 	}
-	ids := map[string]string{}
+	ids, attempts := map[string]string{}, map[string]string{}
 	for _, it := range items {
-		ids[it.Key] = it.ID
+		ids[it.Key], attempts[it.Key] = it.ID, it.Attempt
 		if it.Operation != "POST /reset" || it.Request == nil || it.Request.Query != "currency=eur" || !strings.Contains(it.Reason, "upstream") {
 			t.Errorf("item %+v", it)
 		}
@@ -123,14 +123,14 @@ func TestAdminAPISettlesReview(t *testing.T) {
 	}
 
 	// release: the retry is forwarded once more (and fails again on /reset).
-	a := adminCall(t, p, "POST", "/api/v1/keys/"+ids["lost"]+"/resolve", adminToken, `{"action":"release","note":"never reached the provider"}`)
+	a := adminCall(t, p, "POST", "/api/v1/keys/"+ids["lost"]+"/resolve", adminToken, `{"action":"release","note":"never reached the provider","attempt":"`+attempts["lost"]+`"}`)
 	want(t, "release", a.status, 200)
 	want(t, "released retry", do(t, "POST", base+"/reset?currency=eur", "lost", `{"amount":7}`).status, 502)
 	want(t, "upstream runs after the release", up.runs("/reset"), 3)
 
 	// complete: the retry replays the given answer and runs nothing.
 	a = adminCall(t, p, "POST", "/api/v1/keys/"+ids["charged"]+"/resolve", adminToken,
-		`{"action":"complete","status":201,"headers":{"Content-Type":"application/json"},"body":"{\"charge\":\"ch_1\"}","note":"charged"}`)
+		`{"action":"complete","status":201,"headers":{"Content-Type":"application/json"},"body":"{\"charge\":\"ch_1\"}","note":"charged","attempt":"`+attempts["charged"]+`"}`)
 	want(t, "complete", a.status, 200)
 	r := do(t, "POST", base+"/reset?currency=eur", "charged", `{"amount":7}`)
 	want(t, "completed retry status", r.status, 201)
@@ -139,7 +139,7 @@ func TestAdminAPISettlesReview(t *testing.T) {
 	want(t, "upstream runs after complete", up.runs("/reset"), 3)
 
 	// Resolving it again is a conflict that names the key.
-	a = adminCall(t, p, "POST", "/api/v1/keys/"+ids["charged"]+"/resolve", adminToken, `{"action":"release"}`)
+	a = adminCall(t, p, "POST", "/api/v1/keys/"+ids["charged"]+"/resolve", adminToken, `{"action":"release","attempt":"*"}`)
 	want(t, "second resolve", a.status, 409)
 	if !strings.Contains(a.body, `\"charged\"`) {
 		t.Errorf("the conflict does not name the key: %s", a.body)
@@ -203,12 +203,13 @@ func TestReviewCommands(t *testing.T) {
 		t.Fatalf("review list --json: %v, %d items", err, len(items))
 	}
 	id := map[string]string{items[0].Key: items[0].ID, items[1].Key: items[1].ID}
+	attempt := map[string]string{items[0].Key: items[0].Attempt, items[1].Key: items[1].Attempt}
 
-	out = run(append([]string{"review", "resolve", id["lost"], "--release", "--note", "not charged"}, admin...)...)
+	out = run(append([]string{"review", "resolve", id["lost"], "--release", "--note", "not charged", "--attempt", attempt["lost"]}, admin...)...)
 	if !strings.Contains(out, `Released key "lost"`) {
 		t.Errorf("resolve --release: %s", out)
 	}
-	run(append([]string{"review", "resolve", "--scope", items[0].Scope, "--operation", "POST /reset", "--key", "charged",
+	run(append([]string{"review", "resolve", "--scope", items[0].Scope, "--operation", "POST /reset", "--key", "charged", "--attempt", attempt["charged"],
 		"--status", "201", "--header", "Content-Type: application/json", "--body", `{"charge":"ch_1"}`}, admin...)...)
 	want(t, "released retry", do(t, "POST", base+"/reset", "lost", `{}`).status, 502)
 	a := do(t, "POST", base+"/reset", "charged", `{}`)
@@ -225,7 +226,7 @@ func TestReviewCommands(t *testing.T) {
 	if out = run(append([]string{"keys", "list", "--state", "completed"}, admin...)...); !strings.Contains(out, "charged") {
 		t.Errorf("keys list --state completed:\n%s", out)
 	}
-	run(append([]string{"keys", "delete", id["charged"], "--note", "charge again"}, admin...)...)
+	run(append([]string{"keys", "delete", id["charged"], "--note", "charge again", "--attempt", attempt["charged"]}, admin...)...)
 	want(t, "a request after delete", do(t, "POST", base+"/reset", "charged", `{}`).status, 502)
 	want(t, "upstream runs", up.runs("/reset"), 4)
 
@@ -301,7 +302,7 @@ func TestReviewCommandsOnStore(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), `k\\1`) {
 		t.Errorf("review list does not show the key escaped: %v\n%s", err, out)
 	}
-	out, err = exec.Command(binary, "review", "resolve", items[0].ID, "--store", store, "--release", "--note", "from the shell").CombinedOutput()
+	out, err = exec.Command(binary, "review", "resolve", items[0].ID, "--store", store, "--release", "--note", "from the shell", "--attempt", items[0].Attempt).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "Released") || !strings.Contains(string(out), "by=cli:") {
 		t.Fatalf("resolve --store: %v\n%s", err, out)
 	}

@@ -50,12 +50,12 @@ func TestReviewCLISealsWithTheProxysKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("review list: %v\n%s", err, out)
 	}
-	var rows []struct{ ID string }
+	var rows []struct{ ID, Attempt string }
 	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
 		t.Fatalf("review list: %v\n%s", err, out)
 	}
 	const marker = "operator-answer-3c7e1b"
-	out, err = runIdem(t, env, "review", "resolve", rows[0].ID, "--store", store, "--status", "201", "--body", `{"charge":"`+marker+`"}`, "--note", "charged per dashboard")
+	out, err = runIdem(t, env, "review", "resolve", rows[0].ID, "--store", store, "--status", "201", "--body", `{"charge":"`+marker+`"}`, "--note", "charged per dashboard", "--attempt", rows[0].Attempt)
 	if err != nil {
 		t.Fatalf("review resolve: %v\n%s", err, out)
 	}

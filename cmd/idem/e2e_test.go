@@ -908,8 +908,8 @@ func TestReviewListAndResolve(t *testing.T) {
 			t.Fatalf("%v: %v\n%s", cmd, err, out)
 		}
 	}
-	resolve("--key", "lost", "--release", "--reason", "never reached the provider")
-	resolve("--key", "charged", "--status", "201", "--header", "Content-Type: application/json", "--body", `{"charge":"ch_1"}`)
+	resolve("--key", "lost", "--release", "--reason", "never reached the provider", "--any-attempt")
+	resolve("--key", "charged", "--any-attempt", "--status", "201", "--header", "Content-Type: application/json", "--body", `{"charge":"ch_1"}`)
 
 	// Released: the retry is forwarded again (and fails again on /reset).
 	want(t, "released retry", do(t, "POST", base+"/reset", "lost", `{}`).status, 502)

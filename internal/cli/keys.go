@@ -2,6 +2,7 @@ package cli
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/idem-dev/idem/idemadmin"
 )
@@ -95,10 +97,10 @@ func listKeys(cmd *cobra.Command, src *keySource, q idemadmin.ListQuery, limit i
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tREQUEST\tSTATE\tAGE\tREASON\tID")
+	fmt.Fprintln(tw, "KEY\tREQUEST\tSTATE\tAGE\tREASON\tATTEMPT\tID")
 	for _, it := range items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", idemadmin.Visible(it.Key), requestLine(it), it.State,
-			idemadmin.HumanDuration(it.Age()), idemadmin.Visible(cutText(it.Reason, 72)), it.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", idemadmin.Visible(it.Key), requestLine(it), it.State,
+			idemadmin.HumanDuration(it.Age()), idemadmin.Visible(cutText(it.Reason, 72)), idemadmin.Visible(it.Attempt), it.ID)
 	}
 	if q.Cursor != "" {
 		fmt.Fprintf(tw, "(more keys: raise --limit)\n")
@@ -181,6 +183,7 @@ func printItem(w io.Writer, it idemadmin.Item) {
 		row("kept until", stamp(it.ExpiresAt))
 	}
 	row("fingerprint", v(it.Fingerprint))
+	row("attempt", v(it.Attempt))
 	row("id", it.ID)
 	tw.Flush()
 	if it.Request != nil {
@@ -230,20 +233,29 @@ func newKeysDeleteCmd() *cobra.Command {
 	var (
 		src  keySource
 		kf   keyFlags
+		af   attemptFlags
 		note string
 	)
 	cmd := &cobra.Command{
-		Use:   "delete (ID | --scope S --operation OP --key K) (--admin-url URL | --store URL) [--note TEXT]",
+		Use:   "delete (ID | --scope S --operation OP --key K) (--admin-url URL | --store URL) (--attempt A | --any-attempt) [--note TEXT]",
 		Short: "Delete a completed key, so that the next request with it runs again",
 		Long: `delete removes a completed key before its retention ends: its stored answer is
 forgotten, and the next request with the key runs the operation again. Keys
 that are pending or need review cannot be deleted (settle those with
-'idem review resolve').`,
-		Example: `  idem keys delete CkBhYmM… --admin-url http://127.0.0.1:9090 --note 'customer asked to pay again'`,
+'idem review resolve').
+
+--attempt is the attempt of the answer you looked at ('idem keys get' shows
+it): if that answer was deleted or expired and the operation ran again since,
+the new answer is left alone and the command fails. --any-attempt deletes
+whichever answer is stored.`,
+		Example: `  idem keys delete CkBhYmM… --admin-url http://127.0.0.1:9090 --attempt 4f1c0a9e7d2b6c35 --note 'customer asked to pay again'`,
 		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			id, err := kf.resolveID(args)
 			if err != nil {
+				return err
+			}
+			if err := af.check(); err != nil {
 				return err
 			}
 			svc, closeFn, err := src.open(cmd)
@@ -251,7 +263,11 @@ that are pending or need review cannot be deleted (settle those with
 				return err
 			}
 			defer closeFn()
-			res, err := svc.Delete(cmd.Context(), id, note)
+			attempt, err := af.value(cmd, svc, id)
+			if err != nil {
+				return err
+			}
+			res, err := svc.Delete(cmd.Context(), id, idemadmin.DeleteRequest{Note: note, Attempt: attempt})
 			if err != nil {
 				return err
 			}
@@ -261,8 +277,49 @@ that are pending or need review cannot be deleted (settle those with
 	}
 	src.flags(cmd.Flags())
 	kf.flags(cmd.Flags())
+	af.flags(cmd.Flags())
 	cmd.Flags().StringVar(&note, "note", "", "why, for the audit log")
 	return cmd
+}
+
+// attemptFlags say which attempt of a key a change is about: the one the
+// operator looked at (--attempt), or whichever holds the key
+// (--any-attempt).
+type attemptFlags struct {
+	attempt string
+	any     bool
+}
+
+func (a *attemptFlags) flags(fl *pflag.FlagSet) {
+	fl.StringVar(&a.attempt, "attempt", "", "the attempt of the key you looked at ('idem keys get', or the ATTEMPT column of a listing); the change is refused if the key changed since")
+	fl.BoolVar(&a.any, "any-attempt", false, "change whichever attempt holds the key, without checking that it is the one you looked at")
+}
+
+// check refuses both flags at once.
+func (a *attemptFlags) check() error {
+	if a.attempt != "" && a.any {
+		return usageError{errors.New("give --attempt or --any-attempt, not both")}
+	}
+	return nil
+}
+
+// value returns the attempt to send. Without either flag it reads the
+// key and fails, saying which attempt holds it now: the change is made
+// only once the operator names the attempt it is about.
+func (a *attemptFlags) value(cmd *cobra.Command, svc keyService, id string) (string, error) {
+	switch {
+	case a.any:
+		return idemadmin.AnyAttempt, nil
+	case a.attempt != "":
+		return a.attempt, nil
+	}
+	it, err := svc.Get(cmd.Context(), id)
+	if err != nil {
+		return "", err
+	}
+	return "", usageError{fmt.Errorf("say which attempt of %s this is about: --attempt %s is the attempt that holds it now (%s, %s, since %s); "+
+		"give it if that is the one you looked at, or --any-attempt", quoteKey(it.Key), idemadmin.Visible(it.Attempt), it.State,
+		idemadmin.Visible(cutText(it.Reason, 72)), stamp(it.UpdatedAt))}
 }
 
 func quoteKey(k string) string { return fmt.Sprintf("key %q", k) }

@@ -24,7 +24,7 @@ type keyService interface {
 	List(ctx context.Context, q idemadmin.ListQuery) (idemadmin.Page, error)
 	Get(ctx context.Context, id string) (idemadmin.Item, error)
 	Resolve(ctx context.Context, id string, req idemadmin.ResolveRequest) (idemadmin.Result, error)
-	Delete(ctx context.Context, id, note string) (idemadmin.Result, error)
+	Delete(ctx context.Context, id string, req idemadmin.DeleteRequest) (idemadmin.Result, error)
 }
 
 // storeKeys is keyService on a store opened directly; changes are made in
@@ -46,8 +46,8 @@ func (s storeKeys) Resolve(ctx context.Context, id string, req idemadmin.Resolve
 	return s.keys.Resolve(ctx, id, s.who, req)
 }
 
-func (s storeKeys) Delete(ctx context.Context, id, note string) (idemadmin.Result, error) {
-	return s.keys.Delete(ctx, id, s.who, note)
+func (s storeKeys) Delete(ctx context.Context, id string, req idemadmin.DeleteRequest) (idemadmin.Result, error) {
+	return s.keys.Delete(ctx, id, s.who, req)
 }
 
 // keySource is where the key commands find keys: --admin-url (the admin

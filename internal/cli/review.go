@@ -66,20 +66,26 @@ func newReviewResolveCmd() *cobra.Command {
 	var (
 		src                keySource
 		kf                 keyFlags
+		af                 attemptFlags
 		body, note, reason string
 		release            bool
 		status             int
 		headers            []string
 	)
 	cmd := &cobra.Command{
-		Use:   "resolve (ID | --scope S --operation OP --key K) (--admin-url URL | --store URL) (--release | --status N [--body TEXT|@FILE] [--header 'Name: value']) [--note TEXT]",
+		Use:   "resolve (ID | --scope S --operation OP --key K) (--admin-url URL | --store URL) (--attempt A | --any-attempt) (--release | --status N [--body TEXT|@FILE] [--header 'Name: value']) [--note TEXT]",
 		Short: "Settle a key that needs review",
-		Long: `resolve settles one key that needs review (see 'idem review list' for its id).
---release deletes it, so the next retry runs the operation; use it only when
-the operation certainly did not happen. --status stores an answer that every
-retry gets from then on, as if the operation had completed.`,
-		Example: `  idem review resolve CkBhYmM… --admin-url http://127.0.0.1:9090 --release --note 'never reached the provider'
-  idem review resolve --store sqlite://idem.db --scope 9f86d0… --operation 'POST /payments' --key order-1002 \
+		Long: `resolve settles one key that needs review (see 'idem review list' for its id
+and attempt). --release deletes it, so the next retry runs the operation; use
+it only when the operation certainly did not happen. --status stores an answer
+that every retry gets from then on, as if the operation had completed.
+
+--attempt is the attempt you checked with the provider (the ATTEMPT column of
+'idem review list'): if the key was settled, retried and sent to review again
+since, that new attempt is left alone and the command fails. --any-attempt
+settles whichever attempt is in review.`,
+		Example: `  idem review resolve CkBhYmM… --admin-url http://127.0.0.1:9090 --attempt 4f1c0a9e7d2b6c35 --release --note 'never reached the provider'
+  idem review resolve --store sqlite://idem.db --scope 9f86d0… --operation 'POST /payments' --key order-1002 --attempt 4f1c0a9e7d2b6c35 \
       --status 201 --header 'Content-Type: application/json' --body '{"payment":"pay_77"}' --note 'charged per provider dashboard'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -92,6 +98,9 @@ retry gets from then on, as if the operation had completed.`,
 			}
 			if note != "" && reason != "" {
 				return usageError{errors.New("--reason is the old name of --note; give one")}
+			}
+			if err := af.check(); err != nil {
+				return err
 			}
 			req := idemadmin.ResolveRequest{Action: idemadmin.ActionRelease, Note: note + reason}
 			if !release {
@@ -125,6 +134,9 @@ retry gets from then on, as if the operation had completed.`,
 				return err
 			}
 			defer closeFn()
+			if req.Attempt, err = af.value(cmd, svc, id); err != nil {
+				return err
+			}
 			res, err := svc.Resolve(cmd.Context(), id, req)
 			if err != nil {
 				return err
@@ -140,6 +152,7 @@ retry gets from then on, as if the operation had completed.`,
 	f := cmd.Flags()
 	src.flags(f)
 	kf.flags(f)
+	af.flags(f)
 	f.BoolVar(&release, "release", false, "the operation did not happen: delete the key")
 	f.IntVar(&status, "status", 0, "the operation happened: store this status for retries")
 	f.StringVar(&body, "body", "", "the stored answer's body, or @FILE")
