@@ -28,8 +28,31 @@ func newTokenSet(tokens map[string]string) tokenSet {
 	return ts
 }
 
-// match returns the name of the token tok, or false.
-func (ts tokenSet) match(tok string) (string, bool) {
+// match returns the name of the token an operator presents, or false. What
+// the docs tell operators to give is accepted: the token itself, or a
+// whole line of the token file, NAME:TOKEN, when NAME is that token's own
+// name (so that a line never signs in under another token's name).
+// Surrounding white space, such as the newline of a copied line or the
+// carriage return of a file written on Windows, is ignored; tokens hold
+// none. A name alone matches nothing.
+func (ts tokenSet) match(presented string) (string, bool) {
+	presented = strings.TrimSpace(presented)
+	// Both readings are compared, every time, in constant time: which one
+	// matched shows only in the name returned.
+	bare, isToken := ts.lookup(presented)
+	name, tok, hasName := strings.Cut(presented, ":")
+	owner, isLine := ts.lookup(tok)
+	switch {
+	case isToken:
+		return bare, true
+	case hasName && isLine && owner == name:
+		return owner, true
+	}
+	return "", false
+}
+
+// lookup returns the name of the token tok, or false.
+func (ts tokenSet) lookup(tok string) (string, bool) {
 	sum := sha256.Sum256([]byte(tok))
 	found := -1
 	for i := range ts.sums {
@@ -61,4 +84,4 @@ func bearer(r *http.Request) (string, bool) {
 
 // errUnauthorized is the API's answer without a valid token.
 var errUnauthorized = &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
-	Detail: "a valid admin token is required: send Authorization: Bearer TOKEN (the token of --admin-token-file or IDEM_ADMIN_TOKEN)"}
+	Detail: "a valid admin token is required: send Authorization: Bearer TOKEN (a token of --admin-token-file or IDEM_ADMIN_TOKEN, alone or as its whole NAME:TOKEN line)"}

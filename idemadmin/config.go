@@ -84,6 +84,9 @@ func (c Config) validate() error {
 			return fmt.Errorf("idemadmin: token %q: %w", name, err)
 		}
 	}
+	if err := unambiguous(c.Tokens); err != nil {
+		return fmt.Errorf("idemadmin: %w", err)
+	}
 	switch {
 	case c.Retention < time.Second:
 		return fmt.Errorf("idemadmin: Config.Retention %v is under a second", c.Retention)

@@ -143,7 +143,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	name, ok := h.tokens.match(r.PostFormValue("token"))
 	if !ok {
 		h.cfg.Logger.Warn("admin: sign-in refused: wrong token", "remote", r.RemoteAddr)
-		h.render(w, http.StatusUnauthorized, "login", &view{Title: "Sign in", Error: "That token is not valid."})
+		h.render(w, http.StatusUnauthorized, "login", &view{Title: "Sign in", Error: "That is not an admin token of this proxy. Paste a whole NAME:TOKEN line of its token file, or the token after the colon."})
 		return
 	}
 	h.sessions.end(r) // a new sign-in never reuses a session

@@ -122,7 +122,7 @@ func TestPageSignIn(t *testing.T) {
 		t.Fatalf("the queue without a session: %d %s", p.status, p.header.Get("Location"))
 	}
 	wantPage(t, "login page", b.get("/login"), 200, `type="password"`, `autofocus`)
-	wantPage(t, "a wrong token", b.do("POST", "/login", url.Values{"token": {opsToken + "x"}}), 401, "not valid")
+	wantPage(t, "a wrong token", b.do("POST", "/login", url.Values{"token": {opsToken + "x"}}), 401, "not an admin token of this proxy")
 	p = b.do("POST", "/login", url.Values{"token": {opsToken}})
 	if p.status != http.StatusSeeOther {
 		t.Fatalf("sign in: %d", p.status)

@@ -130,36 +130,29 @@ func (s *keySource) sealer() (*idemseal.Keyring, error) {
 	return nil, nil
 }
 
-// token reads the admin token from --admin-token-file or IDEM_ADMIN_TOKEN.
+// token reads the admin token from --admin-token-file or IDEM_ADMIN_TOKEN:
+// the token, or a whole NAME:TOKEN line of the proxy's token file, which
+// the API reads as the proxy reads its file (idemadmin.Credential).
 func (s *keySource) token() (string, error) {
-	var (
-		tokens map[string]string
-		err    error
-		from   string
-	)
 	switch {
 	case s.tokenFile != "":
-		from = s.tokenFile
-		tokens, err = idemadmin.LoadTokenFile(s.tokenFile)
-	case os.Getenv("IDEM_ADMIN_TOKEN") != "":
-		from = "IDEM_ADMIN_TOKEN"
-		tokens, err = idemadmin.ParseTokens(os.Getenv("IDEM_ADMIN_TOKEN"))
+		b, err := os.ReadFile(s.tokenFile)
 		if err != nil {
-			err = fmt.Errorf("IDEM_ADMIN_TOKEN: %w", err)
+			return "", fmt.Errorf("admin token file: %w", err)
 		}
-	default:
-		return "", errors.New("--admin-url needs the admin token: --admin-token-file PATH or IDEM_ADMIN_TOKEN")
-	}
-	if err != nil {
-		return "", err
-	}
-	if len(tokens) != 1 {
-		return "", fmt.Errorf("%s holds %d tokens; give the command a file with just the one to use", from, len(tokens))
-	}
-	for _, tok := range tokens {
+		tok, err := idemadmin.Credential(string(b))
+		if err != nil {
+			return "", fmt.Errorf("admin token file %s: %w (give the command a file with the one token to use)", s.tokenFile, err)
+		}
+		return tok, nil
+	case os.Getenv("IDEM_ADMIN_TOKEN") != "":
+		tok, err := idemadmin.Credential(os.Getenv("IDEM_ADMIN_TOKEN"))
+		if err != nil {
+			return "", fmt.Errorf("IDEM_ADMIN_TOKEN: %w", err)
+		}
 		return tok, nil
 	}
-	return "", nil
+	return "", errors.New("--admin-url needs the admin token: --admin-token-file PATH or IDEM_ADMIN_TOKEN")
 }
 
 // osUser names who makes a change on a store opened directly.
