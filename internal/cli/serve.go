@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
@@ -305,6 +306,13 @@ func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak
 	srv.Store = store
 	if tweak != nil {
 		tweak(srv)
+	}
+	summary, ready := newStartupSummary(cfg, srv.AdminTokens), srv.Ready
+	srv.Ready = func(proxy, admin net.Addr) {
+		summary.log(log, admin)
+		if ready != nil {
+			ready(proxy, admin)
+		}
 	}
 	return srv.Run(ctx)
 }
