@@ -316,7 +316,7 @@ func TestAttackStaleResolverVerdict(t *testing.T) {
 	}()
 	<-asked
 	keys := &idemadmin.Keys{Store: store, Logger: slog.New(slog.DiscardHandler)}
-	if _, err := keys.Resolve(context.Background(), idemadmin.KeyID(k), "ops", idemadmin.ResolveRequest{Action: idemadmin.ActionRelease}); err != nil {
+	if _, err := keys.Resolve(context.Background(), idemadmin.KeyID(k), "ops", idemadmin.ResolveRequest{Action: idemadmin.ActionRelease, Attempt: idemadmin.AnyAttempt}); err != nil {
 		t.Fatal(err)
 	}
 	review() // the retry failed again
