@@ -89,9 +89,11 @@ func TestAuditIssueExample(t *testing.T) {
 			}
 
 			fixed := filepath.Join(t.TempDir(), "fixed"+filepath.Ext(name))
-			_, stderr, code := runCLI(t, "", "audit", "--openapi", src, "--fix", fixed)
-			if code != 1 || !strings.Contains(stderr, "wrote a fixed copy to "+fixed) {
-				t.Errorf("--fix: exit %d, stderr %s", code, stderr)
+			// The report and the exit status are the copy's.
+			stdout, stderr, code := runCLI(t, "", "audit", "--openapi", src, "--fix", fixed, "--format", "json")
+			if code != 0 || !strings.Contains(stderr, "wrote a fixed copy to "+fixed) || !strings.Contains(stderr, "the report is of the copy") ||
+				strings.Contains(stdout, "missing_key") {
+				t.Errorf("--fix: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
 			}
 			rows, code = auditJSON(t, fixed)
 			if code != 0 {
@@ -140,7 +142,9 @@ func TestAuditCommandLine(t *testing.T) {
 		{"table", []string{"--openapi", src}, 1, "missing_key           high", "declare no Idempotency-Key"},
 		{"markdown", []string{"--openapi", src, "--format", "markdown"}, 1, "| POST | `/orders` | createOrder | missing_key | high |", ""},
 		{"clean", []string{"--openapi", clean}, 0, "1 operations: 0 protected", ""},
-		{"fix to stdout", []string{"--openapi", src, "--fix", "-"}, 1, "#/components/parameters/IdempotencyKey", "missing_key"},
+		{"fix to stdout", []string{"--openapi", src, "--fix", "-"}, 0, "#/components/parameters/IdempotencyKey", "the report is of the copy"},
+		{"too many nodes", []string{"--openapi", src, "--max-nodes", "10"}, 2, "", "raise --max-nodes"},
+		{"too deep", []string{"--openapi", src, "--max-depth", "2"}, 2, "", "raise --max-depth"},
 		{"no --openapi", nil, 2, "", "--openapi FILE is required"},
 		{"bad format", []string{"--openapi", src, "--format", "xml"}, 2, "", `--format "xml"`},
 		{"missing file", []string{"--openapi", filepath.Join(dir, "nosuch.yaml")}, 2, "", "no such file"},

@@ -65,7 +65,7 @@ func TestAttackJSONEscapes(t *testing.T) {
 func TestAttackJSONShapes(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct{ name, doc, want string }{
-		{"deep", `{"openapi": "3.0.3", "x": ` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, "max depth"},
+		{"deep", `{"openapi": "3.0.3", "x": ` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`, "deeper than 500 levels"},
 		{"trailing", `{"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {}} {}`, "not valid JSON"},
 		{"duplicate member", `{"openapi": "3.0.3", "info": {"title": "t", "version": "1"}, "paths": {"/a": {}, "/a": {}}}`, "twice"},
 		{"truncated", `{"openapi": "3.0.3", "paths": {"/a": {"post": `, "not valid JSON"},

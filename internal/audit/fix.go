@@ -29,12 +29,20 @@ type FixOptions struct {
 // was. It also returns how many operations it changed. The copy is audited
 // before it is returned, so a copy that would not audit clean is an error.
 func (d *Document) Fix(ctx context.Context, opts FixOptions) ([]byte, int, error) {
+	out, changed, _, err := d.FixAudit(ctx, opts)
+	return out, changed, err
+}
+
+// FixAudit is Fix, and also returns the audit of the copy: what a report
+// about the fixed document says. When nothing needed a change, the copy is
+// the document as read, and so is its audit.
+func (d *Document) FixAudit(ctx context.Context, opts FixOptions) ([]byte, int, []Finding, error) {
 	if opts.Retention == "" {
 		opts.Retention = DefaultRetention
 	}
 	fs, err := d.Audit()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	work := &Document{Name: d.Name, Format: d.Format, Version: d.Version, root: copyNode(d.root, map[*yaml.Node]*yaml.Node{}), loc: d.loc}
 	top := docMapping(work.root)
@@ -49,7 +57,7 @@ func (d *Document) Fix(ctx context.Context, opts FixOptions) ([]byte, int, error
 		}
 		op, err := work.operationNode(f.Path, f.Method)
 		if err != nil {
-			return nil, 0, fmt.Errorf("cannot fix %s %s: %w", f.Method, f.Path, err)
+			return nil, 0, nil, fmt.Errorf("cannot fix %s %s: %w", f.Method, f.Path, err)
 		}
 		if edited[op] {
 			changed++
@@ -59,7 +67,7 @@ func (d *Document) Fix(ctx context.Context, opts FixOptions) ([]byte, int, error
 		if f.needsFix.key {
 			params, err := ensureSequence(op, "parameters", "requestBody", "responses")
 			if err != nil {
-				return nil, 0, fmt.Errorf("cannot fix %s %s: %w", f.Method, f.Path, err)
+				return nil, 0, nil, fmt.Errorf("cannot fix %s %s: %w", f.Method, f.Path, err)
 			}
 			params.Content = append(params.Content, mapping("$ref", "#/components/parameters/"+names.param(opts.Retention)))
 			// A parameter the document already defined says how long
@@ -73,7 +81,7 @@ func (d *Document) Fix(ctx context.Context, opts FixOptions) ([]byte, int, error
 		if len(f.needsFix.responses) > 0 {
 			resps, err := ensureMapping(op, "responses")
 			if err != nil {
-				return nil, 0, fmt.Errorf("cannot fix %s %s: %w", f.Method, f.Path, err)
+				return nil, 0, nil, fmt.Errorf("cannot fix %s %s: %w", f.Method, f.Path, err)
 			}
 			style := keyStyle(resps)
 			for _, code := range f.needsFix.responses {
@@ -85,22 +93,23 @@ func (d *Document) Fix(ctx context.Context, opts FixOptions) ([]byte, int, error
 		changed++
 	}
 	if changed == 0 {
-		return bytes.Clone(d.data), 0, nil
+		return bytes.Clone(d.data), 0, fs, nil
 	}
 	if docRetention {
 		setValue(top, RetentionExtension, str(opts.Retention))
 	}
 	if err := names.write(top); err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
 	out, err := work.encode()
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, nil, err
 	}
-	if err := verifyFixed(ctx, out, d); err != nil {
-		return nil, 0, err
+	fixed, err := verifyFixed(ctx, out, d, changed)
+	if err != nil {
+		return nil, 0, nil, err
 	}
-	return out, changed, nil
+	return out, changed, fixed, nil
 }
 
 // componentParamRetains reports whether the parameter under
@@ -113,24 +122,40 @@ func (d *Document) componentParamRetains(name string) bool {
 	return p != nil && (extensionValue(p.Extensions) != "" || mentionsRetention(p.Description, true))
 }
 
-// verifyFixed audits a fixed copy: every operation must be protected with
-// complete documentation, or idempotent by method.
-func verifyFixed(ctx context.Context, out []byte, orig *Document) error {
-	fixed, err := parse(ctx, out, orig.Name+" (fixed)", orig.loc, Options{MaxBytes: int64(len(out)) + 1})
+// verifyFixed audits a fixed copy, in which changed operations were fixed:
+// every operation must be protected with complete documentation, or
+// idempotent by method. It returns the copy's findings.
+func verifyFixed(ctx context.Context, out []byte, orig *Document, changed int) ([]Finding, error) {
+	// The copy holds what the original held and what the fix added (a
+	// parameter and three answers per operation, the components once), a
+	// few levels deep: a document just under the limits still verifies.
+	opts := orig.opts
+	opts.MaxBytes = max(opts.MaxBytes, int64(len(out))+1)
+	opts.MaxNodes += fixNodesPerOperation*int64(changed) + fixNodesOnce
+	opts.MaxDepth = max(opts.MaxDepth, 16)
+	fixed, err := parse(ctx, out, orig.Name+" (fixed)", orig.loc, opts)
 	if err != nil {
-		return fmt.Errorf("the fixed copy does not load: %w", err)
+		return nil, fmt.Errorf("the fixed copy does not load: %w", err)
 	}
 	fs, err := fixed.Audit()
 	if err != nil {
-		return fmt.Errorf("the fixed copy does not audit: %w", err)
+		return nil, fmt.Errorf("the fixed copy does not audit: %w", err)
 	}
 	for _, f := range fs {
 		if f.needsFix.any() {
-			return fmt.Errorf("the fixed copy still needs work on %s %s: %s", f.Method, f.Path, strings.Join(f.Reasons, "; "))
+			return nil, fmt.Errorf("the fixed copy still needs work on %s %s: %s", f.Method, f.Path, strings.Join(f.Reasons, "; "))
 		}
 	}
-	return nil
+	return fs, nil
 }
+
+// At most what a fix adds, in nodes as Options.MaxNodes counts them: per
+// operation a parameter $ref and three answers (with the keys and mappings
+// that may hold them), and once the components and the retention.
+const (
+	fixNodesPerOperation = 32
+	fixNodesOnce         = 1024
+)
 
 // operationNode returns the mapping of one operation in the node tree.
 func (d *Document) operationNode(path, method string) (*yaml.Node, error) {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/idem-dev/idem/internal/audit/yamlevents"
 )
 
 // encodeJSON writes a node tree parsed from JSON back as JSON, members in
@@ -105,45 +107,77 @@ func writeString(buf *bytes.Buffer, s string) {
 	buf.Truncate(buf.Len() - 1) // Encode's newline
 }
 
-// maxJSONDepth is how deeply a JSON document may nest, as YAML documents
-// may.
-const maxJSONDepth = 10000
-
 // decodeJSON parses a JSON document into a node tree like the one
-// yaml.Unmarshal gives, numbers kept as written.
-func decodeJSON(data []byte, root *yaml.Node) error {
-	dec := json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(data, []byte("\ufeff"))))
-	dec.UseNumber()
-	n, err := decodeJSONValue(dec, 0)
+// yaml.Unmarshal gives, numbers kept as written. It counts the nodes as it
+// goes, as yamlevents.Count counts them (mapping keys included, the pairs
+// of keys of each object), and stops at lim with
+// yamlevents.ErrTooManyNodes, ErrTooManyKeys or ErrTooDeep.
+func decodeJSON(data []byte, root *yaml.Node, lim yamlevents.Limits) (yamlevents.Counts, error) {
+	d := &jsonDecoder{dec: json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(data, []byte("\ufeff")))), lim: lim}
+	d.dec.UseNumber()
+	n, err := d.value(0)
 	if err != nil {
-		return err
+		return d.c, err
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("data after the top-level value")
+	if _, err := d.dec.Token(); err != io.EOF {
+		return d.c, fmt.Errorf("data after the top-level value")
 	}
 	*root = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{n}}
+	d.c.Complete = true
+	return d.c, nil
+}
+
+type jsonDecoder struct {
+	dec *json.Decoder
+	lim yamlevents.Limits
+	c   yamlevents.Counts
+}
+
+// count notes one more node.
+func (d *jsonDecoder) count() error {
+	d.c.Nodes++
+	d.c.Expanded++
+	return d.check()
+}
+
+func (d *jsonDecoder) check() error {
+	switch {
+	case d.lim.MaxNodes > 0 && d.c.Expanded > d.lim.MaxNodes:
+		return fmt.Errorf("%w: more than %d nodes (at byte %d)", yamlevents.ErrTooManyNodes, d.lim.MaxNodes, d.dec.InputOffset())
+	case d.lim.MaxKeyPairs > 0 && d.c.KeyPairs > d.lim.MaxKeyPairs:
+		return fmt.Errorf("%w: its objects hold more than %d pairs of keys (at byte %d), which decoders compare to find duplicates", yamlevents.ErrTooManyKeys, d.lim.MaxKeyPairs, d.dec.InputOffset())
+	}
 	return nil
 }
 
-func decodeJSONValue(dec *json.Decoder, depth int) (*yaml.Node, error) {
-	if depth > maxJSONDepth {
-		return nil, fmt.Errorf("exceeded max depth of %d", maxJSONDepth)
-	}
-	tok, err := dec.Token()
+func (d *jsonDecoder) value(depth int) (*yaml.Node, error) {
+	tok, err := d.dec.Token()
 	if err != nil {
 		if err == io.EOF {
 			err = io.ErrUnexpectedEOF
 		}
 		return nil, err
 	}
+	if err := d.count(); err != nil {
+		return nil, err
+	}
+	if delim, ok := tok.(json.Delim); ok {
+		d.c.Depth = max(d.c.Depth, depth+1)
+		if d.lim.MaxDepth > 0 && depth >= d.lim.MaxDepth {
+			return nil, fmt.Errorf("%w: deeper than %d levels (%c at byte %d)", yamlevents.ErrTooDeep, d.lim.MaxDepth, delim, d.dec.InputOffset())
+		}
+	}
 	switch v := tok.(type) {
 	case json.Delim:
 		if v == '{' {
 			m := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Style: yaml.FlowStyle}
 			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
+			for d.dec.More() {
+				kt, err := d.dec.Token()
 				if err != nil {
+					return nil, err
+				}
+				if err := d.count(); err != nil {
 					return nil, err
 				}
 				k, _ := kt.(string)
@@ -151,7 +185,7 @@ func decodeJSONValue(dec *json.Decoder, depth int) (*yaml.Node, error) {
 					return nil, fmt.Errorf("member %q appears twice in one object", k)
 				}
 				seen[k] = true
-				val, err := decodeJSONValue(dec, depth+1)
+				val, err := d.value(depth + 1)
 				if err != nil {
 					return nil, err
 				}
@@ -159,18 +193,23 @@ func decodeJSONValue(dec *json.Decoder, depth int) (*yaml.Node, error) {
 				key.Style = yaml.DoubleQuotedStyle
 				m.Content = append(m.Content, key, val)
 			}
-			_, err := dec.Token() // '}'
+			k := int64(len(seen))
+			d.c.KeyPairs += k * (k - 1) / 2
+			if err := d.check(); err != nil {
+				return nil, err
+			}
+			_, err := d.dec.Token() // '}'
 			return m, err
 		}
 		s := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Style: yaml.FlowStyle}
-		for dec.More() {
-			val, err := decodeJSONValue(dec, depth+1)
+		for d.dec.More() {
+			val, err := d.value(depth + 1)
 			if err != nil {
 				return nil, err
 			}
 			s.Content = append(s.Content, val)
 		}
-		_, err := dec.Token() // ']'
+		_, err := d.dec.Token() // ']'
 		return s, err
 	case string:
 		n := str(v)

@@ -3,7 +3,6 @@ package audit
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,11 +17,32 @@ import (
 
 // DefaultMaxBytes is the largest document (and the largest file any of its
 // $refs names) that Load reads unless told otherwise: large enough for the
-// biggest public API descriptions. It bounds what is read, not what parsing
-// takes: a document made of tiny nodes (a 30 MB YAML list of "- [a]") parses
-// into a tree over a hundred times its size, so audit only documents you
-// would build from, or lower the limit (idem audit --max-bytes).
+// biggest public API descriptions. Bytes alone do not bound what parsing
+// takes (a 30 MB YAML list of "- [a]" is ten million nodes, and a few
+// hundred bytes of aliases expand to billions), so the nodes are bounded
+// too: DefaultMaxNodes.
 const DefaultMaxBytes = 32 << 20
+
+// DefaultMaxNodes bounds the nodes of a document and the files its $refs
+// name, together (mapping keys count as nodes), with every YAML alias
+// counted as the nodes it expands to: room above the largest public API
+// description we know of (GitHub's, about 510,000 nodes, 21 levels deep).
+// A node costs about 500 bytes across the parsers in block-style YAML, and
+// up to about 2 KB in JSON or YAML flow mappings, whose content
+// kin-openapi's YAML parser (go.yaml.in/yaml/v4) holds as tokens until the
+// mapping's entry ends.
+const DefaultMaxNodes = 600_000
+
+// DefaultMaxDepth bounds how deeply a document's sequences and mappings
+// (JSON arrays and objects) nest; API descriptions rarely pass 30.
+const DefaultMaxDepth = 500
+
+// keyPairsPerNode bounds the pairs of keys of each mapping, added up (a
+// mapping of k keys has k(k-1)/2), per node of Options.MaxNodes: the YAML
+// decoder kin-openapi uses compares every pair to find duplicates. GitHub's
+// description has about 4 million pairs; 50 per node allows 50 million,
+// about a second of comparing.
+const keyPairsPerNode = 50
 
 // Format is how a document is written.
 type Format int
@@ -46,11 +66,24 @@ type Options struct {
 	// MaxBytes bounds the document and each file it refers to. Defaults to
 	// DefaultMaxBytes.
 	MaxBytes int64
+	// MaxNodes bounds the nodes of the document and the files it refers
+	// to, together, as DefaultMaxNodes says, and with it the pairs of
+	// keys their mappings hold (50 per node). Defaults to DefaultMaxNodes.
+	MaxNodes int64
+	// MaxDepth bounds how deeply the document and each file it refers to
+	// nest. Defaults to DefaultMaxDepth.
+	MaxDepth int
 }
 
 func (o Options) withDefaults() Options {
 	if o.MaxBytes <= 0 {
 		o.MaxBytes = DefaultMaxBytes
+	}
+	if o.MaxNodes <= 0 {
+		o.MaxNodes = DefaultMaxNodes
+	}
+	if o.MaxDepth <= 0 {
+		o.MaxDepth = DefaultMaxDepth
 	}
 	return o
 }
@@ -70,6 +103,7 @@ type Document struct {
 	spec *openapi3.T
 	loc  *url.URL // where the document lives, for $refs to other files
 	data []byte   // as read
+	opts Options  // as loaded, defaults filled
 }
 
 // Load reads and parses the OpenAPI document at path. $refs to other local
@@ -119,29 +153,18 @@ func readCapped(path string, limit int64) ([]byte, error) {
 }
 
 func parse(ctx context.Context, data []byte, name string, loc *url.URL, opts Options) (*Document, error) {
-	d := &Document{Name: name, Format: detectFormat(data), loc: loc, data: data}
-	var root yaml.Node
-	var err error
-	if d.Format == JSON {
-		// JSON is read as JSON: YAML refuses some of its escapes (\/, a
-		// surrogate pair such as \ud83d\ude00) and folds a raw U+0085.
-		// A document that only looks like JSON ({openapi: 3.1.0}) is read
-		// as YAML, as before.
-		var syntax *json.SyntaxError
-		if err = decodeJSON(data, &root); errors.As(err, &syntax) && yaml.Unmarshal(data, &root) == nil {
-			err = nil
-		}
-	} else {
-		err = yaml.Unmarshal(data, &root)
-	}
+	d := &Document{Name: name, Format: detectFormat(data), loc: loc, data: data, opts: opts}
+	b := newBudget(opts)
+	root, format, err := b.decode(name, data)
 	if err != nil {
-		return nil, fmt.Errorf("%s is not valid %s: %w", name, d.Format, err)
+		return nil, err
 	}
-	top := docMapping(&root)
+	d.Format = format
+	top := docMapping(root)
 	if top == nil {
 		return nil, fmt.Errorf("%s is not an OpenAPI document: its top level is not a mapping", name)
 	}
-	d.root = &root
+	d.root = root
 	if v := mapValue(top, "openapi"); v != nil && v.Kind == yaml.ScalarNode {
 		d.Version = v.Value
 	}
@@ -153,7 +176,6 @@ func parse(ctx context.Context, data []byte, name string, loc *url.URL, opts Opt
 	case !strings.HasPrefix(d.Version, "3."):
 		return nil, fmt.Errorf("%s declares OpenAPI %q; idem audit reads 3.0 and 3.1", name, d.Version)
 	}
-
 	loader := openapi3.NewLoader()
 	loader.Context = ctx
 	base := ""
@@ -161,7 +183,16 @@ func parse(ctx context.Context, data []byte, name string, loc *url.URL, opts Opt
 		base = filepath.Dir(filepath.FromSlash(loc.Path))
 	}
 	loader.ReadFromURIFunc = func(_ *openapi3.Loader, u *url.URL) ([]byte, error) {
-		return readRef(u, base, opts.MaxBytes)
+		data, err := readRef(u, base, opts.MaxBytes)
+		if err != nil {
+			return nil, err
+		}
+		// kin-openapi decodes the file as YAML and, where YAML fails, as
+		// JSON: decode counts it as both would read it.
+		if _, _, err := b.decode(u.Path, data); err != nil {
+			return nil, err
+		}
+		return data, nil
 	}
 	var spec *openapi3.T
 	if loc != nil {

@@ -17,7 +17,7 @@ func init() { extraCommands = append(extraCommands, newAuditCmd) }
 func newAuditCmd() *cobra.Command {
 	var (
 		file, format, fixOut, retention string
-		maxBytes                        int64
+		lim                             audit.Options
 	)
 	cmd := &cobra.Command{
 		Use:   "audit --openapi FILE [--format table|json|markdown] [--fix OUT]",
@@ -47,12 +47,18 @@ is then only info.
 --fix OUT writes a copy of the document, in the input's format, with the
 Idempotency-Key parameter and the 400/409/422 problem+json answers added where
 they are missing (as components, by $ref), and x-idempotency-key-retention
-(--retention) where the document says nothing. OUT "-" is standard output
-(the report then goes to standard error); the input itself is never
-overwritten.
+(--retention) where the document says nothing. The report and the exit
+status are then those of the copy, audited as written (run without --fix for
+the input's). OUT "-" is standard output (the report then goes to standard
+error); the input itself is never overwritten.
 
 Remote $refs are refused (audit never uses the network); $refs to local files
 are followed inside the document's directory.
+
+What a document may hold is bounded by what it expands to, not only by its
+size: --max-nodes counts the nodes of the document and the files it refers
+to (mapping keys included, and every YAML alias expanded), --max-depth how
+deeply they nest.
 
 Exit status: 0 clean, 1 when any missing_key is high, 2 when the document
 cannot be read or fixed, or the command line is wrong.`,
@@ -61,7 +67,7 @@ cannot be read or fixed, or the command line is wrong.`,
   idem audit --openapi openapi.yaml --fix openapi.fixed.yaml --retention 48h`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runAudit(cmd, file, format, fixOut, retention, maxBytes)
+			return runAudit(cmd, file, format, fixOut, retention, lim)
 		},
 	}
 	f := cmd.Flags()
@@ -69,11 +75,13 @@ cannot be read or fixed, or the command line is wrong.`,
 	f.StringVar(&format, "format", "table", "table, json or markdown")
 	f.StringVar(&fixOut, "fix", "", "write a fixed copy of the document to this file (- for standard output)")
 	f.StringVar(&retention, "retention", audit.DefaultRetention, "with --fix: how long the server keeps keys, written where the document says nothing")
-	f.Int64Var(&maxBytes, "max-bytes", audit.DefaultMaxBytes, "refuse documents (and files they $ref) larger than this")
+	f.Int64Var(&lim.MaxBytes, "max-bytes", audit.DefaultMaxBytes, "refuse documents (and files they $ref) larger than this")
+	f.Int64Var(&lim.MaxNodes, "max-nodes", audit.DefaultMaxNodes, "refuse documents whose nodes, with the files they $ref and every YAML alias expanded, are more than this")
+	f.IntVar(&lim.MaxDepth, "max-depth", audit.DefaultMaxDepth, "refuse documents nested deeper than this")
 	return cmd
 }
 
-func runAudit(cmd *cobra.Command, file, format, fixOut, retention string, maxBytes int64) error {
+func runAudit(cmd *cobra.Command, file, format, fixOut, retention string, lim audit.Options) error {
 	if file == "" {
 		return usageError{errors.New("--openapi FILE is required")}
 	}
@@ -88,8 +96,13 @@ func runAudit(cmd *cobra.Command, file, format, fixOut, retention string, maxByt
 	default:
 		return usageError{fmt.Errorf("--format %q must be table, json or markdown", format)}
 	}
-	if maxBytes <= 0 {
-		return usageError{fmt.Errorf("--max-bytes %d must be positive", maxBytes)}
+	switch {
+	case lim.MaxBytes <= 0:
+		return usageError{fmt.Errorf("--max-bytes %d must be positive", lim.MaxBytes)}
+	case lim.MaxNodes <= 0:
+		return usageError{fmt.Errorf("--max-nodes %d must be positive", lim.MaxNodes)}
+	case lim.MaxDepth <= 0:
+		return usageError{fmt.Errorf("--max-depth %d must be positive", lim.MaxDepth)}
 	}
 	if fixOut != "" && fixOut != "-" && file != "-" && samePath(file, fixOut) {
 		return usageError{fmt.Errorf("--fix %s would overwrite the input; write the copy elsewhere and review it", fixOut)}
@@ -101,12 +114,12 @@ func runAudit(cmd *cobra.Command, file, format, fixOut, retention string, maxByt
 	var err error
 	if file == "-" {
 		var data []byte
-		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxBytes+1))
+		data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), lim.MaxBytes+1))
 		if err == nil {
-			doc, err = audit.Parse(cmd.Context(), data, "standard input", audit.Options{MaxBytes: maxBytes})
+			doc, err = audit.Parse(cmd.Context(), data, "standard input", lim)
 		}
 	} else {
-		doc, err = audit.Load(cmd.Context(), file, audit.Options{MaxBytes: maxBytes})
+		doc, err = audit.Load(cmd.Context(), file, lim)
 	}
 	if err != nil {
 		return usageError{err}
@@ -119,12 +132,14 @@ func runAudit(cmd *cobra.Command, file, format, fixOut, retention string, maxByt
 	if fixOut == "-" {
 		report = cmd.ErrOrStderr()
 	}
-	if err := write(report, fs); err != nil {
-		return err
-	}
 	if fixOut != "" {
-		out, changed, err := doc.Fix(cmd.Context(), audit.FixOptions{Retention: retention})
+		// The report and the exit status are the copy's: what was written.
+		out, changed, fixed, err := doc.FixAudit(cmd.Context(), audit.FixOptions{Retention: retention})
 		if err != nil {
+			if werr := write(report, fs); werr != nil {
+				return werr
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "idem audit: the report is of the input, %s; no fixed copy was written\n", displayIn(file))
 			return usageError{err}
 		}
 		if fixOut == "-" {
@@ -134,7 +149,14 @@ func runAudit(cmd *cobra.Command, file, format, fixOut, retention string, maxByt
 		} else if err := writeFileAtomic(fixOut, out); err != nil {
 			return err
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "idem audit: wrote a fixed copy to %s (%d operations changed)\n", displayOut(fixOut), changed)
+		fs = fixed
+		if err := write(report, fs); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "idem audit: wrote a fixed copy to %s (%d operations changed); the report is of the copy (run without --fix for the input's)\n",
+			displayOut(fixOut), changed)
+	} else if err := write(report, fs); err != nil {
+		return err
 	}
 	if audit.Failed(fs) {
 		// Exit status 1: an operation that suggests money or messages
@@ -160,6 +182,13 @@ func samePath(a, b string) bool {
 	aa, err1 := filepath.Abs(a)
 	ba, err2 := filepath.Abs(b)
 	return err1 == nil && err2 == nil && aa == ba
+}
+
+func displayIn(p string) string {
+	if p == "-" {
+		return "standard input"
+	}
+	return p
 }
 
 func displayOut(p string) string {

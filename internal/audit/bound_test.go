@@ -1,0 +1,138 @@
+package audit
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/idem-dev/idem/internal/audit/yamlevents"
+)
+
+const boundHead = "openapi: 3.1.0\ninfo: {title: t, version: \"1\"}\npaths:\n  /orders:\n    post: {responses: {\"201\": {description: ok}}}\n"
+
+// TestBoundedByExpansion: what a document expands to is bounded, not only
+// its size: each hostile shape under the byte limit is refused by a node,
+// depth or key limit before a node tree is built, and a document at a
+// limit still loads (and its fixed copy still verifies).
+func TestBoundedByExpansion(t *testing.T) {
+	t.Parallel()
+	laughs := "x-a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n"
+	for i := 1; i < 10; i++ {
+		p, n := "a"+string(rune('0'+i-1)), "a"+string(rune('0'+i))
+		laughs += "x-" + n + ": &" + n + " [" + strings.TrimSuffix(strings.Repeat("*"+p+", ", 10), ", ") + "]\n"
+	}
+	jsonHead := `{"openapi": "3.1.0", "info": {"title": "t", "version": "1"}, "paths": {}, `
+	for _, tc := range []struct {
+		name, doc string
+		want      error
+	}{
+		// The default limits: 600,001 nodes of "- [a]" are 3.6 MB.
+		{"a long list of tiny sequences", boundHead + "x-junk:\n" + strings.Repeat("  - [a]\n", DefaultMaxNodes/2), yamlevents.ErrTooManyNodes},
+		{"a long flow sequence", boundHead + "x-junk: [" + strings.Repeat("a,", DefaultMaxNodes) + "a]\n", yamlevents.ErrTooManyNodes},
+		{"billion laughs", boundHead + laughs, yamlevents.ErrTooManyNodes},
+		{"deep flow nesting", boundHead + "x-deep: " + strings.Repeat("[", DefaultMaxDepth) + strings.Repeat("]", DefaultMaxDepth) + "\n", yamlevents.ErrTooDeep},
+		{"deep block nesting", boundHead + "x-deep:\n" + strings.Repeat("- ", DefaultMaxDepth) + "a\n", yamlevents.ErrTooDeep},
+		{"a mapping of many keys", boundHead + "x-keys:\n" + manyKeys(10_000), yamlevents.ErrTooManyKeys},
+		{"JSON: many nodes", jsonHead + `"x-junk": [` + strings.Repeat("[],", DefaultMaxNodes) + `[]]}`, yamlevents.ErrTooManyNodes},
+		{"JSON: deep", jsonHead + `"x-deep": ` + strings.Repeat("[", DefaultMaxDepth) + strings.Repeat("]", DefaultMaxDepth) + `}`, yamlevents.ErrTooDeep},
+		{"JSON: many keys", jsonHead + `"x-keys": {` + jsonKeys(10_000) + `}}`, yamlevents.ErrTooManyKeys},
+		{"JSON that is YAML: many nodes", `{openapi: 3.1.0, x-junk: [` + strings.Repeat("a,", DefaultMaxNodes) + `a]}`, yamlevents.ErrTooManyNodes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			doc := tc.doc
+			if int64(len(doc)) > DefaultMaxBytes {
+				t.Fatalf("the document is %d bytes, over the byte limit", len(doc))
+			}
+			_, err := Parse(t.Context(), []byte(doc), "hostile", Options{})
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("error %v, want %v", err, tc.want)
+			}
+		})
+	}
+
+	// At the limits, a document loads, and its fixed copy verifies (the
+	// fix adds nodes and levels of its own).
+	at := boundHead + "x-junk:\n" + strings.Repeat("  - [a]\n", 100)
+	d, err := Parse(t.Context(), []byte(at), "at the limit", Options{MaxNodes: nodesOf(t, at), MaxDepth: 6})
+	if err != nil {
+		t.Fatalf("a document exactly at the limits: %v", err)
+	}
+	if _, changed, fixed, err := d.FixAudit(t.Context(), FixOptions{}); err != nil || changed != 1 || Failed(fixed) {
+		t.Fatalf("fixing a document at the limits: changed %d, %v", changed, err)
+	}
+	if _, err := Parse(t.Context(), []byte(at+"x-more: 1\n"), "over", Options{MaxNodes: nodesOf(t, at)}); !errors.Is(err, yamlevents.ErrTooManyNodes) {
+		t.Fatalf("one key and value over the limit: %v", err)
+	}
+}
+
+// nodesOf is what the budget counts for doc.
+func nodesOf(t *testing.T, doc string) int64 {
+	t.Helper()
+	c, err := yamlevents.Count([]byte(doc), yamlevents.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.Expanded
+}
+
+func manyKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		b.WriteString("  k")
+		b.WriteString(strings.Repeat("0", 6-len(itoa(i))))
+		b.WriteString(itoa(i))
+		b.WriteString(": 1\n")
+	}
+	return b.String()
+}
+
+func jsonKeys(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(`"k` + itoa(i) + `": 1`)
+	}
+	return b.String()
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var d []byte
+	for ; i > 0; i /= 10 {
+		d = append([]byte{byte('0' + i%10)}, d...)
+	}
+	return string(d)
+}
+
+// TestBoundedRefs: the files a document's $refs name share its node
+// budget, and a JSON file among them is counted as JSON.
+func TestBoundedRefs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	doc := "openapi: 3.1.0\ninfo: {title: t, version: \"1\"}\npaths:\n  /orders:\n    post:\n      parameters: [{$ref: 'params.%s#/K'}]\n      responses: {\"201\": {description: ok}}\n"
+	write("params.yaml", "K: {name: Idempotency-Key, in: header, required: true, schema: {type: string}}\nx-junk: ["+strings.Repeat("a,", 5000)+"a]\n")
+	write("params.json", `{"K": {"name": "Idempotency-Key", "in": "header", "required": true, "schema": {"type": "string"}}, "x-junk": [`+strings.Repeat(`"\/",`, 5000)+`1]}`)
+	for _, ext := range []string{"yaml", "json"} {
+		p := write("doc-"+ext+".yaml", strings.ReplaceAll(doc, "%s", ext))
+		if _, err := Load(t.Context(), p, Options{MaxNodes: 6000}); err != nil {
+			t.Fatalf("%s: under the budget: %v", ext, err)
+		}
+		if _, err := Load(t.Context(), p, Options{MaxNodes: 4000}); !errors.Is(err, yamlevents.ErrTooManyNodes) {
+			t.Fatalf("%s: the referred file over what the budget leaves: %v", ext, err)
+		}
+	}
+}
