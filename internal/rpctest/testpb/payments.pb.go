@@ -649,6 +649,60 @@ func (x *Event) GetId() string {
 	return ""
 }
 
+// GetPaymentRequest reads a payment. It carries a request_id, as some APIs
+// put one on every request, but its method has no side effects.
+type GetPaymentRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RequestId     string                 `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPaymentRequest) Reset() {
+	*x = GetPaymentRequest{}
+	mi := &file_payments_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPaymentRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPaymentRequest) ProtoMessage() {}
+
+func (x *GetPaymentRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_payments_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPaymentRequest.ProtoReflect.Descriptor instead.
+func (*GetPaymentRequest) Descriptor() ([]byte, []int) {
+	return file_payments_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetPaymentRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *GetPaymentRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 var File_payments_proto protoreflect.FileDescriptor
 
 const file_payments_proto_rawDesc = "" +
@@ -708,12 +762,18 @@ const file_payments_proto_rawDesc = "" +
 	"\n" +
 	"request_id\x18\x02 \x01(\tR\trequestId\"\x17\n" +
 	"\x05Event\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id2\x82\x02\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"B\n" +
+	"\x11GetPaymentRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId2\xcd\x02\n" +
 	"\bPayments\x12<\n" +
 	"\x06Charge\x12\x1b.idem.test.v1.ChargeRequest\x1a\x15.idem.test.v1.Payment\x129\n" +
 	"\x04Ship\x12\x19.idem.test.v1.ShipRequest\x1a\x16.idem.test.v1.Shipment\x12A\n" +
 	"\x06Refund\x12\x1b.idem.test.v1.RefundRequest\x1a\x1a.idem.test.v1.RefundResult\x12:\n" +
-	"\x05Watch\x12\x1a.idem.test.v1.WatchRequest\x1a\x13.idem.test.v1.Event0\x01B9Z7github.com/idem-dev/idem/internal/rpctest/testpb;testpbb\x06proto3"
+	"\x05Watch\x12\x1a.idem.test.v1.WatchRequest\x1a\x13.idem.test.v1.Event0\x01\x12I\n" +
+	"\n" +
+	"GetPayment\x12\x1f.idem.test.v1.GetPaymentRequest\x1a\x15.idem.test.v1.Payment\"\x03\x90\x02\x01B9Z7github.com/idem-dev/idem/internal/rpctest/testpb;testpbb\x06proto3"
 
 var (
 	file_payments_proto_rawDescOnce sync.Once
@@ -727,7 +787,7 @@ func file_payments_proto_rawDescGZIP() []byte {
 	return file_payments_proto_rawDescData
 }
 
-var file_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_payments_proto_goTypes = []any{
 	(*IdempotencyKey)(nil),        // 0: idem.test.v1.IdempotencyKey
 	(*ChargeRequest)(nil),         // 1: idem.test.v1.ChargeRequest
@@ -739,27 +799,30 @@ var file_payments_proto_goTypes = []any{
 	(*ChargeRequestV2)(nil),       // 7: idem.test.v1.ChargeRequestV2
 	(*WatchRequest)(nil),          // 8: idem.test.v1.WatchRequest
 	(*Event)(nil),                 // 9: idem.test.v1.Event
-	nil,                           // 10: idem.test.v1.ChargeRequest.LabelsEntry
-	nil,                           // 11: idem.test.v1.ChargeRequestV2.LabelsEntry
-	nil,                           // 12: idem.test.v1.ChargeRequestV2.ExtraEntry
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*GetPaymentRequest)(nil),     // 10: idem.test.v1.GetPaymentRequest
+	nil,                           // 11: idem.test.v1.ChargeRequest.LabelsEntry
+	nil,                           // 12: idem.test.v1.ChargeRequestV2.LabelsEntry
+	nil,                           // 13: idem.test.v1.ChargeRequestV2.ExtraEntry
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_payments_proto_depIdxs = []int32{
-	13, // 0: idem.test.v1.IdempotencyKey.first_sent:type_name -> google.protobuf.Timestamp
-	10, // 1: idem.test.v1.ChargeRequest.labels:type_name -> idem.test.v1.ChargeRequest.LabelsEntry
+	14, // 0: idem.test.v1.IdempotencyKey.first_sent:type_name -> google.protobuf.Timestamp
+	11, // 1: idem.test.v1.ChargeRequest.labels:type_name -> idem.test.v1.ChargeRequest.LabelsEntry
 	0,  // 2: idem.test.v1.ShipRequest.idempotency_key:type_name -> idem.test.v1.IdempotencyKey
-	11, // 3: idem.test.v1.ChargeRequestV2.labels:type_name -> idem.test.v1.ChargeRequestV2.LabelsEntry
-	12, // 4: idem.test.v1.ChargeRequestV2.extra:type_name -> idem.test.v1.ChargeRequestV2.ExtraEntry
+	12, // 3: idem.test.v1.ChargeRequestV2.labels:type_name -> idem.test.v1.ChargeRequestV2.LabelsEntry
+	13, // 4: idem.test.v1.ChargeRequestV2.extra:type_name -> idem.test.v1.ChargeRequestV2.ExtraEntry
 	1,  // 5: idem.test.v1.Payments.Charge:input_type -> idem.test.v1.ChargeRequest
 	3,  // 6: idem.test.v1.Payments.Ship:input_type -> idem.test.v1.ShipRequest
 	5,  // 7: idem.test.v1.Payments.Refund:input_type -> idem.test.v1.RefundRequest
 	8,  // 8: idem.test.v1.Payments.Watch:input_type -> idem.test.v1.WatchRequest
-	2,  // 9: idem.test.v1.Payments.Charge:output_type -> idem.test.v1.Payment
-	4,  // 10: idem.test.v1.Payments.Ship:output_type -> idem.test.v1.Shipment
-	6,  // 11: idem.test.v1.Payments.Refund:output_type -> idem.test.v1.RefundResult
-	9,  // 12: idem.test.v1.Payments.Watch:output_type -> idem.test.v1.Event
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
+	10, // 9: idem.test.v1.Payments.GetPayment:input_type -> idem.test.v1.GetPaymentRequest
+	2,  // 10: idem.test.v1.Payments.Charge:output_type -> idem.test.v1.Payment
+	4,  // 11: idem.test.v1.Payments.Ship:output_type -> idem.test.v1.Shipment
+	6,  // 12: idem.test.v1.Payments.Refund:output_type -> idem.test.v1.RefundResult
+	9,  // 13: idem.test.v1.Payments.Watch:output_type -> idem.test.v1.Event
+	2,  // 14: idem.test.v1.Payments.GetPayment:output_type -> idem.test.v1.Payment
+	10, // [10:15] is the sub-list for method output_type
+	5,  // [5:10] is the sub-list for method input_type
 	5,  // [5:5] is the sub-list for extension type_name
 	5,  // [5:5] is the sub-list for extension extendee
 	0,  // [0:5] is the sub-list for field type_name
@@ -776,7 +839,7 @@ func file_payments_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_payments_proto_rawDesc), len(file_payments_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

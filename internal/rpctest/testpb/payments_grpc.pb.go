@@ -24,10 +24,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Payments_Charge_FullMethodName = "/idem.test.v1.Payments/Charge"
-	Payments_Ship_FullMethodName   = "/idem.test.v1.Payments/Ship"
-	Payments_Refund_FullMethodName = "/idem.test.v1.Payments/Refund"
-	Payments_Watch_FullMethodName  = "/idem.test.v1.Payments/Watch"
+	Payments_Charge_FullMethodName     = "/idem.test.v1.Payments/Charge"
+	Payments_Ship_FullMethodName       = "/idem.test.v1.Payments/Ship"
+	Payments_Refund_FullMethodName     = "/idem.test.v1.Payments/Refund"
+	Payments_Watch_FullMethodName      = "/idem.test.v1.Payments/Watch"
+	Payments_GetPayment_FullMethodName = "/idem.test.v1.Payments/GetPayment"
 )
 
 // PaymentsClient is the client API for Payments service.
@@ -39,6 +40,9 @@ type PaymentsClient interface {
 	Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*RefundResult, error)
 	// Watch streams; idem protects unary calls only.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
+	// GetPayment has no side effects: Connect clients may send it as an HTTP
+	// GET, and anyone may retry it freely. idem leaves it unprotected.
+	GetPayment(ctx context.Context, in *GetPaymentRequest, opts ...grpc.CallOption) (*Payment, error)
 }
 
 type paymentsClient struct {
@@ -98,6 +102,16 @@ func (c *paymentsClient) Watch(ctx context.Context, in *WatchRequest, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Payments_WatchClient = grpc.ServerStreamingClient[Event]
 
+func (c *paymentsClient) GetPayment(ctx context.Context, in *GetPaymentRequest, opts ...grpc.CallOption) (*Payment, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Payment)
+	err := c.cc.Invoke(ctx, Payments_GetPayment_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PaymentsServer is the server API for Payments service.
 // All implementations must embed UnimplementedPaymentsServer
 // for forward compatibility.
@@ -107,6 +121,9 @@ type PaymentsServer interface {
 	Refund(context.Context, *RefundRequest) (*RefundResult, error)
 	// Watch streams; idem protects unary calls only.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[Event]) error
+	// GetPayment has no side effects: Connect clients may send it as an HTTP
+	// GET, and anyone may retry it freely. idem leaves it unprotected.
+	GetPayment(context.Context, *GetPaymentRequest) (*Payment, error)
 	mustEmbedUnimplementedPaymentsServer()
 }
 
@@ -128,6 +145,9 @@ func (UnimplementedPaymentsServer) Refund(context.Context, *RefundRequest) (*Ref
 }
 func (UnimplementedPaymentsServer) Watch(*WatchRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedPaymentsServer) GetPayment(context.Context, *GetPaymentRequest) (*Payment, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPayment not implemented")
 }
 func (UnimplementedPaymentsServer) mustEmbedUnimplementedPaymentsServer() {}
 func (UnimplementedPaymentsServer) testEmbeddedByValue()                  {}
@@ -215,6 +235,24 @@ func _Payments_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Payments_WatchServer = grpc.ServerStreamingServer[Event]
 
+func _Payments_GetPayment_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPaymentRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PaymentsServer).GetPayment(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Payments_GetPayment_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PaymentsServer).GetPayment(ctx, req.(*GetPaymentRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Payments_ServiceDesc is the grpc.ServiceDesc for Payments service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -233,6 +271,10 @@ var Payments_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Refund",
 			Handler:    _Payments_Refund_Handler,
+		},
+		{
+			MethodName: "GetPayment",
+			Handler:    _Payments_GetPayment_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

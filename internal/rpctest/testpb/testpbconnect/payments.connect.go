@@ -46,6 +46,8 @@ const (
 	PaymentsRefundProcedure = "/idem.test.v1.Payments/Refund"
 	// PaymentsWatchProcedure is the fully-qualified name of the Payments's Watch RPC.
 	PaymentsWatchProcedure = "/idem.test.v1.Payments/Watch"
+	// PaymentsGetPaymentProcedure is the fully-qualified name of the Payments's GetPayment RPC.
+	PaymentsGetPaymentProcedure = "/idem.test.v1.Payments/GetPayment"
 )
 
 // PaymentsClient is a client for the idem.test.v1.Payments service.
@@ -55,6 +57,9 @@ type PaymentsClient interface {
 	Refund(context.Context, *connect.Request[testpb.RefundRequest]) (*connect.Response[testpb.RefundResult], error)
 	// Watch streams; idem protects unary calls only.
 	Watch(context.Context, *connect.Request[testpb.WatchRequest]) (*connect.ServerStreamForClient[testpb.Event], error)
+	// GetPayment has no side effects: Connect clients may send it as an HTTP
+	// GET, and anyone may retry it freely. idem leaves it unprotected.
+	GetPayment(context.Context, *connect.Request[testpb.GetPaymentRequest]) (*connect.Response[testpb.Payment], error)
 }
 
 // NewPaymentsClient constructs a client for the idem.test.v1.Payments service. By default, it uses
@@ -92,15 +97,23 @@ func NewPaymentsClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(paymentsMethods.ByName("Watch")),
 			connect.WithClientOptions(opts...),
 		),
+		getPayment: connect.NewClient[testpb.GetPaymentRequest, testpb.Payment](
+			httpClient,
+			baseURL+PaymentsGetPaymentProcedure,
+			connect.WithSchema(paymentsMethods.ByName("GetPayment")),
+			connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // paymentsClient implements PaymentsClient.
 type paymentsClient struct {
-	charge *connect.Client[testpb.ChargeRequest, testpb.Payment]
-	ship   *connect.Client[testpb.ShipRequest, testpb.Shipment]
-	refund *connect.Client[testpb.RefundRequest, testpb.RefundResult]
-	watch  *connect.Client[testpb.WatchRequest, testpb.Event]
+	charge     *connect.Client[testpb.ChargeRequest, testpb.Payment]
+	ship       *connect.Client[testpb.ShipRequest, testpb.Shipment]
+	refund     *connect.Client[testpb.RefundRequest, testpb.RefundResult]
+	watch      *connect.Client[testpb.WatchRequest, testpb.Event]
+	getPayment *connect.Client[testpb.GetPaymentRequest, testpb.Payment]
 }
 
 // Charge calls idem.test.v1.Payments.Charge.
@@ -123,6 +136,11 @@ func (c *paymentsClient) Watch(ctx context.Context, req *connect.Request[testpb.
 	return c.watch.CallServerStream(ctx, req)
 }
 
+// GetPayment calls idem.test.v1.Payments.GetPayment.
+func (c *paymentsClient) GetPayment(ctx context.Context, req *connect.Request[testpb.GetPaymentRequest]) (*connect.Response[testpb.Payment], error) {
+	return c.getPayment.CallUnary(ctx, req)
+}
+
 // PaymentsHandler is an implementation of the idem.test.v1.Payments service.
 type PaymentsHandler interface {
 	Charge(context.Context, *connect.Request[testpb.ChargeRequest]) (*connect.Response[testpb.Payment], error)
@@ -130,6 +148,9 @@ type PaymentsHandler interface {
 	Refund(context.Context, *connect.Request[testpb.RefundRequest]) (*connect.Response[testpb.RefundResult], error)
 	// Watch streams; idem protects unary calls only.
 	Watch(context.Context, *connect.Request[testpb.WatchRequest], *connect.ServerStream[testpb.Event]) error
+	// GetPayment has no side effects: Connect clients may send it as an HTTP
+	// GET, and anyone may retry it freely. idem leaves it unprotected.
+	GetPayment(context.Context, *connect.Request[testpb.GetPaymentRequest]) (*connect.Response[testpb.Payment], error)
 }
 
 // NewPaymentsHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -163,6 +184,13 @@ func NewPaymentsHandler(svc PaymentsHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(paymentsMethods.ByName("Watch")),
 		connect.WithHandlerOptions(opts...),
 	)
+	paymentsGetPaymentHandler := connect.NewUnaryHandler(
+		PaymentsGetPaymentProcedure,
+		svc.GetPayment,
+		connect.WithSchema(paymentsMethods.ByName("GetPayment")),
+		connect.WithIdempotency(connect.IdempotencyNoSideEffects),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/idem.test.v1.Payments/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case PaymentsChargeProcedure:
@@ -173,6 +201,8 @@ func NewPaymentsHandler(svc PaymentsHandler, opts ...connect.HandlerOption) (str
 			paymentsRefundHandler.ServeHTTP(w, r)
 		case PaymentsWatchProcedure:
 			paymentsWatchHandler.ServeHTTP(w, r)
+		case PaymentsGetPaymentProcedure:
+			paymentsGetPaymentHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -196,4 +226,8 @@ func (UnimplementedPaymentsHandler) Refund(context.Context, *connect.Request[tes
 
 func (UnimplementedPaymentsHandler) Watch(context.Context, *connect.Request[testpb.WatchRequest], *connect.ServerStream[testpb.Event]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("idem.test.v1.Payments.Watch is not implemented"))
+}
+
+func (UnimplementedPaymentsHandler) GetPayment(context.Context, *connect.Request[testpb.GetPaymentRequest]) (*connect.Response[testpb.Payment], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("idem.test.v1.Payments.GetPayment is not implemented"))
 }
