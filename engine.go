@@ -321,6 +321,9 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 	if err := checkKeyLengths(req.Key); err != nil {
 		return Result{}, err
 	}
+	if err := checkScope(req.Key.Scope); err != nil {
+		return Result{}, err
+	}
 	info, err := e.sealRequest(req.Key, req.Info)
 	if err != nil {
 		return Result{}, err

@@ -42,6 +42,17 @@ func checkKeyLengths(k Key) error {
 	return nil
 }
 
+// checkScope returns an error wrapping ErrScopeMissing for a scope that is
+// empty or only white space: every such caller would share one scope, where
+// one caller's key replays another's answer. Sharing is a choice made by
+// naming the scope (GlobalScopeName), never the zero value.
+func checkScope(scope string) error {
+	if strings.TrimSpace(scope) == "" {
+		return fmt.Errorf("%w (the key's scope is empty: name whose key it is, such as a tenant or a user, or GlobalScopeName to share one scope deliberately)", ErrScopeMissing)
+	}
+	return nil
+}
+
 // HeaderName is the request header that carries the key
 // (draft-ietf-httpapi-idempotency-key-header).
 const HeaderName = "Idempotency-Key"

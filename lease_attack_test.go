@@ -74,7 +74,7 @@ func TestSettlementGivenUpKeepsItsContext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := e.Begin(t.Context(), idem.Request{Key: idem.Key{Operation: "op", Key: "k"}, Fingerprint: "f"})
+		res, err := e.Begin(t.Context(), idem.Request{Key: idem.Key{Scope: "s", Operation: "op", Key: "k"}, Fingerprint: "f"})
 		if err != nil || res.Outcome != idem.Acquired {
 			t.Fatalf("Begin: %v %v", res.Outcome, err)
 		}

@@ -75,6 +75,9 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ev.Key = key
 
 	scope, err := m.cfg.Scope(r)
+	if err == nil {
+		err = checkScope(scope) // an empty scope is a missing one
+	}
 	if err != nil && pol.Observe {
 		h.observed(w, r, &ev, FindingWouldRefuse)
 		return

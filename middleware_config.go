@@ -15,18 +15,29 @@ import (
 // ScopeFunc says whose key a request carries: a user ID, a tenant, a hash
 // of the credential. Keys are unique per scope, so one client can never
 // read another's answer. Return a *ScopeError to choose the status (401 or
-// 403); any other error answers 401.
+// 403); any other error answers 401. An empty scope (or one of white space
+// only) is a missing one: the request is answered as for ErrScopeMissing.
 type ScopeFunc func(*http.Request) (string, error)
 
-// GlobalScope puts every request in one scope. Choose it only when the
-// service has a single client, or when keys are unguessable and answers
-// hold nothing private: any client that knows a key gets its answer.
-func GlobalScope(*http.Request) (string, error) { return "global", nil }
+// GlobalScopeName is the scope GlobalScope gives every request. A job run
+// by Do or DoTx shares one scope by naming one in its Key, such as this;
+// an empty Key.Scope is refused with ErrScopeMissing.
+const GlobalScopeName = "global"
+
+// GlobalScope puts every request in one scope, GlobalScopeName. Choose it
+// only when the service has a single client, or when keys are unguessable
+// and answers hold nothing private: any client that knows a key gets its
+// answer.
+func GlobalScope(*http.Request) (string, error) { return GlobalScopeName, nil }
 
 // ErrScopeMissing is returned by a ScopeFunc when the request carries none
 // of the credentials its scope is derived from. The middleware answers 401
 // with the scope-missing problem type and runs nothing: such requests must
 // not share one scope, where one client's key would replay another's answer.
+// A ScopeFunc that returns an empty scope gets the same answer, and
+// Engine.Begin (so Do and DoTx too) returns an error wrapping it for a Key
+// whose Scope is empty or white space only: sharing one scope is chosen by
+// naming it (GlobalScope, GlobalScopeName), never by leaving it out.
 var ErrScopeMissing = errors.New("idem: the request carries no credentials to scope its key")
 
 // ScopeError is returned by a ScopeFunc to refuse a request.
