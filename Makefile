@@ -50,7 +50,7 @@ chaos: ## Run the chaos tests of idem serve and of the broker consumers, 3 minut
 	done
 
 # Fuzz targets, as package:function. make test runs each for FUZZTIME.
-FUZZ_TARGETS = .:FuzzParseKeyHeader .:FuzzCanonicalJSON \
+FUZZ_TARGETS = .:FuzzParseKeyHeader .:FuzzCanonicalJSON .:FuzzFingerprintMeaning \
 	./idemstore:FuzzDecodeResponse ./idemstore:FuzzDecodeRequest \
 	./idemproxy:FuzzParseConfig \
 	./idemseal:FuzzOpen ./idemseal:FuzzSealRoundTrip
@@ -73,5 +73,6 @@ lint: ## gofmt, go vet and staticcheck
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
 .PHONY: build
-build: ## Build bin/idem, stamped with VERSION (git describe)
+build: ## Build bin/idem (stamped with VERSION, git describe) and bin/idem-vet
 	$(GO) build -ldflags "-X github.com/idem-dev/idem/internal/cli.version=$(VERSION)" -o bin/idem ./cmd/idem
+	$(GO) build -o bin/idem-vet ./cmd/idem-vet
