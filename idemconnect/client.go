@@ -103,7 +103,7 @@ func NewClientInterceptor(cfg ClientConfig) (connect.Interceptor, error) {
 				case k == "":
 				case key == "":
 					key = k
-				case k != key:
+				case !rpccore.SameKey(k, key):
 					return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("idemconnect: the call carries two different keys (from WithKey, the request's key field and the Idempotency-Key header); send one"))
 				}
 			}

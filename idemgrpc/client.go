@@ -186,7 +186,7 @@ func placeKey(ctx context.Context, msg proto.Message, req any, fields *rpccore.K
 		case k == "":
 		case key == "":
 			key = k
-		case k != key:
+		case !rpccore.SameKey(k, key):
 			return nil, ctx, "", status.Errorf(codes.InvalidArgument, "idemgrpc: the call carries two different keys (from WithKey, the request's key field and the %s metadata); send one", rpccore.MetadataKey)
 		}
 	}

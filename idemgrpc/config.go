@@ -140,6 +140,8 @@ type Config struct {
 
 	// Logger receives structured logs. Defaults to the engine's logger.
 	Logger *slog.Logger
+
+	now func() time.Time // test hook: the clock first_sent is checked on
 }
 
 // Event describes one protected call, for metrics and audit hooks.
@@ -165,7 +167,7 @@ func (cfg Config) options() rpccore.Options {
 		Scope: cfg.Scope, Require: cfg.Require, Policy: cfg.Policy.core(),
 		IgnoreKeyFields: cfg.IgnoreKeyFields, AnyRequestID: cfg.AnyRequestID, MaxClockSkew: cfg.MaxClockSkew,
 		FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
-		Logger: cfg.Logger, StatusOf: statusOf,
+		Logger: cfg.Logger, StatusOf: statusOf, Now: cfg.now,
 	}
 	if len(cfg.Methods) > 0 {
 		o.Methods = make(map[string]rpccore.Policy, len(cfg.Methods))

@@ -101,7 +101,8 @@ type keyError struct {
 // key fields. Every source present must give the same key. A key that is
 // absent everywhere is a *keyError with missing set.
 func findKey(values []string, m protoreflect.Message, f *KeyFields, anyRequestID bool) (found, *keyError) {
-	var got []found
+	var sources [3]found // metadata, request_id, idempotency_key
+	got := sources[:0]
 	if len(values) > 0 {
 		k, err := idem.ParseKeyHeader(values)
 		if err != nil {
@@ -131,6 +132,9 @@ func findKey(values []string, m protoreflect.Message, f *KeyFields, anyRequestID
 	}
 	if len(got) == 0 {
 		return found{}, &keyError{missing: true, field: f.Name()}
+	}
+	for i := range got {
+		got[i].key = canonicalKey(got[i].key)
 	}
 	for _, g := range got[1:] {
 		if g.key != got[0].key {
@@ -186,6 +190,13 @@ const (
 
 // checkFirstSent refuses a first_sent that is in the future (beyond skew)
 // or older than the key is kept (retention), as AEP-155 asks.
+//
+// first_sent is read on the client's clock, and the key's record expires
+// on the store's; either may be ahead of this server's by up to skew. A
+// key is therefore expired skew before its retention ends on this
+// server's clock: a client whose clock runs ahead would otherwise have
+// its retry accepted after the store let the record go, and the call
+// would run a second time. Retention must exceed skew.
 func checkFirstSent(k found, now time.Time, retention, skew time.Duration) *keyError {
 	if !k.hasFirstSent {
 		return nil
@@ -194,10 +205,41 @@ func checkFirstSent(k found, now time.Time, retention, skew time.Duration) *keyE
 	switch {
 	case k.firstSent.After(now.Add(skew)):
 		return &keyError{field: name, reason: fmt.Sprintf("%s %s is in the future", name, k.firstSent.Format(time.RFC3339Nano))}
-	case k.firstSent.Before(now.Add(-retention)):
-		return &keyError{field: name, reason: fmt.Sprintf("%s %s is older than the %v this server keeps keys; the key has expired", name, k.firstSent.Format(time.RFC3339Nano), retention)}
+	case k.firstSent.Before(now.Add(skew - retention)):
+		return &keyError{field: name, reason: fmt.Sprintf("%s %s is older than the %v this server keeps keys (less %v for clock skew); the key has expired", name, k.firstSent.Format(time.RFC3339Nano), retention, skew)}
 	}
 	return nil
+}
+
+// SameKey reports whether a and b, each a key field's value or a metadata
+// value, are one key as the server reads them: whitespace around a
+// metadata value and an RFC 8941 string's quotes are not part of it, and a
+// UUID's case does not matter. The client interceptors compare the keys a
+// call carries with it.
+func SameKey(a, b string) bool {
+	norm := func(v string) string {
+		if k, err := idem.ParseKeyHeader([]string{v}); err == nil {
+			v = k
+		}
+		return canonicalKey(v)
+	}
+	return a == b || norm(a) == norm(b)
+}
+
+// canonicalKey is key, in lower case when it is a UUID: RFC 9562 has a
+// UUID's hexadecimal digits case-insensitive, so a client (or a proxy)
+// that writes the same request_id in another case must not run the call
+// again. Any other key is compared byte for byte.
+func canonicalKey(key string) string {
+	if !isUUID(key) {
+		return key
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c >= 'A' && c <= 'F' {
+			return lower(key)
+		}
+	}
+	return key
 }
 
 // reasonOf is a key error's reason, for the field named.
