@@ -101,7 +101,8 @@ type Event struct {
 	Outcome string
 	// Settlement says what became of an acquired call's key.
 	Settlement string
-	// Code is the code the client got (0 for success).
+	// Code is the code the client got (0 for success); CodeUnknown when the
+	// handler panicked.
 	Code connect.Code
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration

@@ -156,7 +156,9 @@ type Event struct {
 	// Settlement says what became of an acquired call's key
 	// ("completed", "released", "escalated", … as idem.Event.Settlement).
 	Settlement string
-	// Code is the status code the client got.
+	// Code is the status code the client got; UNKNOWN when the handler
+	// panicked (what the client gets then is up to the interceptor that
+	// recovers the panic).
 	Code codes.Code
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration

@@ -319,7 +319,8 @@ func TestMarkedErrors(t *testing.T) {
 }
 
 // TestPanic: a handler that panics escalates its key (its effect is
-// unknown), and the panic goes on to the recovering interceptor outside.
+// unknown), and the panic goes on to the recovering interceptor outside;
+// OnOutcome reports UNKNOWN, not OK.
 func TestPanic(t *testing.T) {
 	t.Parallel()
 	recovery := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
@@ -334,8 +335,8 @@ func TestPanic(t *testing.T) {
 	ev.svc.charge = func(context.Context, *testpb.ChargeRequest, int64) (*testpb.Payment, error) { panic("boom") }
 	_, err := ev.client.Charge(as("alice", uuid(1)), &testpb.ChargeRequest{})
 	wantCode(t, err, codes.Internal, "")
-	if e := ev.event(); e.Settlement != "escalated" {
-		t.Fatalf("%+v", e)
+	if e := ev.event(); e.Settlement != "escalated" || e.Code != codes.Unknown {
+		t.Fatalf("%+v, want escalated and UNKNOWN", e)
 	}
 	_, err = ev.client.Charge(as("alice", uuid(1)), &testpb.ChargeRequest{})
 	wantCode(t, err, codes.FailedPrecondition, idemgrpc.ReasonNeedsReview)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"google.golang.org/genproto/googleapis/rpc/code"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -65,13 +66,25 @@ func Encode(msg proto.Message, st *spb.Status, header, trailer MD, keep func(str
 	if err != nil {
 		return nil, fmt.Errorf("rpccore: encoding the answer: %w", err)
 	}
-	h := http.Header{
-		hdrStatus:      {strconv.Itoa(int(c))},
-		hdrContentType: {ctProtobuf + "; proto=" + string(name)},
-	}
+	vs := make([]string, 2) // one allocation for both values
+	vs[0], vs[1] = strconv.Itoa(int(c)), contentType(name)
+	h := http.Header{hdrStatus: vs[0:1:1], hdrContentType: vs[1:2:2]}
 	putMD(h, prefixHeader, header, keep)
 	putMD(h, prefixTrailer, trailer, keep)
 	return &idem.Response{Status: HTTPStatus(c), Header: h, Body: body}, nil
+}
+
+var contentTypes sync.Map // protoreflect.FullName → string
+
+// contentType is the stored Content-Type of an answer of type name, made
+// once per type.
+func contentType(name protoreflect.FullName) string {
+	if ct, ok := contentTypes.Load(name); ok {
+		return ct.(string)
+	}
+	ct := ctProtobuf + "; proto=" + string(name)
+	contentTypes.Store(name, ct)
+	return ct
 }
 
 func putMD(h http.Header, prefix string, md MD, keep func(string) bool) {
@@ -89,6 +102,25 @@ func putMD(h http.Header, prefix string, md MD, keep func(string) bool) {
 		}
 		h[prefix+name] = append(h[prefix+name], vs...)
 	}
+}
+
+// NotReplayableMetadata is the NotReplayable reason of an answer whose
+// metadata took it over EngineConfig.MaxResponseBody.
+const NotReplayableMetadata = "metadata_too_large"
+
+// metadataSize is how many bytes of a stored answer are the handler's
+// metadata (names and values).
+func metadataSize(resp *idem.Response) int {
+	n := 0
+	for name, vs := range resp.Header {
+		if !strings.HasPrefix(name, prefixHeader) && !strings.HasPrefix(name, prefixTrailer) {
+			continue
+		}
+		for _, v := range vs {
+			n += len(name) + len(v)
+		}
+	}
+	return n
 }
 
 // Reply is a stored answer, ready to send again: the message, or the

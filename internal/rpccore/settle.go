@@ -60,6 +60,7 @@ func (s *Server) run(ctx context.Context, m *method, lease *idem.Lease, ev *Even
 			reason = fmt.Sprintf("the handler panicked: %v", v)
 		}
 		ev.Settlement = s.settleUnknown(ctx, lease, reason, nil)
+		ev.Code = code.Code_UNKNOWN // what the client gets is up to the recovering interceptor
 		if v != nil {
 			panic(v)
 		}
@@ -110,6 +111,11 @@ func (s *Server) settle(ctx context.Context, m *method, lease *idem.Lease, res R
 		st = nil
 	}
 	resp, err := Encode(res.Msg, st, res.Header, res.Trailer, s.keep)
+	if err == nil && len(resp.Header) > 2 { // the handler's metadata counts against the bound on answers
+		if limit := s.e.Config().MaxResponseBody; limit >= 0 && len(resp.Body) <= limit && len(resp.Body)+metadataSize(resp) > limit {
+			resp = &idem.Response{Status: resp.Status, NotReplayable: NotReplayableMetadata}
+		}
+	}
 	if err == nil {
 		err = lease.Complete(ctx, resp)
 		switch {
