@@ -1,0 +1,152 @@
+package idemgrpc_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/idem-dev/idem/idemgrpc"
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/rpctest/testpb"
+)
+
+// spyStore signals each Reserve that found its key taken, so that a test
+// knows a duplicate reached the store; it keeps the memory store's
+// notifications (Begin's wait is woken by them).
+type spyStore struct {
+	*idemmem.Store
+	conflicts chan struct{}
+}
+
+func (s *spyStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	rec, created, err := s.Store.Reserve(ctx, p)
+	if err == nil && !created {
+		s.conflicts <- struct{}{}
+	}
+	return rec, created, err
+}
+
+// TestHedgedCalls: a hedging client (gRPC's hedgingPolicy, which grpc-java
+// and grpc-core implement; grpc-go ignores it) sends the same call again
+// while the first still runs, with the same key. The second never runs the
+// handler: without Policy.Wait it gets ABORTED (IN_FLIGHT) with RetryInfo
+// at once; with it, it waits and gets the first call's answer, replayed;
+// cancelled while it waits (the hedge that lost), it ends CANCELLED and
+// leaves the first alone.
+func TestHedgedCalls(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		wait   time.Duration
+		cancel bool
+	}{{"no wait", 0, false}, {"wait", time.Hour, false}, {"wait, then cancelled", time.Hour, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			mem := memStore(t)
+			spy := &spyStore{Store: mem, conflicts: make(chan struct{}, 10)}
+			ev := newEnv(t, idemgrpc.Config{Policy: idemgrpc.Policy{Wait: tc.wait}}, envOptions{store: spy})
+			entered, release := make(chan struct{}), make(chan struct{})
+			ev.svc.charge = func(_ context.Context, _ *testpb.ChargeRequest, run int64) (*testpb.Payment, error) {
+				if run == 1 {
+					close(entered)
+					<-release
+				}
+				return &testpb.Payment{Id: "pay_1", Run: run}, nil
+			}
+			req := &testpb.ChargeRequest{Account: "a", Amount: 5, RequestId: uuid(1)}
+			first := make(chan error, 1)
+			go func() {
+				_, err := ev.client.Charge(as("alice"), req)
+				first <- err
+			}()
+			<-entered
+			ctx, cancel := context.WithCancel(as("alice"))
+			defer cancel()
+			type answer struct {
+				p   *testpb.Payment
+				h   metadata.MD
+				err error
+			}
+			second := make(chan answer, 1)
+			go func() {
+				var a answer
+				a.p, a.err = ev.client.Charge(ctx, req, grpc.Header(&a.h))
+				second <- a
+			}()
+			<-spy.conflicts // the hedge reached the store, and found the key taken
+			if tc.cancel {
+				cancel()
+				if a := <-second; status.Code(a.err) != codes.Canceled {
+					t.Fatalf("cancelled hedge: %v %v", a.p, a.err)
+				}
+			}
+			if tc.wait == 0 {
+				a := <-second
+				wantCode(t, a.err, codes.Aborted, idemgrpc.ReasonInFlight)
+				if d, ok := idemgrpc.RetryDelay(a.err); !ok || d < time.Second {
+					t.Fatalf("RetryInfo %v %v", d, ok)
+				}
+			}
+			close(release)
+			if err := <-first; err != nil {
+				t.Fatalf("first: %v", err)
+			}
+			if tc.wait > 0 && !tc.cancel {
+				if a := <-second; a.err != nil || a.p.Run != 1 || !idemgrpc.Replayed(a.h) {
+					t.Fatalf("waiting hedge: %v %v %v", a.p, a.err, a.h)
+				}
+			}
+			again, err := ev.client.Charge(as("alice"), req)
+			if err != nil || again.Run != 1 || ev.svc.runs.Load() != 1 {
+				t.Fatalf("after: %v %v, runs %d", again, err, ev.svc.runs.Load())
+			}
+		})
+	}
+}
+
+// TestCancelledCallRunsOnce: a client that cancels while its call runs
+// never gets the call run twice: a retry while the handler still runs is
+// IN_FLIGHT; once the handler gave up with the context's error, the
+// outcome is unknown and the key is in review.
+func TestCancelledCallRunsOnce(t *testing.T) {
+	t.Parallel()
+	ev := newEnv(t, idemgrpc.Config{}, envOptions{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	ev.svc.charge = func(ctx context.Context, _ *testpb.ChargeRequest, run int64) (*testpb.Payment, error) {
+		close(entered)
+		<-ctx.Done()
+		<-release
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	ctx, cancel := context.WithCancel(as("alice"))
+	done := make(chan error, 1)
+	go func() {
+		_, err := ev.client.Charge(ctx, &testpb.ChargeRequest{RequestId: uuid(1)})
+		done <- err
+	}()
+	<-entered
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	_, err := ev.client.Charge(as("alice"), &testpb.ChargeRequest{RequestId: uuid(1)})
+	wantCode(t, err, codes.Aborted, idemgrpc.ReasonInFlight)
+	if e := ev.event(); e.Outcome != "in_flight" {
+		t.Fatalf("retry while the handler runs: %+v", e)
+	}
+	close(release)
+	if e := ev.event(); e.Settlement != "escalated" || e.Code != codes.Canceled {
+		t.Fatalf("cancelled call: %+v", e)
+	}
+	_, err = ev.client.Charge(as("alice"), &testpb.ChargeRequest{RequestId: uuid(1)})
+	wantCode(t, err, codes.FailedPrecondition, idemgrpc.ReasonNeedsReview)
+	if n := ev.svc.runs.Load(); n != 1 {
+		t.Fatalf("runs %d", n)
+	}
+}
