@@ -54,6 +54,13 @@ func (p *payments) Charge(_ context.Context, req *connect.Request[testpb.ChargeR
 	return res, nil
 }
 
+// GetPayment has no side effects (idempotency_level NO_SIDE_EFFECTS); it
+// reports in the payment's account how the call came (GET or POST).
+func (p *payments) GetPayment(_ context.Context, req *connect.Request[testpb.GetPaymentRequest]) (*connect.Response[testpb.Payment], error) {
+	run := p.runs.Add(1)
+	return connect.NewResponse(&testpb.Payment{Id: req.Msg.Id, Account: req.HTTPMethod(), Run: run}), nil
+}
+
 // server is a Connect handler over an engine, served over HTTP/2 (TLS) by
 // httptest, so that gRPC clients reach it too.
 func server(t *testing.T, cfg idemconnect.Config) (*payments, *httptest.Server) {

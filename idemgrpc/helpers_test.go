@@ -91,7 +91,12 @@ func (p *payments) Refund(ctx context.Context, req *testpb.RefundRequest) (*test
 	return &testpb.RefundResult{Id: fmt.Sprintf("ref_%d", run), Run: run}, nil
 }
 
+func (p *payments) GetPayment(ctx context.Context, req *testpb.GetPaymentRequest) (*testpb.Payment, error) {
+	return &testpb.Payment{Id: req.GetId(), Run: p.saw(ctx, req.GetRequestId())}, nil
+}
+
 const (
+	getMethod    = "/idem.test.v1.Payments/GetPayment"
 	chargeMethod = "/idem.test.v1.Payments/Charge"
 	shipMethod   = "/idem.test.v1.Payments/Ship"
 	refundMethod = "/idem.test.v1.Payments/Refund"

@@ -12,6 +12,7 @@ import (
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/descriptorpb"
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/idem-dev/idem"
@@ -142,10 +143,26 @@ func describe(files *protoregistry.Files, name string) (protoreflect.MethodDescr
 	return md, nil
 }
 
+// errNoSideEffects refuses to protect a method that declares it has no
+// side effects: there is nothing to run only once, its calls may be sent
+// as HTTP GETs (Connect) that caches and proxies repeat, and a replay would
+// only serve a stale read.
+var errNoSideEffects = errors.New("is marked idempotency_level = NO_SIDE_EFFECTS: it has no effect to run only once; retrying it is always safe")
+
+// noSideEffects reports whether md is marked idempotency_level =
+// NO_SIDE_EFFECTS.
+func noSideEffects(md protoreflect.MethodDescriptor) bool {
+	o, ok := md.Options().(*descriptorpb.MethodOptions)
+	return ok && o.GetIdempotencyLevel() == descriptorpb.MethodOptions_NO_SIDE_EFFECTS
+}
+
 // newMethod describes how md is protected.
 func (s *Server) newMethod(name string, md protoreflect.MethodDescriptor, pol Policy) (*method, error) {
 	if md.IsStreamingClient() || md.IsStreamingServer() {
 		return nil, fmt.Errorf("method %s streams: idem protects unary methods only", name)
+	}
+	if noSideEffects(md) {
+		return nil, fmt.Errorf("method %s %w", name, errNoSideEffects)
 	}
 	out, err := s.o.Types.FindMessageByName(md.Output().FullName())
 	if err != nil {

@@ -1,0 +1,59 @@
+package idemconnect_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemconnect"
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/internal/rpctest/testpb"
+	"github.com/idem-dev/idem/internal/rpctest/testpb/testpbconnect"
+)
+
+// TestNoSideEffectsUnprotected: a procedure marked idempotency_level =
+// NO_SIDE_EFFECTS has no effect to run twice, and Connect clients may send
+// it as an HTTP GET (which caches and proxies may repeat): idem leaves it
+// alone even when its request carries a request_id, over GET and POST, and
+// naming it in the configuration is an error.
+func TestNoSideEffectsUnprotected(t *testing.T) {
+	t.Parallel()
+	svc, srv := server(t, idemconnect.Config{})
+	key := "0190a0e0-0000-7000-8000-000000000001"
+	for i, opts := range [][]connect.ClientOption{{connect.WithHTTPGet()}, nil} {
+		c := testpbconnect.NewPaymentsClient(srv.Client(), srv.URL, opts...)
+		for try := 0; try < 2; try++ {
+			req := connect.NewRequest(&testpb.GetPaymentRequest{Id: "pay_1", RequestId: key})
+			req.Header().Set("X-User", "alice")
+			req.Header().Set("Idempotency-Key", key)
+			res, err := c.GetPayment(context.Background(), req)
+			if err != nil || idemconnect.Replayed(res.Header()) || res.Msg.Run != int64(2*i+try+1) {
+				t.Fatalf("client %d, try %d: %v %v", i, try, res, err)
+			}
+			if want := []string{"GET", "POST"}[i]; res.Msg.Account != want {
+				t.Fatalf("client %d sent %s, want %s", i, res.Msg.Account, want)
+			}
+		}
+	}
+	if n := svc.runs.Load(); n != 4 {
+		t.Fatalf("runs %d", n)
+	}
+
+	store := idemmem.MustNew(idemmem.Config{})
+	t.Cleanup(func() { store.Close() })
+	e, err := idem.NewEngine(store, idem.EngineConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cfg := range []idemconnect.Config{
+		{Scope: idemconnect.GlobalScope, Methods: map[string]idemconnect.Policy{testpbconnect.PaymentsGetPaymentProcedure: {}}},
+		{Scope: idemconnect.GlobalScope, Require: []string{testpbconnect.PaymentsGetPaymentProcedure}},
+	} {
+		if _, err := idemconnect.NewInterceptor(e, cfg); err == nil || !strings.Contains(err.Error(), "NO_SIDE_EFFECTS") {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+	}
+}
