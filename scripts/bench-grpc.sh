@@ -3,10 +3,19 @@
 # idemgrpc's interceptor on the memory store and on PostgreSQL, under ghz
 # (installed from the Go module proxy into .tmp/bin on first use). Every call
 # carries a fresh request_id, so each one reserves and completes a key.
-# Prints each figure and its ratio to the bare server.
 #
-#   scripts/bench-grpc.sh                 # 10s per run, 32 concurrent calls
-#   DUR=30s CONC=64 scripts/bench-grpc.sh
+# The servers run interleaved, ROUNDS times, each fresh in each round. For
+# every run it prints calls/s, the server's CPU time per call (user + system,
+# from /proc/<pid>/stat: what the server spends, which other processes' load
+# on the machine changes far less than calls/s), and what the server counted
+# at exit: handler runs, records (equal to the calls answered OK: no key was
+# used twice), and for PostgreSQL how many calls each group-commit
+# transaction carried. Then the medians, and their ratios to the bare
+# server's.
+#
+#   scripts/bench-grpc.sh                      # 10s per run, 3 rounds, 32 concurrent calls
+#   DUR=30s ROUNDS=5 CONC=64 scripts/bench-grpc.sh
+#   PROFILE=.tmp/prof scripts/bench-grpc.sh    # also CPU profiles, one per run
 #
 # PostgreSQL is skipped when IDEM_TEST_POSTGRES_URL is unset (scripts/services.sh
 # prints it). Everything runs on loopback.
@@ -14,35 +23,62 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-10s}
 CONC=${CONC:-32}
+ROUNDS=${ROUNDS:-3}
 ADDR=${ADDR:-127.0.0.1:50151}
+PROFILE=${PROFILE:-}
 mkdir -p .tmp/bin
 if [ ! -x .tmp/bin/ghz ]; then
 	GOBIN=$PWD/.tmp/bin GOFLAGS=-mod=mod GOWORK=off go install github.com/bojand/ghz/cmd/ghz@v0.93.0
 fi
 (cd idemgrpc && go build -o ../.tmp/bin/grpc-benchserver ./internal/benchserver)
+[ -n "$PROFILE" ] && mkdir -p "$PROFILE"
+stores="none mem"
+[ -n "${IDEM_TEST_POSTGRES_URL:-}" ] && { export IDEM_TEST_POSTGRES_URL; stores="$stores pg"; }
+ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-run() { # run STORE: prints calls/s
-	.tmp/bin/grpc-benchserver -addr "$ADDR" -store "$1" >/dev/null &
+# run STORE ROUND: prints "calls/s cpu-us/call ok calls | what the server counted"
+run() {
+	local prof=() log
+	[ -n "$PROFILE" ] && prof=(-cpuprofile "$PROFILE/$1-$2.cpu")
+	log=$(mktemp)
+	.tmp/bin/grpc-benchserver -addr "$ADDR" -store "$1" "${prof[@]}" >/dev/null 2>"$log" &
 	local pid=$!
-	trap 'kill $pid 2>/dev/null || true' RETURN
-	for _ in $(seq 50); do (exec 3<>/dev/tcp/${ADDR%:*}/${ADDR#*:}) 2>/dev/null && break; sleep 0.1; done
-	.tmp/bin/ghz --insecure --proto internal/rpctest/testpb/payments.proto --import-paths /usr/include,internal/rpctest/testpb \
+	for _ in $(seq 100); do (exec 3<>"/dev/tcp/${ADDR%:*}/${ADDR#*:}") 2>/dev/null && break; sleep 0.1; done
+	local t0 t1 out
+	t0=$(ticks $pid)
+	out=$(.tmp/bin/ghz --insecure --proto internal/rpctest/testpb/payments.proto --import-paths /usr/include,internal/rpctest/testpb \
 		--call idem.test.v1.Payments.Charge -d '{"account":"acc","amount":5,"request_id":"{{newUUID}}"}' \
-		-c "$CONC" -z "$DUR" --connections 4 -O json "$ADDR" 2>/dev/null |
-		python3 -c 'import json,sys; r=json.load(sys.stdin); ok=r["statusCodeDistribution"].get("OK",0); print("%.0f %d %d" % (r["rps"], ok, r["count"]))'
-	kill $pid 2>/dev/null || true
+		-c "$CONC" -z "$DUR" --connections 4 -O json "$ADDR" 2>/dev/null)
+	t1=$(ticks $pid)
+	kill -TERM $pid 2>/dev/null || true
 	wait $pid 2>/dev/null || true
+	python3 -c 'import json,sys
+r=json.load(sys.stdin); ok=r["statusCodeDistribution"].get("OK",0)
+print("%.0f %.1f %d %d" % (r["rps"], (int(sys.argv[1])*1e6/int(sys.argv[2]))/max(r["count"],1), ok, r["count"]), end="")' \
+		$((t1 - t0)) "$(getconf CLK_TCK)" <<<"$out"
+	echo " | $(tr -d '\n' <"$log")"
+	rm -f "$log"
 }
 
-echo "duration $DUR, $CONC concurrent calls, 4 connections; each figure: calls/s, OK answers, calls"
-read -r bare bok bn <<<"$(run none)"
-echo "bare server:               $bare calls/s ($bok of $bn OK)"
-read -r mem mok mn <<<"$(run mem)"
-echo "idemgrpc, memory store:    $mem calls/s ($mok of $mn OK), ratio $(python3 -c "print('%.2f' % ($mem/$bare))")"
-if [ -n "${IDEM_TEST_POSTGRES_URL:-}" ]; then
-	export IDEM_TEST_POSTGRES_URL
-	read -r pg pok pn <<<"$(run pg)"
-	echo "idemgrpc, PostgreSQL:      $pg calls/s ($pok of $pn OK), ratio $(python3 -c "print('%.2f' % ($pg/$bare))")"
-else
-	echo "PostgreSQL: skipped (IDEM_TEST_POSTGRES_URL is unset)"
-fi
+echo "# $(date -u +%FT%TZ) ghz -c $CONC -z $DUR --connections 4, $ROUNDS rounds; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+declare -A rps cpu
+for r in $(seq "$ROUNDS"); do
+	for s in $stores; do
+		line=$(run "$s" "$r")
+		read -r c u ok n _ <<<"$line"
+		rps[$s]+="$c "
+		cpu[$s]+="$u "
+		printf 'round %d %-4s %6s calls/s  %6s cpu-us/call  %s of %s OK  (%s)\n' "$r" "$s" "$c" "$u" "$ok" "$n" "${line#*| }"
+	done
+done
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+bare_rps=$(median <<<"${rps[none]}")
+bare_cpu=$(median <<<"${cpu[none]}")
+echo "medians (ratio to bare: calls/s, and bare's CPU per call over this one's):"
+for s in $stores; do
+	m=$(median <<<"${rps[$s]}")
+	u=$(median <<<"${cpu[$s]}")
+	printf '  %-4s %6s calls/s (%s)  %6s cpu-us/call (%s)\n' "$s" "$m" \
+		"$(awk -v a="$m" -v b="$bare_rps" 'BEGIN { printf "%.2f", a / b }')" "$u" \
+		"$(awk -v a="$bare_cpu" -v b="$u" 'BEGIN { printf "%.2f", a / b }')"
+done

@@ -1,7 +1,8 @@
 // Command benchserver serves the test Payments service for
 // scripts/bench-grpc.sh: bare, or behind idemgrpc's interceptor over the
 // memory store or PostgreSQL (IDEM_TEST_POSTGRES_URL). It listens on
-// loopback only.
+// loopback only. With -cpuprofile or -memprofile it writes the profiles
+// when it gets SIGINT or SIGTERM.
 package main
 
 import (
@@ -12,7 +13,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
+	"runtime"
+	"runtime/pprof"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
@@ -37,13 +42,64 @@ func (s *server) Charge(_ context.Context, req *testpb.ChargeRequest) (*testpb.P
 func main() {
 	addr := flag.String("addr", "127.0.0.1:50151", "loopback address")
 	store := flag.String("store", "none", "none (no interceptor), mem or pg")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here, until SIGINT or SIGTERM")
+	memprofile := flag.String("memprofile", "", "write an allocation profile here at SIGINT or SIGTERM")
+	maxRecords := flag.Int("maxrecords", 0, "the memory store's MaxRecords (0: its default)")
 	flag.Parse()
+	if *memprofile != "" {
+		runtime.MemProfileRate = 64 << 10
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			log.Fatal(err)
+		}
+	}
+	srv := &server{}
+	var (
+		st    idemstore.Store
+		count func() (int64, error) // the records the store holds
+	)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		// What the run did: handler runs, records, and for a store that
+		// batches, how many calls each transaction carried. Every call
+		// has a new key, so runs and records match the calls answered.
+		fmt.Fprintf(os.Stderr, "runs %d", srv.runs.Load())
+		if count != nil {
+			n, err := count()
+			fmt.Fprintf(os.Stderr, ", records %d (%v)", n, err)
+		}
+		if br, ok := st.(idemstore.BatchReporter); ok {
+			if bs, ok := br.BatchStats(); ok && bs.Batches > 0 {
+				fmt.Fprintf(os.Stderr, ", batches %d carrying %.1f calls each, %d calls alone", bs.Batches, float64(bs.Batched)/float64(bs.Batches), bs.Alone)
+			}
+		}
+		fmt.Fprintln(os.Stderr)
+		if *cpuprofile != "" {
+			pprof.StopCPUProfile()
+		}
+		if *memprofile != "" {
+			f, err := os.Create(*memprofile)
+			if err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}
+		os.Exit(0)
+	}()
+
 	var opts []grpc.ServerOption
 	if *store != "none" {
-		var st idemstore.Store
 		switch *store {
 		case "mem":
-			st = idemmem.MustNew(idemmem.Config{MaxRecords: 10_000_000, MaxBytes: 8 << 30})
+			mem := idemmem.MustNew(idemmem.Config{MaxRecords: *maxRecords})
+			st, count = mem, func() (int64, error) { return int64(mem.Len()), nil }
 		case "pg":
 			ctx := context.Background()
 			pool, err := pgxpool.New(ctx, os.Getenv("IDEM_TEST_POSTGRES_URL"))
@@ -60,6 +116,10 @@ func main() {
 			if st, err = idempg.New(pool, cfg); err != nil {
 				log.Fatal(err)
 			}
+			count = func() (n int64, err error) {
+				err = pool.QueryRow(ctx, "SELECT count(*) FROM idem_bench_grpc.idem_records").Scan(&n)
+				return n, err
+			}
 		default:
 			log.Fatalf("unknown store %q", *store)
 		}
@@ -70,7 +130,7 @@ func main() {
 		opts = append(opts, grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(e, idemgrpc.Config{Scope: idemgrpc.GlobalScope})))
 	}
 	s := grpc.NewServer(opts...)
-	testpb.RegisterPaymentsServer(s, &server{})
+	testpb.RegisterPaymentsServer(s, srv)
 	lis, err := net.Listen("tcp", *addr)
 	if err != nil {
 		log.Fatal(err)
