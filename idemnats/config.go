@@ -67,9 +67,14 @@ type Config struct {
 	InProgressInterval time.Duration
 
 	// NakDelay is the longest delay of a NakWithDelay for a message whose
-	// first handling still runs (the delay is about as long as that
-	// handling has taken so far, at least a second) or whose store failed.
-	// Defaults to 5s.
+	// store failed, or that is delivered for the first time while another
+	// message with its key is being handled (the delay is then about as
+	// long as that handling has taken so far, at least a second). A
+	// message delivered again while its key is in flight (its consumer
+	// died, or AckWait ran out) is nakked until the holder's lease would
+	// run out instead, however long that is, so that these deliveries do
+	// not use up the consumer's MaxDeliver before a dead holder's lease
+	// expires. Defaults to 5s.
 	NakDelay time.Duration
 
 	// Publisher publishes the messages a handler produced (a

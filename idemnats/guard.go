@@ -248,13 +248,33 @@ func (g *Guard) refuse(msg jetstream.Msg, r *msgdoor.Refusal, ev *Event) error {
 		g.ackErr(msg, msg.TermWithReason(termReason(e.Error())), "term")
 		return e
 	}
+	ev.Ack = "nak_delay"
+	g.ackErr(msg, msg.NakWithDelay(g.nakDelay(msg, r)), "nak")
+	return e
+}
+
+// nakDelay is how long a refused message that a later delivery can get
+// past waits. A store failure waits NakDelay. A key in flight waits about
+// as long as its holder has been at work (at most NakDelay) on the
+// message's first delivery, when the holder handles another message with
+// the same key; on a later delivery the holder may be this very message's
+// consumer, dead or too slow to call InProgress, and the message waits
+// until the holder's lease would run out (and a second more): every
+// delivery counts toward the consumer's MaxDeliver, and JetStream stops
+// delivering a message that used them up, which must not happen before a
+// dead holder's key can be taken over.
+func (g *Guard) nakDelay(msg jetstream.Msg, r *msgdoor.Refusal) time.Duration {
 	delay := g.cfg.NakDelay
+	if r.Situation.Name != idem.SituationInFlight.Name {
+		return delay
+	}
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+		return r.LeaseLeft + time.Second
+	}
 	if r.RetryAfter > 0 {
 		delay = min(r.RetryAfter, delay)
 	}
-	ev.Ack = "nak_delay"
-	g.ackErr(msg, msg.NakWithDelay(delay), "nak")
-	return e
+	return delay
 }
 
 // maxTermReason bounds a Term's reason: it travels in the server's

@@ -526,3 +526,42 @@ func TestMessageWithoutMetadata(t *testing.T) {
 		t.Fatalf("configured: %v, %q", err, m.ack(t))
 	}
 }
+
+// A message delivered again (NumDelivered > 1) while its key is in flight
+// may be the holder's own message, its consumer dead: it waits until the
+// holder's lease would run out, and a second more, so that in-flight
+// deliveries do not use up MaxDeliver first. A first delivery waits about
+// as long as the holder has been at work, at most NakDelay.
+func TestInFlightRedeliveryWaitsForTheLease(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := memEngine(t, idem.EngineConfig{Lease: 30 * time.Second})
+		g := newGuard(t, e, idemnats.Config{})
+		release := make(chan struct{})
+		done := make(chan error)
+		go func() {
+			done <- g.Handle(context.Background(), newMsg(1, "x"), func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
+				<-release
+				return nil, nil
+			})
+		}()
+		time.Sleep(2 * time.Second) // fake time
+		for delivered, want := range map[uint64]string{1: "nak 2s", 2: "nak 29s", 5: "nak 29s"} {
+			m := newMsg(1, "x")
+			m.md.NumDelivered = delivered
+			if err := g.Handle(context.Background(), m, func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
+				t.Error("the handler ran twice")
+				return nil, nil
+			}); !errors.Is(err, idem.ErrInFlight) {
+				t.Fatal(err)
+			}
+			if a := m.ack(t); a != want {
+				t.Errorf("delivery %d: %q; want %q", delivered, a, want)
+			}
+		}
+		close(release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // the engine's heartbeat loop lingers, then exits
+	})
+}

@@ -23,8 +23,13 @@ type Refusal struct {
 	Situation idem.Situation
 	// Reason says why; it never contains the key.
 	Reason string
-	// RetryAfter is set with idem.SituationInFlight.
+	// RetryAfter is set with idem.SituationInFlight: about as long as the
+	// holder has been at work, at least a second.
 	RetryAfter time.Duration
+	// LeaseLeft is set with idem.SituationInFlight: how long the holder's
+	// lease had left when the record was read, on the store's clock. A
+	// holder that died holds the key until then.
+	LeaseLeft time.Duration
 	// Errs are the situation's sentinel and, after a handler failure, the
 	// handler's error.
 	Errs []error
@@ -110,6 +115,9 @@ func Found(res idem.Result) *Refusal {
 	case idem.InFlight:
 		r := refuse(idem.SituationInFlight, fmt.Sprintf("the message's first handling still runs (retry after %v)", res.RetryAfter), idem.ErrInFlight)
 		r.RetryAfter = res.RetryAfter
+		if rec := res.Record; rec != nil {
+			r.LeaseLeft = max(rec.LeaseUntil.Sub(rec.ReadAt), 0)
+		}
 		return r
 	case idem.Mismatch:
 		return refuse(idem.SituationMismatch, "the message's key was used with another payload", idem.ErrMismatch)

@@ -1,0 +1,177 @@
+package idemnats_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemnats"
+	"github.com/idem-dev/idem/internal/msgchaos"
+	"github.com/idem-dev/idem/internal/testenv"
+)
+
+// The tests in this file run against a real NATS server with JetStream
+// (IDEM_TEST_NATS_URL): what JetStream does with the guard's Nak,
+// NakWithDelay, Term and Ack is its own, and only the server can say.
+
+// jsRig is a fresh stream on a real server, with one durable consumer.
+type jsRig struct {
+	js      jetstream.JetStream
+	name    string // the stream's
+	subject string
+	cfg     jetstream.ConsumerConfig
+	cons    jetstream.Consumer
+}
+
+const rigConsumer = "billing"
+
+// newJSRig creates the stream name (a fresh one when empty) and its
+// consumer with cfg (durable rigConsumer, explicit acks), deleted when the
+// test ends.
+func newJSRig(t *testing.T, name string, cfg jetstream.ConsumerConfig) *jsRig {
+	t.Helper()
+	url := testenv.Getenv(t, "IDEM_TEST_NATS_URL")
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name == "" {
+		name = msgchaos.RandomName("IDEMNATS_")
+	}
+	cfg.Durable, cfg.AckPolicy = rigConsumer, jetstream.AckExplicitPolicy
+	r := &jsRig{js: js, name: name, subject: msgchaos.RandomName("idemnats.") + ".in", cfg: cfg}
+	r.create(t)
+	t.Cleanup(func() { _ = js.DeleteStream(context.Background(), name) })
+	return r
+}
+
+// create creates the stream and its consumer (again, after recreate).
+func (r *jsRig) create(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	stream, err := r.js.CreateStream(ctx, jetstream.StreamConfig{Name: r.name, Subjects: []string{r.subject}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.cons, err = stream.CreateOrUpdateConsumer(ctx, r.cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// publish stores a message with data and the headers given as name, value
+// pairs.
+func (r *jsRig) publish(t *testing.T, data string, header ...string) {
+	t.Helper()
+	m := nats.NewMsg(r.subject)
+	m.Data = []byte(data)
+	for i := 0; i+1 < len(header); i += 2 {
+		m.Header.Add(header[i], header[i+1])
+	}
+	if _, err := r.js.PublishMsg(context.Background(), m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// consume handles the consumer's messages through g until the test ends.
+func (r *jsRig) consume(t *testing.T, g *idemnats.Guard, h idemnats.HandlerFunc) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cc, err := r.cons.Consume(g.MessageHandler(ctx, h))
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		cc.Stop()
+		<-cc.Closed()
+	})
+}
+
+// drained waits until the consumer has no message left to deliver or
+// waiting for an ack: each was acked, terminated, or given up after
+// MaxDeliver deliveries. (It polls: JetStream settles in its own time.)
+func (r *jsRig) drained(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		info, err := r.cons.Info(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a minute the consumer still has %d messages pending and %d waiting for an ack", info.NumPending, info.NumAckPending)
+		}
+		time.Sleep(100 * time.Millisecond) // polling the server, not synchronising
+	}
+}
+
+// runs records what a handler ran for, by data.
+type runs struct {
+	mu   sync.Mutex
+	data []string
+}
+
+func (r *runs) handle(_ context.Context, msg jetstream.Msg) ([]*nats.Msg, error) {
+	r.mu.Lock()
+	r.data = append(r.data, string(msg.Data()))
+	r.mu.Unlock()
+	return nil, nil
+}
+
+func (r *runs) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]string(nil), r.data...)
+}
+
+// A consumer died mid-handler holding a message's key, and JetStream
+// delivers the message again after AckWait, long before the dead
+// consumer's lease expires. The deliveries that find the key in flight
+// must not use up the consumer's MaxDeliver: the message is still
+// delivered once the lease has expired, and a Transactional handler takes
+// it over and runs it, once.
+func TestJetStreamInFlightKeepsMaxDeliver(t *testing.T) {
+	t.Parallel()
+	const lease = 6 * time.Second
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: time.Second, MaxDeliver: 3})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	r.publish(t, "order 1", jetstream.MsgIDHeader, "o-1")
+
+	// The consumer that dies: it takes delivery 1 and the key, and neither
+	// acks nor settles.
+	batch, err := r.cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range batch.Messages() {
+	}
+	fp, err := idem.Fingerprint(idem.FingerprintInput{Method: "MESSAGE", Operation: r.name, Body: []byte("order 1")}, idem.FingerprintOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := e.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: rigConsumer, Operation: r.name, Key: "o-1"},
+		Fingerprint: fp, Kind: idem.Transactional, Lease: lease}); err != nil || res.Outcome != idem.Acquired {
+		t.Fatalf("the dead consumer's Begin: %v, %v", res.Outcome, err)
+	}
+
+	var got runs
+	r.consume(t, newGuard(t, e, idemnats.Config{Kind: idem.Transactional, Lease: lease}), got.handle)
+	r.drained(t)
+	if d := got.all(); len(d) != 1 {
+		t.Fatalf("the handler ran %d times; want once, after the dead consumer's lease expired (JetStream gave up on the message after MaxDeliver in-flight deliveries)", len(d))
+	}
+}
