@@ -62,8 +62,12 @@ type Config struct {
 
 	// InProgressInterval is how often a running handler tells JetStream
 	// that its message is in progress (InProgress), which restarts the
-	// consumer's AckWait. Keep it well under AckWait. Defaults to a third
-	// of the lease, the lease's own heartbeat.
+	// consumer's AckWait. Keep it well under AckWait: a message whose
+	// AckWait runs out is delivered again while its handler runs (it is
+	// nakked as in flight, never run twice, but every such delivery counts
+	// toward the consumer's MaxDeliver). Defaults to a third of the lease,
+	// the lease's own heartbeat, and at most DefaultInProgressInterval, a
+	// third of JetStream's default AckWait (30s), however long the lease.
 	InProgressInterval time.Duration
 
 	// NakDelay is the longest delay of a NakWithDelay for a message whose
@@ -112,6 +116,10 @@ type Event struct {
 
 // DefaultNakDelay is Config.NakDelay's default.
 const DefaultNakDelay = 5 * time.Second
+
+// DefaultInProgressInterval bounds Config.InProgressInterval's default: a
+// third of JetStream's default AckWait.
+const DefaultInProgressInterval = 10 * time.Second
 
 func (c Config) withDefaults(e *idem.Engine) Config {
 	if c.Key == nil {

@@ -176,12 +176,12 @@ func (g *Guard) run(ctx context.Context, msg jetstream.Msg, h HandlerFunc, lease
 }
 
 // inProgress tells JetStream that msg is in progress every
-// InProgressInterval (by default at each of the lease's heartbeats) until
-// stop is called.
+// InProgressInterval (by default at each of the lease's heartbeats, at
+// most every DefaultInProgressInterval) until stop is called.
 func (g *Guard) inProgress(msg jetstream.Msg, lease *idem.Lease) (stop func()) {
 	every := g.cfg.InProgressInterval
 	if every == 0 {
-		every = lease.Duration() / 3
+		every = min(lease.Duration()/3, DefaultInProgressInterval)
 	}
 	if every <= 0 {
 		return func() {}

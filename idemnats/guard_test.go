@@ -565,3 +565,28 @@ func TestInFlightRedeliveryWaitsForTheLease(t *testing.T) {
 		time.Sleep(time.Second) // the engine's heartbeat loop lingers, then exits
 	})
 }
+
+// With a long lease, InProgress still comes often enough for JetStream's
+// default AckWait (30s): every DefaultInProgressInterval, not every third
+// of the lease, or JetStream would deliver the message again while its
+// handler runs, using up MaxDeliver.
+func TestInProgressUnderDefaultAckWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, _ := memEngine(t, idem.EngineConfig{Lease: 3 * time.Minute})
+		g := newGuard(t, e, idemnats.Config{})
+		m := newMsg(1, "x")
+		if err := g.Handle(context.Background(), m, func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
+			time.Sleep(time.Minute + time.Millisecond) // fake time: a long handler
+			return nil, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		m.mu.Lock()
+		wip := m.wip
+		m.mu.Unlock()
+		if want := int(time.Minute / idemnats.DefaultInProgressInterval); wip != want {
+			t.Fatalf("InProgress %d times in a minute with a 3-minute lease; want %d", wip, want)
+		}
+		time.Sleep(time.Second) // the engine's heartbeat loop lingers, then exits
+	})
+}
