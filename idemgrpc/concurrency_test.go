@@ -38,7 +38,8 @@ func (s *spyStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*ide
 // handler: without Policy.Wait it gets ABORTED (IN_FLIGHT) with RetryInfo
 // at once; with it, it waits and gets the first call's answer, replayed;
 // cancelled while it waits (the hedge that lost), it ends CANCELLED and
-// leaves the first alone.
+// leaves the first alone. The IN_FLIGHT answer carries the delay in
+// grpc-retry-pushback-ms too, which grpc's own retry policy reads.
 func TestHedgedCalls(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -69,14 +70,14 @@ func TestHedgedCalls(t *testing.T) {
 			ctx, cancel := context.WithCancel(as("alice"))
 			defer cancel()
 			type answer struct {
-				p   *testpb.Payment
-				h   metadata.MD
-				err error
+				p     *testpb.Payment
+				h, tr metadata.MD
+				err   error
 			}
 			second := make(chan answer, 1)
 			go func() {
 				var a answer
-				a.p, a.err = ev.client.Charge(ctx, req, grpc.Header(&a.h))
+				a.p, a.err = ev.client.Charge(ctx, req, grpc.Header(&a.h), grpc.Trailer(&a.tr))
 				second <- a
 			}()
 			<-spy.conflicts // the hedge reached the store, and found the key taken
@@ -91,6 +92,11 @@ func TestHedgedCalls(t *testing.T) {
 				wantCode(t, a.err, codes.Aborted, idemgrpc.ReasonInFlight)
 				if d, ok := idemgrpc.RetryDelay(a.err); !ok || d < time.Second {
 					t.Fatalf("RetryInfo %v %v", d, ok)
+				}
+				// grpc's own retry policy (which does not read RetryInfo)
+				// waits as long.
+				if p := a.tr.Get("grpc-retry-pushback-ms"); len(p) != 1 || p[0] != "1000" {
+					t.Fatalf("pushback trailer %v", a.tr)
 				}
 			}
 			close(release)

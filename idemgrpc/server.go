@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -70,6 +71,11 @@ func NewUnaryServerInterceptor(e *idem.Engine, cfg Config) (grpc.UnaryServerInte
 			_ = grpc.SetTrailer(ctx, metadata.MD(ans.Trailer))
 		}
 		if ans.Status != nil {
+			if d, ok := rpccore.RetryDelay(ans.Status.Details); ok {
+				// grpc's own retry policy waits what the server asks in
+				// this trailer (it does not read RetryInfo).
+				_ = grpc.SetTrailer(ctx, metadata.Pairs(pushbackKey, strconv.FormatInt(d.Milliseconds(), 10)))
+			}
 			return nil, status.ErrorProto(ans.Status)
 		}
 		if ans.Msg == nil {
@@ -78,6 +84,10 @@ func NewUnaryServerInterceptor(e *idem.Engine, cfg Config) (grpc.UnaryServerInte
 		return ans.Msg, ans.Err
 	}, nil
 }
+
+// pushbackKey is the trailer in which a server tells a client's gRPC
+// retry policy how long to wait before its next attempt (gRFC A6).
+const pushbackKey = "grpc-retry-pushback-ms"
 
 // statusOf is the status grpc-go sends for a handler's error: the status
 // it wraps (without the wrapper's text, so that a mark of idem.Retryable or
