@@ -84,8 +84,13 @@ type Config struct {
 	// Publisher publishes the messages a handler produced (a
 	// jetstream.JetStream), each with a Nats-Msg-Id header (one is set when
 	// a produced message has none), waiting for JetStream's
-	// acknowledgement before the consumed message is acked. Defaults to
-	// nil: a handler that produces messages then fails the message.
+	// acknowledgement before the consumed message is acked. A
+	// jetstream.JetStream also tells the guard its server's version: a
+	// Term carries its reason (TermWithReason) only to servers from
+	// 2.10.4, since earlier ones ignore such a Term and deliver the message
+	// again, forever; other Terms are plain, and their reason is logged.
+	// Defaults to nil: a handler that produces messages then fails the
+	// message, and Terms are plain.
 	Publisher jetstream.Publisher
 
 	// OnOutcome, if set, is called once per message with what happened,

@@ -30,9 +30,9 @@
 //   - a key still held by a running handler: NakWithDelay, so the message
 //     comes back later;
 //   - a key in review, used with another payload, or a message without a
-//     usable key: TermWithReason, with the reason;
+//     usable key: Term, with the reason (see Config.Publisher);
 //   - a handler error: Nak when the key was released (idem.Retryable, or a
-//     plain error of a Transactional operation), TermWithReason when it
+//     plain error of a Transactional operation), Term when it
 //     went to review (idem.Ambiguous, or a plain error of an External
 //     operation).
 //

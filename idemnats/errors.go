@@ -44,7 +44,7 @@ func (e *Error) Error() string {
 // handler's error.
 func (e *Error) Unwrap() []error { return e.errs }
 
-// Terminated reports whether the message was terminated (TermWithReason):
+// Terminated reports whether the message was terminated (Term):
 // no redelivery could help. The others were nakked with a delay.
 func (e *Error) Terminated() bool { return e.poisoned }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,6 +31,9 @@ type HandlerFunc func(ctx context.Context, msg jetstream.Msg) ([]*nats.Msg, erro
 type Guard struct {
 	e   *idem.Engine
 	cfg Config
+	// serverVersion is the version of the server the Publisher is
+	// connected to, "" when unknown.
+	serverVersion func() string
 }
 
 // New returns a Guard over e. It fails on a nil engine or an invalid
@@ -42,7 +46,11 @@ func New(e *idem.Engine, cfg Config) (*Guard, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Guard{e: e, cfg: cfg}, nil
+	g := &Guard{e: e, cfg: cfg, serverVersion: func() string { return "" }}
+	if c, ok := cfg.Publisher.(interface{ Conn() *nats.Conn }); ok {
+		g.serverVersion = func() string { return c.Conn().ConnectedServerVersion() }
+	}
+	return g, nil
 }
 
 // MessageHandler returns a jetstream.MessageHandler, for cons.Consume, that
@@ -54,7 +62,7 @@ func (g *Guard) MessageHandler(ctx context.Context, h HandlerFunc) jetstream.Mes
 }
 
 // Handle runs h for msg at most once per key and acknowledges msg by what
-// happened (Ack, Nak, NakWithDelay or TermWithReason; see the package
+// happened (Ack, Nak, NakWithDelay or Term; see the package
 // doc). It returns nil when msg was acked after its handler ran or its
 // stored answer was published again, and otherwise why not: an *Error for
 // what idem found, or the handler's error after a release. The guard logs
@@ -240,12 +248,20 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 
 // refuse acknowledges a message whose handler did not run, or whose
 // failure went to review: NakWithDelay when a later delivery can get past
-// it, TermWithReason when none can.
+// it, Term (with its reason where the server honours one) when none
+// can.
 func (g *Guard) refuse(msg jetstream.Msg, r *msgdoor.Refusal, ev *Event) error {
 	e := refused(r)
 	if e.Terminated() {
 		ev.Ack = "term"
-		g.ackErr(msg, msg.TermWithReason(termReason(e.Error())), "term")
+		reason := termReason(e.Error())
+		g.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "idemnats: message terminated",
+			slog.String("operation", ev.Operation), slog.String("subject", msg.Subject()), slog.String("reason", reason))
+		if g.termReasons() {
+			g.ackErr(msg, msg.TermWithReason(reason), "term")
+		} else {
+			g.ackErr(msg, msg.Term(), "term")
+		}
 		return e
 	}
 	ev.Ack = "nak_delay"
@@ -275,6 +291,45 @@ func (g *Guard) nakDelay(msg jetstream.Msg, r *msgdoor.Refusal) time.Duration {
 		delay = min(r.RetryAfter, delay)
 	}
 	return delay
+}
+
+// termReasons reports whether a Term may carry its reason: whether the
+// server is known to be 2.10.4 or later. Earlier servers ignore a Term
+// with a reason (TermWithReason) and deliver the message again after
+// AckWait, forever; they get a plain Term, and the reason is only logged.
+func (g *Guard) termReasons() bool {
+	return versionAtLeast(g.serverVersion(), 2, 10, 4)
+}
+
+// versionAtLeast reports whether v, a server version such as "2.10.4" or
+// "2.11.0-RC.1", is at least major.minor.patch; an unknown one is not.
+func versionAtLeast(v string, major, minor, patch int) bool {
+	parts := strings.SplitN(strings.TrimPrefix(v, "v"), ".", 3)
+	if len(parts) != 3 {
+		return false
+	}
+	var got [3]int
+	for i, p := range parts {
+		end := strings.IndexFunc(p, func(r rune) bool { return r < '0' || r > '9' })
+		if end == 0 || i < 2 && end > 0 {
+			return false
+		}
+		if end > 0 {
+			p = p[:end]
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return false
+		}
+		got[i] = n
+	}
+	want := [3]int{major, minor, patch}
+	for i := range got {
+		if got[i] != want[i] {
+			return got[i] > want[i]
+		}
+	}
+	return true
 }
 
 // maxTermReason bounds a Term's reason: it travels in the server's

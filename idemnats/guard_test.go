@@ -134,6 +134,8 @@ func memEngine(t testing.TB, cfg idem.EngineConfig) (*idem.Engine, *idemmem.Stor
 	return e, store
 }
 
+// newGuard is a guard for fake messages, as from a server that takes a
+// Term's reason (TermWithReason).
 func newGuard(t testing.TB, e *idem.Engine, cfg idemnats.Config) *idemnats.Guard {
 	t.Helper()
 	if cfg.Logger == nil {
@@ -143,6 +145,7 @@ func newGuard(t testing.TB, e *idem.Engine, cfg idemnats.Config) *idemnats.Guard
 	if err != nil {
 		t.Fatal(err)
 	}
+	idemnats.SetServerVersion(g, "2.11.0") // a server that takes a Term's reason
 	return g
 }
 
@@ -589,4 +592,41 @@ func TestInProgressUnderDefaultAckWait(t *testing.T) {
 		}
 		time.Sleep(time.Second) // the engine's heartbeat loop lingers, then exits
 	})
+}
+
+// A Term carries its reason only to a server known to honour it (2.10.4
+// and later); earlier servers ignore a Term with a reason and deliver the
+// message again, forever, so they and servers of unknown version get a
+// plain Term. The reason is logged either way.
+func TestTermReasonOnlyWhereHonoured(t *testing.T) {
+	t.Parallel()
+	for v, want := range map[string]bool{"2.10.4": true, "2.10.10": true, "2.11.0-RC.1": true, "3.0.0": true,
+		"2.10.3": false, "2.9.10": false, "": false, "2.10": false, "x.y.z": false, "2.1x.4": false} {
+		if got := idemnats.VersionAtLeast(v, 2, 10, 4); got != want {
+			t.Errorf("version %q: at least 2.10.4 %v, want %v", v, got, want)
+		}
+	}
+	for _, tc := range []struct{ version, want string }{
+		{"2.9.10", "term"},
+		{"", "term"},
+		{"2.10.4", "term: idemnats: missing_key: the message has no key"},
+	} {
+		e, _ := memEngine(t, idem.EngineConfig{})
+		var logs testenv.Buffer
+		g, err := idemnats.New(e, idemnats.Config{Key: idemnats.HeaderKey("Order-Id"), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		idemnats.SetServerVersion(g, tc.version)
+		m := newMsg(1, "x")
+		if err := g.Handle(context.Background(), m, func(context.Context, jetstream.Msg) ([]*nats.Msg, error) { return nil, nil }); !idemnats.IsTerminated(err) {
+			t.Fatalf("%v", err)
+		}
+		if a := m.ack(t); a != tc.want {
+			t.Errorf("server %q: %q, want %q", tc.version, a, tc.want)
+		}
+		if !strings.Contains(logs.String(), "the message has no key") {
+			t.Errorf("server %q: the reason was not logged: %s", tc.version, logs.String())
+		}
+	}
 }

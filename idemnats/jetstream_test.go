@@ -2,6 +2,8 @@ package idemnats_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -98,6 +100,20 @@ func (r *jsRig) consume(t *testing.T, g *idemnats.Guard, h idemnats.HandlerFunc)
 	})
 }
 
+// serverGuard is a guard for the rig's server, which learns the server's
+// version from its Publisher as an application's guard does.
+func serverGuard(t *testing.T, e *idem.Engine, cfg idemnats.Config) *idemnats.Guard {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = discard
+	}
+	g, err := idemnats.New(e, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
 // drained waits until the consumer has no message left to deliver or
 // waiting for an ack: each was acked, terminated, or given up after
 // MaxDeliver deliveries. (It polls: JetStream settles in its own time.)
@@ -169,9 +185,49 @@ func TestJetStreamInFlightKeepsMaxDeliver(t *testing.T) {
 	}
 
 	var got runs
-	r.consume(t, newGuard(t, e, idemnats.Config{Kind: idem.Transactional, Lease: lease}), got.handle)
+	r.consume(t, serverGuard(t, e, idemnats.Config{Kind: idem.Transactional, Lease: lease}), got.handle)
 	r.drained(t)
 	if d := got.all(); len(d) != 1 {
 		t.Fatalf("the handler ran %d times; want once, after the dead consumer's lease expired (JetStream gave up on the message after MaxDeliver in-flight deliveries)", len(d))
+	}
+}
+
+// On the server: a handler that fails with Retryable is nakked and runs
+// again on the redelivery; a business ID reused with another payload is
+// terminated without running, and JetStream delivers it no more, whatever
+// the server's version (before 2.10.4, servers ignore a Term that carries
+// a reason).
+func TestJetStreamRetryableAndMismatch(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var mu sync.Mutex
+	var ran []string
+	h := func(_ context.Context, msg jetstream.Msg) ([]*nats.Msg, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		ran = append(ran, string(msg.Data()))
+		if len(ran) == 1 {
+			return nil, idem.Retryable(errors.New("the ledger was busy; nothing written"))
+		}
+		return nil, nil
+	}
+	var terms []string
+	g := serverGuard(t, e, idemnats.Config{Publisher: r.js, Key: idemnats.HeaderKey("Order-Id"), OnOutcome: func(ev idemnats.Event) {
+		if ev.Ack == "term" {
+			mu.Lock()
+			terms = append(terms, ev.Outcome)
+			mu.Unlock()
+		}
+	}})
+	r.consume(t, g, h)
+	r.publish(t, "order 1", "Order-Id", "o-1")
+	r.drained(t)
+	r.publish(t, "order 1, changed", "Order-Id", "o-1")
+	r.drained(t)
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(ran, ",") != "order 1,order 1" || strings.Join(terms, ",") != "mismatch" {
+		t.Fatalf("ran for %q, terminated %q; want order 1 twice (Retryable, then the redelivery) and a mismatch terminated", ran, terms)
 	}
 }
