@@ -505,7 +505,7 @@ func (e *Engine) settleJob(ctx context.Context, lease *Lease, release bool, reas
 }
 
 func (e *Engine) jobLog(ctx context.Context, level slog.Level, msg string, key Key, err error) {
-	attrs := []slog.Attr{slog.String("key", redact(key)), slog.String("operation", key.Operation)}
+	attrs := []slog.Attr{digestAttr(key), slog.String("operation", key.Operation)}
 	if err != nil {
 		attrs = append(attrs, slog.Any("error", err))
 	}

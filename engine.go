@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/lograte"
 )
 
 // EngineConfig configures an Engine. The zero value is usable.
@@ -53,7 +54,9 @@ type EngineConfig struct {
 	// needs_review (an escalated lease, an expired lease of an external
 	// operation, recovery), with the reason: the place to alert an
 	// operator. It runs on the goroutine that escalated, after the store
-	// recorded it.
+	// recorded it. The engine itself logs one warn line per such key,
+	// "idem: key needs review", with the key, its scope, operation and
+	// digest, its admin id and the reason: OnReview need not log it again.
 	OnReview func(ctx context.Context, key Key, reason string)
 
 	// Now is the local clock, used for local durations only (how long a
@@ -141,6 +144,8 @@ type Engine struct {
 
 	resolveMu     sync.Mutex
 	resolveCursor string // where Recover's next resolver pass starts
+
+	storeDown lograte.Limiter // logStoreDown's lines
 }
 
 // NewEngine returns an engine over store. It fails on a nil store or an
@@ -154,6 +159,7 @@ func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{store: store, given: store, cfg: cfg, orphanTimeout: defaultOrphanTimeout}
+	e.storeDown = lograte.Limiter{Every: storeDownEvery, Now: cfg.Now}
 	if cfg.TracerProvider != nil {
 		e.store = traceStore(store, cfg.TracerProvider.Tracer(tracerName))
 	}
@@ -424,7 +430,7 @@ func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Recor
 		switch {
 		case err == nil:
 			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: took over an expired lease",
-				slog.String("key", redact(req.Key)), slog.Time("lease_until", rec.LeaseUntil))
+				digestAttr(req.Key), slog.Time("lease_until", rec.LeaseUntil))
 			return Result{Outcome: Acquired, Lease: e.newLease(req, token, start.Add(d)), TookOver: true}, false, nil
 		case errors.Is(err, idemstore.ErrLeaseLost):
 			return Result{}, true, nil
@@ -450,10 +456,11 @@ func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Recor
 	}
 }
 
-// reviewed logs that key went to needs_review and tells OnReview.
+// reviewed logs that key went to needs_review, on the one line that
+// carries the key itself (see KeyDigest), and tells OnReview.
 func (e *Engine) reviewed(ctx context.Context, key Key, reason string) {
 	e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: key needs review",
-		slog.String("key", redact(key)), slog.String("reason", reason))
+		append(reviewAttrs(key), slog.String("reason", reason))...)
 	if e.cfg.OnReview != nil {
 		e.cfg.OnReview(ctx, key, reason)
 	}

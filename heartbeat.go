@@ -132,7 +132,7 @@ func (h *heartbeat) renew(l *Lease) {
 	if err != nil && !l.Ended() {
 		next = every / 4
 		h.e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: extending the lease failed",
-			slog.String("key", redact(l.Key())), slog.Any("error", err))
+			digestAttr(l.Key()), slog.Any("error", err))
 	}
 	h.mu.Lock()
 	l.renewing = false

@@ -101,6 +101,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ev.Outcome, ev.Status = m.problem(w, p)
 		return
 	}
+	ev.Scope = scope
 
 	// Read the body for the fingerprint; the handler reads it again.
 	st := getState()
@@ -166,8 +167,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				h.observed(w, r, &ev, FindingWouldRefuse)
 				return
 			}
-			m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store unavailable; observe mode forwards the request",
-				slog.String("operation", op), slog.Any("error", err))
+			m.e.logStoreDown(r.Context(), err, "observe mode forwards requests unchecked until it answers",
+				slog.String("operation", op))
 			ev.Outcome = SituationFailOpen.Name
 			ev.Status = passThrough(h.next, w, r)
 			return
@@ -190,8 +191,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ev.Outcome, ev.Status = m.problem(w, SituationSealed.ProblemDoc("A request with this Idempotency-Key was already processed, but its stored answer cannot be read. It will not run again; retry later with the same key.", key))
 			return
 		}
-		m.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "idem: store unavailable",
-			slog.String("operation", op), slog.Any("error", err), slog.Bool("fail_open", m.cfg.FailOpen))
+		what := "requests get 503 and are not run until it answers"
+		if m.cfg.FailOpen {
+			what = "requests run unprotected (Config.FailOpen) until it answers"
+		}
+		m.e.logStoreDown(r.Context(), err, what, slog.String("operation", op), slog.Bool("fail_open", m.cfg.FailOpen))
 		if m.cfg.FailOpen {
 			ev.Outcome = SituationFailOpen.Name
 			ev.Status = passThrough(h.next, w, r)

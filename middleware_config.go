@@ -136,6 +136,9 @@ type Event struct {
 	Operation string
 	// Key is the request's Idempotency-Key, when it sent a valid one.
 	Key string
+	// Scope is the request's scope, once Config.Scope gave one. With
+	// Operation and Key it makes KeyDigest, which names the key in logs.
+	Scope string
 	// Finding is set in observe mode (Policy.Observe) when enforcement
 	// would have answered the request itself: FindingMissingKey,
 	// FindingWouldReplay, … Outcome is then "observed" and the handler ran

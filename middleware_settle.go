@@ -193,7 +193,7 @@ func (m *middleware) checkTx(ctx context.Context, written *Response, status int,
 	case outcome == TxCommitted:
 		if written != nil && stored != nil && (stored.Status != written.Status || !bytes.Equal(stored.Body, written.Body) || stored.NotReplayable != written.NotReplayable) {
 			m.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: the handler answered differently from what it stored with CompleteTx; retries will get the stored answer",
-				slog.String("key", redact(lease.Key())), slog.Int("written_status", written.Status), slog.Int("stored_status", stored.Status))
+				digestAttr(lease.Key()), slog.Int("written_status", written.Status), slog.Int("stored_status", stored.Status))
 		}
 		return settledCompletedTx
 	case outcome == TxLost:
@@ -210,7 +210,7 @@ func (m *middleware) checkTx(ctx context.Context, written *Response, status int,
 	}
 	if status >= 200 && status < 300 {
 		m.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: the handler answered success but its transaction did not commit; the key was released",
-			slog.String("key", redact(lease.Key())), slog.Int("status", status))
+			digestAttr(lease.Key()), slog.Int("status", status))
 	}
 	return m.release(ctx, lease, "the business transaction rolled back", later)
 }
@@ -248,7 +248,7 @@ func (m *middleware) escalate(ctx context.Context, lease *Lease, reason string, 
 }
 
 func (m *middleware) log(ctx context.Context, level slog.Level, msg string, lease *Lease, err error) {
-	attrs := []slog.Attr{slog.String("key", redact(lease.Key())), slog.String("operation", lease.Key().Operation)}
+	attrs := []slog.Attr{digestAttr(lease.Key()), slog.String("operation", lease.Key().Operation)}
 	if err != nil {
 		attrs = append(attrs, slog.Any("error", err))
 	}

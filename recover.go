@@ -149,7 +149,7 @@ func (e *Engine) Recover(ctx context.Context, opts RecoverOptions) (RecoverRepor
 		}
 		res, err := opts.Resolver.Resolve(ctx, rec)
 		if err != nil {
-			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: resolver failed", slog.String("key", redact(rec.Key)), slog.Any("error", err))
+			e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: resolver failed", digestAttr(rec.Key), slog.Any("error", err))
 			rep.Unknown++
 			continue
 		}

@@ -57,7 +57,7 @@ func (e *Engine) open(ctx context.Context, rec *idemstore.Record) error {
 	err := idemstore.OpenRecord(e.cfg.Sealer, rec)
 	if err != nil {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idem: a stored record does not open; it is neither replayed nor run again until the key that sealed it is configured",
-			slog.String("key", redact(rec.Key)), slog.String("state", string(rec.State)), slog.Any("error", err))
+			digestAttr(rec.Key), slog.String("state", string(rec.State)), slog.Any("error", err))
 	}
 	return err
 }

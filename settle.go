@@ -87,8 +87,15 @@ func (e *Engine) releaseOrphan(ctx context.Context, key Key, token string) {
 		func(rec *idemstore.Record, err error) bool {
 			return err != nil || rec.Token != token || rec.State != idemstore.StatePending
 		})
-	if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
+	switch {
+	case err == nil || errors.Is(err, idemstore.ErrLeaseLost):
+	case errors.Is(err, idemstore.ErrUnavailable):
+		// The store is down: the caller's own line says so (once in a
+		// while, not per request), and nothing was likely written.
+		e.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelDebug, "idem: the store is unreachable, so a reservation its failed Reserve may have written was not released; if it was written, it stays pending until its lease expires",
+			digestAttr(key), slog.Any("error", err))
+	default:
 		e.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelError, "idem: releasing a reservation whose Reserve failed did not succeed; it stays pending until its lease expires",
-			slog.String("key", redact(key)), slog.Any("error", err))
+			digestAttr(key), slog.Any("error", err))
 	}
 }

@@ -139,7 +139,7 @@ func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lea
 	}
 	f.p.count(s, settlement)
 	f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error",
-		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key", key), slog.String("outcome", s.Name),
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key_digest", idem.KeyDigest(lease.Key())), slog.String("outcome", s.Name),
 		slog.String("settlement", settlement), slog.Bool("sent", sent), slog.Bool("answer_started", committed),
 		x.connAttrs(), slog.Any("error", err))
 	if committed {
@@ -178,7 +178,7 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 		return settledEscalated
 	}
 	lease.Abandon()
-	key := slog.String("key", lease.Key().Key)
+	key := slog.String("key_digest", idem.KeyDigest(lease.Key()))
 	if errors.Is(err, idem.ErrLeaseLost) {
 		f.p.log.LogAttrs(ctx, slog.LevelWarn, "settling a key after an upstream error found it settled already", key, slog.Any("error", err))
 		return settledLost
@@ -259,6 +259,6 @@ func (f *forwarder) upstreamError(w http.ResponseWriter, r *http.Request, err er
 		key = ""
 	}
 	f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error", slog.String("method", r.Method), slog.String("path", r.URL.Path),
-		slog.String("key", key), slog.String("outcome", s.Name), slog.Any("error", err))
+		keyDigest(idem.Event{Operation: r.Method + " " + r.URL.Path, Key: key}), slog.String("outcome", s.Name), slog.Any("error", err))
 	f.p.writeProblem(w, s, detail, key)
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemadmin"
 )
 
@@ -55,4 +56,14 @@ func (v visibleJSON) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// keyDigest names ev's key on a log line by its digest (idem.KeyDigest),
+// never in clear; an empty attribute (which handlers leave out) when the
+// request sent no valid key.
+func keyDigest(ev idem.Event) slog.Attr {
+	if ev.Key == "" {
+		return slog.Attr{}
+	}
+	return slog.String("key_digest", idem.KeyDigest(idem.Key{Scope: ev.Scope, Operation: ev.Operation, Key: ev.Key}))
 }

@@ -94,5 +94,5 @@ func (l *findingLog) note(route string, ev idem.Event) {
 	l.mu.Unlock()
 	l.log.LogAttrs(context.Background(), slog.LevelInfo, "observe: enforcement would have answered this request itself",
 		slog.String("route", route), slog.String("finding", ev.Finding), slog.String("operation", ev.Operation),
-		slog.String("key", ev.Key), slog.Int("status", ev.Status), slog.Int("unlogged_since_last", skipped))
+		keyDigest(ev), slog.Int("status", ev.Status), slog.Int("unlogged_since_last", skipped))
 }

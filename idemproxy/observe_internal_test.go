@@ -30,15 +30,17 @@ func TestFindingLogSamples(t *testing.T) {
 	l.note("POST /pay", ev(idem.FindingMissingKey))
 	now = now.Add(time.Nanosecond)
 	l.note("POST /pay", ev(idem.FindingMissingKey))
+	// The key by its digest, never in clear (see idem.KeyDigest).
+	digest := idem.KeyDigest(idem.Key{Operation: "POST /pay", Key: "k"})
 	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
 	if len(lines) != 4 {
 		t.Fatalf("%d lines, want 4:\n%s", len(lines), buf.String())
 	}
 	for i, want := range []string{
-		`route="POST /pay" finding=missing_key operation="POST /pay" key=k status=201 unlogged_since_last=0`,
+		`route="POST /pay" finding=missing_key operation="POST /pay" key_digest=` + digest + ` status=201 unlogged_since_last=0`,
 		`route="POST /pay" finding=would_replay`,
 		`route=default finding=missing_key`,
-		`route="POST /pay" finding=missing_key operation="POST /pay" key=k status=201 unlogged_since_last=5`,
+		`route="POST /pay" finding=missing_key operation="POST /pay" key_digest=` + digest + ` status=201 unlogged_since_last=5`,
 	} {
 		if !strings.Contains(lines[i], want) {
 			t.Errorf("line %d = %s, want %s", i, lines[i], want)

@@ -121,7 +121,7 @@ func (p *Proxy) onOutcome(route string) func(idem.Event) {
 		}
 		if p.log.Enabled(context.Background(), slog.LevelDebug) {
 			p.log.LogAttrs(context.Background(), slog.LevelDebug, "request",
-				slog.String("operation", ev.Operation), slog.String("key", ev.Key), slog.String("outcome", ev.Outcome),
+				slog.String("operation", ev.Operation), keyDigest(ev), slog.String("outcome", ev.Outcome),
 				slog.String("finding", ev.Finding), slog.String("settlement", ev.Settlement), slog.Int("status", ev.Status),
 				slog.Duration("duration", ev.Duration))
 		}

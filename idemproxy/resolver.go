@@ -95,8 +95,10 @@ func (r *HTTPResolver) Resolve(ctx context.Context, rec *idemstore.Record) (idem
 	if log == nil {
 		log = slog.Default()
 	}
+	// A line about a key in review: it names the key itself (see
+	// idem.KeyDigest).
 	attrs := []slog.Attr{slog.String("outcome", outcome), slog.String("scope", rec.Key.Scope),
-		slog.String("operation", rec.Key.Operation), slog.String("key", rec.Key.Key)}
+		slog.String("operation", rec.Key.Operation), slog.String("key", rec.Key.Key), slog.String("key_digest", idem.KeyDigest(rec.Key))}
 	if err != nil {
 		log.LogAttrs(ctx, slog.LevelWarn, "resolver failed; the key stays in review", append(attrs, slog.Any("error", err))...)
 	} else {

@@ -18,8 +18,8 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// review looks after the keys that go to review: it logs each one with
-// the key itself (the operator must find it), tells the review webhook,
+// review looks after the keys that go to review (the engine logs each one,
+// with the key itself, for the operator to find): it tells the review webhook,
 // keeps the review gauges current, settles what a resolver can, and serves
 // the admin API and review page.
 type review struct {
@@ -91,11 +91,10 @@ func newReview(cfg Config, store idemstore.Store, m *Metrics, log *slog.Logger) 
 }
 
 // onReview is the engine's OnReview: it runs on the request's goroutine,
-// so it never waits (the webhook queues, the loops are kicked).
+// so it never waits (the webhook queues, the loops are kicked). The
+// engine logs the key's one review line, with the key itself.
 func (rv *review) onReview(ctx context.Context, key idem.Key, reason string) {
 	id := idemadmin.KeyID(key)
-	rv.log.LogAttrs(ctx, slog.LevelWarn, "key needs review", slog.String("scope", key.Scope), slog.String("operation", key.Operation),
-		slog.String("key", key.Key), slog.String("reason", reason), slog.String("id", id))
 	if rv.hook != nil {
 		method, path, _ := strings.Cut(key.Operation, " ")
 		rv.hook.enqueue(reviewEvent{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Reason: reason,

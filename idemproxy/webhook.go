@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idem-dev/idem"
 )
 
 // reviewEvent is the review webhook's body: one key that went to review.
@@ -24,6 +26,13 @@ type reviewEvent struct {
 	Method    string    `json:"method"`
 	Path      string    `json:"path"`
 	At        time.Time `json:"at"`
+}
+
+// keyAttrs name ev's key on a log line: a key in review, so the key itself
+// (see idem.KeyDigest), with its digest.
+func (ev reviewEvent) keyAttrs() slog.Attr {
+	return slog.Group("", slog.String("operation", ev.Operation), slog.String("key", ev.Key),
+		slog.String("key_digest", idem.KeyDigest(idem.Key{Scope: ev.Scope, Operation: ev.Operation, Key: ev.Key})))
 }
 
 // webhook POSTs a reviewEvent for every key that goes to review
@@ -64,7 +73,7 @@ func (w *webhook) enqueue(ev reviewEvent) bool {
 		return true
 	default:
 		w.results.WithLabelValues("dropped").Inc()
-		w.log.Warn("review webhook queue full; event dropped", slog.String("key", ev.Key), slog.String("operation", ev.Operation), slog.Int("queue", cap(w.queue)))
+		w.log.Warn("review webhook queue full; event dropped", ev.keyAttrs(), slog.Int("queue", cap(w.queue)))
 		return false
 	}
 }
@@ -81,7 +90,7 @@ func (w *webhook) run(ctx context.Context) {
 		case ev := <-w.queue:
 			if err := w.deliver(ctx, ev); err != nil {
 				w.results.WithLabelValues("failed").Inc()
-				w.log.Warn("review webhook failed", slog.String("key", ev.Key), slog.String("operation", ev.Operation), slog.Any("error", err))
+				w.log.Warn("review webhook failed", ev.keyAttrs(), slog.Any("error", err))
 			} else {
 				w.results.WithLabelValues("delivered").Inc()
 			}

@@ -149,10 +149,14 @@ func TestAdminAPISettlesReview(t *testing.T) {
 	// and the audit lines of both changes with who and why.
 	eventually(t, "the audit lines", func() bool { return strings.Contains(p.log(), `note=charged`) })
 	log := p.log()
-	for _, s := range []string{`level=WARN msg="key needs review"`, `key=lost`, `key=charged`, `msg="admin: key resolved" by=ops action=release`, `note="never reached the provider"`} {
+	for _, s := range []string{`level=WARN msg="idem: key needs review"`, `key=lost`, `key=charged`, `msg="admin: key resolved" by=ops action=release`, `note="never reached the provider"`} {
 		if !strings.Contains(log, s) {
 			t.Errorf("the proxy log lacks %s:\n%s", s, grepLines(log, "review"))
 		}
+	}
+	// One warn line per key that went to review, not two.
+	if n := strings.Count(log, "key needs review"); n != 2 {
+		t.Errorf("%d review lines for 2 keys:\n%s", n, grepLines(log, "review"))
 	}
 }
 
