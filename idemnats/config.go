@@ -2,6 +2,8 @@ package idemnats
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -150,12 +152,11 @@ func (c Config) validate() error {
 
 // DefaultKey is the default Config.Key: the message's Nats-Msg-Id header,
 // which its publisher chose (JetStream drops a second publication with the
-// same ID within the stream's duplicate window), or else its stream and
-// stream sequence ("ORDERS:42"), which JetStream keeps across
-// redeliveries. The stream sequence protects against processing a stored
-// message twice; only a Nats-Msg-Id (or a business ID, with Config.Key)
-// also covers a publisher that stored the same message twice, outside the
-// duplicate window.
+// same ID within the stream's duplicate window), or else StreamSequenceKey,
+// its place in the stream, which JetStream keeps across redeliveries. The
+// stream sequence protects against processing a stored message twice; only
+// a Nats-Msg-Id (or a business ID, with Config.Key) also covers a publisher
+// that stored the same message twice, outside the duplicate window.
 func DefaultKey(msg jetstream.Msg) (string, error) {
 	if h := msg.Headers(); h != nil {
 		if vs, ok := h[jetstream.MsgIDHeader]; ok {
@@ -168,14 +169,29 @@ func DefaultKey(msg jetstream.Msg) (string, error) {
 	return StreamSequenceKey(msg)
 }
 
-// StreamSequenceKey is a Config.Key: the message's stream and stream
-// sequence ("ORDERS:42"), whatever its headers say.
+// StreamSequenceKey is a Config.Key: the message's place in its stream,
+// whatever its headers say. That is its stream, its stream sequence and
+// the time JetStream stored it, in nanoseconds ("ORDERS:42:1717171717171717171"):
+// a stream deleted and created again numbers its messages from 1 again,
+// and the time tells its new messages from the old ones. A stream whose
+// name would make the key longer than idem.MaxKeyLength, or is not
+// visible ASCII, is named by a digest of its name instead
+// ("sha256-<32 hex digits>:42:…").
 func StreamSequenceKey(msg jetstream.Msg) (string, error) {
 	md, err := msg.Metadata()
 	if err != nil {
 		return "", err
 	}
-	return md.Stream + ":" + strconv.FormatUint(md.Sequence.Stream, 10), nil
+	place := ":" + strconv.FormatUint(md.Sequence.Stream, 10)
+	if !md.Timestamp.IsZero() {
+		place += ":" + strconv.FormatInt(md.Timestamp.UnixNano(), 10)
+	}
+	key := md.Stream + place
+	if len(key) > idem.MaxKeyLength || idem.ValidateKey(key) != nil {
+		sum := sha256.Sum256([]byte(md.Stream))
+		key = "sha256-" + hex.EncodeToString(sum[:16]) + place
+	}
+	return key, nil
 }
 
 // HeaderKey returns a Config.Key that takes the key from the header name

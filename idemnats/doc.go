@@ -15,8 +15,9 @@
 //	}))
 //
 // Each message is keyed by its Nats-Msg-Id header when it has one, or else
-// by its stream and stream sequence, which stay the same across
-// redeliveries (Config.Key chooses otherwise), under the stream's name as
+// by its place in the stream (StreamSequenceKey: the stream, the stream
+// sequence and the time it was stored, which stay the same across
+// redeliveries; Config.Key chooses otherwise), under the stream's name as
 // the operation and the consumer's name as the scope. The outcomes map to
 // JetStream's acknowledgements:
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -628,5 +629,39 @@ func TestTermReasonOnlyWhereHonoured(t *testing.T) {
 		if !strings.Contains(logs.String(), "the message has no key") {
 			t.Errorf("server %q: the reason was not logged: %s", tc.version, logs.String())
 		}
+	}
+}
+
+// StreamSequenceKey: the stream, the stream sequence and the time the
+// message was stored; a stream name that would not make a valid key is
+// replaced by its digest, the same for every message of the stream.
+func TestStreamSequenceKey(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 5, 1, 12, 0, 0, 123, time.UTC)
+	key := func(stream string, seq uint64) string {
+		m := newMsg(seq, "x")
+		m.md.Stream, m.md.Timestamp = stream, at
+		k, err := idemnats.StreamSequenceKey(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := idem.ValidateKey(k); err != nil {
+			t.Fatalf("%q: %v", k, err)
+		}
+		return k
+	}
+	ns := strconv.FormatInt(at.UnixNano(), 10)
+	if k := key("ORDERS", 42); k != "ORDERS:42:"+ns {
+		t.Errorf("key %q", k)
+	}
+	long := strings.Repeat("S", 255)
+	for _, stream := range []string{long, "ЗАКАЗЫ"} {
+		k := key(stream, 7)
+		if !strings.HasPrefix(k, "sha256-") || !strings.HasSuffix(k, ":7:"+ns) || k != key(stream, 7) {
+			t.Errorf("%.10q…: key %q", stream, k)
+		}
+	}
+	if key(long, 7) == key(long[:254]+"T", 7) {
+		t.Error("two long stream names share a key")
 	}
 }

@@ -70,6 +70,16 @@ func (r *jsRig) create(t *testing.T) {
 	}
 }
 
+// recreate deletes the stream and creates it again, empty: its sequences
+// start again at 1.
+func (r *jsRig) recreate(t *testing.T) {
+	t.Helper()
+	if err := r.js.DeleteStream(context.Background(), r.name); err != nil {
+		t.Fatal(err)
+	}
+	r.create(t)
+}
+
 // publish stores a message with data and the headers given as name, value
 // pairs.
 func (r *jsRig) publish(t *testing.T, data string, header ...string) {
@@ -189,6 +199,60 @@ func TestJetStreamInFlightKeepsMaxDeliver(t *testing.T) {
 	r.drained(t)
 	if d := got.all(); len(d) != 1 {
 		t.Fatalf("the handler ran %d times; want once, after the dead consumer's lease expired (JetStream gave up on the message after MaxDeliver in-flight deliveries)", len(d))
+	}
+}
+
+// A message without a Nats-Msg-Id is keyed by its place in the stream. A
+// stream deleted and created again numbers its messages from 1 again:
+// its new messages are not the old ones, and must neither replay their
+// answers (acked without running) nor be refused as reused keys.
+func TestJetStreamStreamRecreated(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var got runs
+	g := serverGuard(t, e, idemnats.Config{})
+	for _, batch := range [][]string{{"order a", "order b"}, {"order a", "order c"}} {
+		for _, data := range batch {
+			r.publish(t, data)
+		}
+		rigCtx, stop := context.WithCancel(context.Background())
+		cc, err := r.cons.Consume(g.MessageHandler(rigCtx, got.handle))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.drained(t)
+		stop()
+		cc.Stop()
+		<-cc.Closed()
+		if batch[1] == "order b" {
+			r.recreate(t)
+		}
+	}
+	if d := got.all(); strings.Join(d, ",") != "order a,order b,order a,order c" {
+		t.Fatalf("the handler ran for %q; want every message of both streams once", d)
+	}
+}
+
+// Streams whose names would not make a key (as long as JetStream allows,
+// or not ASCII): their messages without a Nats-Msg-Id still get one, and
+// run.
+func TestJetStreamStreamNamesOutsideKeys(t *testing.T) {
+	t.Parallel()
+	long := msgchaos.RandomName("L")
+	for name, stream := range map[string]string{"long": long + strings.Repeat("L", 255-len(long)), "not ascii": msgchaos.RandomName("ЗАКАЗЫ_")} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newJSRig(t, stream, jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+			e, _ := memEngine(t, idem.EngineConfig{})
+			var got runs
+			r.consume(t, serverGuard(t, e, idemnats.Config{}), got.handle)
+			r.publish(t, "order 1")
+			r.drained(t)
+			if d := got.all(); len(d) != 1 {
+				t.Fatalf("the handler ran %d times; want once", len(d))
+			}
+		})
 	}
 }
 
