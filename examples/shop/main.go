@@ -19,8 +19,9 @@
 //
 //	go run ./examples/shop
 //
-// and open http://127.0.0.1:8080/. The README beside this file walks
-// through every scenario with curl.
+// and open the URL it prints ("shop listening url=…"): it picks free
+// ports, as idem demo does, unless --listen and --provider-listen name
+// them. The README beside this file walks through every scenario with curl.
 package main
 
 import (
@@ -53,10 +54,10 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer, ready func(shop, provider string)) error {
 	fs := flag.NewFlagSet("shop", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	listen := fs.String("listen", "127.0.0.1:8080", "address the shop listens on")
+	listen := fs.String("listen", "127.0.0.1:0", "address the shop listens on (port 0: a free one, printed at start)")
 	dbArg := fs.String("db", "shop.db", "the shop's database: a SQLite file, or a postgres:// URL")
 	pgSchema := fs.String("pg-schema", "public", "PostgreSQL schema for the shop's and idem's tables (created if missing)")
-	providerListen := fs.String("provider-listen", "127.0.0.1:8081", "address the payment provider's double listens on")
+	providerListen := fs.String("provider-listen", "127.0.0.1:0", "address the payment provider's double listens on (port 0: a free one, printed at start)")
 	providerDB := fs.String("provider-db", "provider.db", "SQLite file where the payment provider's double keeps its charges")
 	providerTimeout := fs.Duration("provider-timeout", 3*time.Second, "how long a call to the payment provider may take")
 	lease := fs.Duration("lease", 30*time.Second, "how long a request holds its key before recovery may decide its process died")
