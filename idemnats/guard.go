@@ -71,6 +71,9 @@ func (g *Guard) Handle(ctx context.Context, msg jetstream.Msg, h HandlerFunc) (e
 	ev := Event{}
 	start := time.Now()
 	defer func() {
+		if err != nil {
+			g.logUnhandled(ctx, msg, &ev, err)
+		}
 		if g.cfg.OnOutcome != nil {
 			ev.Duration = time.Since(start)
 			g.cfg.OnOutcome(ev)
@@ -222,16 +225,13 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 	if len(out) > 0 {
 		if g.cfg.Publisher == nil {
 			err := errors.New("idemnats: the handler produced messages, but Config.Publisher is not set")
-			g.cfg.Logger.LogAttrs(ctx, slog.LevelError, err.Error(), slog.String("operation", ev.Operation))
 			ev.Ack = "nak_delay"
 			g.ackErr(msg, msg.NakWithDelay(g.cfg.NakDelay), "nak")
 			return err
 		}
 		for _, m := range out {
 			if _, err := g.cfg.Publisher.PublishMsg(ctx, m); err != nil {
-				err = fmt.Errorf("idemnats: publishing a produced message: %w", err)
-				g.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemnats: publishing a produced message failed; the message will be delivered again",
-					slog.String("operation", ev.Operation), slog.Any("error", err))
+				err = fmt.Errorf("idemnats: publishing a produced message (the message will be delivered again, and publish the stored ones): %w", err)
 				ev.Ack = "nak_delay"
 				g.ackErr(msg, msg.NakWithDelay(g.cfg.NakDelay), "nak")
 				return err
@@ -239,11 +239,26 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 		}
 	}
 	ev.Ack = "ack"
-	if err := msg.Ack(); err != nil {
-		g.ackErr(msg, err, "ack")
-		return fmt.Errorf("idemnats: acking the message: %w", err)
+	if err := msg.Ack(); err != nil && !errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+		return fmt.Errorf("idemnats: acking the message (JetStream delivers it again after AckWait): %w", err)
 	}
 	return nil
+}
+
+// logUnhandled logs why msg was not acked after its handler ran or its
+// answer was published: a key in flight at debug level (it is routine),
+// anything else as a warning, a Term with its reason.
+func (g *Guard) logUnhandled(ctx context.Context, msg jetstream.Msg, ev *Event, err error) {
+	level := slog.LevelWarn
+	if ev.Outcome == idem.SituationInFlight.Name {
+		level = slog.LevelDebug
+	}
+	text := "idemnats: message not handled"
+	if ev.Ack == "term" {
+		text = "idemnats: message terminated"
+	}
+	g.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), level, text, slog.String("operation", ev.Operation), slog.String("subject", msg.Subject()),
+		slog.String("outcome", ev.Outcome), slog.String("ack", ev.Ack), slog.Any("error", err))
 }
 
 // refuse acknowledges a message whose handler did not run, or whose
@@ -255,8 +270,6 @@ func (g *Guard) refuse(msg jetstream.Msg, r *msgdoor.Refusal, ev *Event) error {
 	if e.Terminated() {
 		ev.Ack = "term"
 		reason := termReason(e.Error())
-		g.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "idemnats: message terminated",
-			slog.String("operation", ev.Operation), slog.String("subject", msg.Subject()), slog.String("reason", reason))
 		if g.termReasons() {
 			g.ackErr(msg, msg.TermWithReason(reason), "term")
 		} else {

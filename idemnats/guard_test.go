@@ -665,3 +665,36 @@ func TestStreamSequenceKey(t *testing.T) {
 		t.Error("two long stream names share a key")
 	}
 }
+
+// Through MessageHandler, whose errors go nowhere, the guard's log is the
+// only trace of a message that was not handled: a handler's error, a store
+// that is down, a Term and its reason each leave a warning.
+func TestMessageHandlerLogsWhatItDrops(t *testing.T) {
+	t.Parallel()
+	_, mem := memEngine(t, idem.EngineConfig{})
+	down, err := idem.NewEngine(downStore{mem}, idem.EngineConfig{Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, _ := memEngine(t, idem.EngineConfig{})
+	for _, tc := range []struct {
+		name string
+		e    *idem.Engine
+		msg  *fakeMsg
+		h    idemnats.HandlerFunc
+		want string
+	}{
+		{"retryable", up, newMsg(1, "x"), func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
+			return nil, idem.Retryable(errors.New("the ledger was busy"))
+		}, "the ledger was busy"},
+		{"store down", down, newMsg(2, "x"), nil, "connection refused"},
+		{"terminated", up, newMsg(3, "x", "Nats-Msg-Id", "two words"), nil, "message terminated"},
+	} {
+		var logs testenv.Buffer
+		g := newGuard(t, tc.e, idemnats.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		g.MessageHandler(context.Background(), tc.h)(tc.msg)
+		if out := logs.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: logged %q; want a warning with %q", tc.name, out, tc.want)
+		}
+	}
+}
