@@ -1,14 +1,19 @@
 package idem_test
 
 import (
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemmem"
 )
 
 // keyLines are the only functions of the module whose log lines may carry
@@ -86,6 +91,49 @@ func TestKeysInLogsFollowTheRule(t *testing.T) {
 	for where := range keyLines {
 		if !found[where] {
 			t.Errorf("%s is allowed to log keys but no longer does: drop it from keyLines", where)
+		}
+	}
+}
+
+// TestReviewLineHostileKey: a key of visible ASCII chosen to look like more
+// attributes stays one quoted value on the review line, in text and JSON.
+func TestReviewLineHostileKey(t *testing.T) {
+	t.Parallel()
+	const key = `k"\ key_digest=0 msg="forged"`
+	for _, format := range []string{"text", "json"} {
+		var logs syncBuffer
+		var h slog.Handler = slog.NewTextHandler(&logs, nil)
+		if format == "json" {
+			h = slog.NewJSONHandler(&logs, nil)
+		}
+		mem := idemmem.MustNew(idemmem.Config{})
+		t.Cleanup(func() { mem.Close() })
+		e, err := idem.NewEngine(mem, idem.EngineConfig{Logger: slog.New(h)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := strings.ReplaceAll(key, " ", "_") // keys are visible ASCII: no space
+		res, err := e.Begin(t.Context(), idem.Request{Key: idem.Key{Scope: "s", Operation: "op", Key: k}, Fingerprint: "f"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := res.Lease.Escalate(t.Context(), "unknown"); err != nil {
+			t.Fatal(err)
+		}
+		line := strings.TrimSpace(logs.String())
+		if strings.Count(line, "\n") != 0 || strings.Count(line, "key_digest=") > 2 {
+			t.Fatalf("%s: %s", format, line)
+		}
+		switch format {
+		case "text":
+			if !strings.Contains(line, ` key="k\"\\_key_digest=0_msg=\"forged\""`) || strings.Count(line, " msg=") != 1 {
+				t.Errorf("text: the key is not one quoted value: %s", line)
+			}
+		case "json":
+			var m map[string]any
+			if err := json.Unmarshal([]byte(line), &m); err != nil || m["key"] != k || m["msg"] != "idem: key needs review" {
+				t.Errorf("json: %v %v", m, err)
+			}
 		}
 	}
 }
