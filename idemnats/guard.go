@@ -161,6 +161,12 @@ func (g *Guard) run(ctx context.Context, msg jetstream.Msg, h HandlerFunc, lease
 		return answer, err
 	})
 	switch {
+	case err == nil && stored != answer && stored.NotReplayable != "":
+		// The handler completed with CompleteTx, but its messages were too
+		// large to keep: what it returned is all there is to publish.
+		g.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemnats: the produced messages stored with CompleteTx were not kept ("+stored.NotReplayable+"); publishing the returned ones, which a redelivery will not",
+			slog.String("operation", ev.Operation), slog.Int("returned", len(produced)))
+		return g.publishAndAck(ctx, msg, produced, ev)
 	case err == nil && stored != answer:
 		// The handler completed with CompleteTx: publish what committed,
 		// which every redelivery publishes too.

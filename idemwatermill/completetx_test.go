@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -15,6 +16,11 @@ import (
 
 func sqliteEngine(t *testing.T) (*sql.DB, *idemsqlite.Store, *idem.Engine) {
 	t.Helper()
+	return sqliteEngineWith(t, idem.EngineConfig{})
+}
+
+func sqliteEngineWith(t *testing.T, cfg idem.EngineConfig) (*sql.DB, *idemsqlite.Store, *idem.Engine) {
+	t.Helper()
 	db, err := idemsqlite.Open(filepath.Join(t.TempDir(), "idem.db"), idemsqlite.OpenOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +30,8 @@ func sqliteEngine(t *testing.T) (*sql.DB, *idemsqlite.Store, *idem.Engine) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := idem.NewEngine(store, idem.EngineConfig{Logger: discard})
+	cfg.Logger = discard
+	e, err := idem.NewEngine(store, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,5 +87,36 @@ func TestCompleteTxWithoutLease(t *testing.T) {
 	defer tx.Rollback()
 	if err := idemwatermill.CompleteTx[*sql.Tx](t.Context(), store, tx); !errors.Is(err, idemwatermill.ErrNoLease) {
 		t.Fatalf("%v", err)
+	}
+}
+
+// Produced messages too large to keep (over the engine's MaxResponseBody),
+// stored with CompleteTx: the key completes as not replayable, and the
+// delivery that ran the handler emits what it returned, since nothing else
+// has them; a redelivery is poison, and runs nothing.
+func TestCompleteTxOverTheLimitEmitsWhatItReturned(t *testing.T) {
+	t.Parallel()
+	db, store, e := sqliteEngineWith(t, idem.EngineConfig{MaxResponseBody: 64})
+	var runs int
+	h := protect(t, e, idemwatermill.Config{Kind: idem.Transactional}, func(msg *message.Message) ([]*message.Message, error) {
+		runs++
+		ctx := msg.Context()
+		receipt := message.NewMessage("receipt-1", []byte(strings.Repeat("r", 100)))
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback()
+		if err := idemwatermill.CompleteTx[*sql.Tx](ctx, store, tx, receipt); err != nil {
+			return nil, err
+		}
+		return []*message.Message{receipt}, tx.Commit()
+	})
+	out, err := h(delivery("m-1", "x"))
+	if err != nil || len(out) != 1 || out[0].UUID != "receipt-1" {
+		t.Fatalf("the delivery that ran: %v, %v; want the receipt it returned", out, err)
+	}
+	if _, err := h(delivery("m-1", "x")); !errors.Is(err, idem.ErrNotReplayable) || !idemwatermill.IsPoison(err) || runs != 1 {
+		t.Fatalf("redelivery: %v after %d runs; want not replayable, poison, one run", err, runs)
 	}
 }

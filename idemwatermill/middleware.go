@@ -148,6 +148,12 @@ func (g *guard) run(msg *message.Message, h message.HandlerFunc, lease *idem.Lea
 	switch {
 	case err == nil && stored == answer:
 		return produced, nil
+	case err == nil && stored.NotReplayable != "":
+		// The handler completed with CompleteTx, but its messages were too
+		// large to keep: what it returned is all there is to emit.
+		g.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemwatermill: the produced messages stored with CompleteTx were not kept ("+stored.NotReplayable+"); emitting the returned ones, which a redelivery will not",
+			slog.String("operation", lease.Key().Operation), slog.Int("returned", len(produced)))
+		return produced, nil
 	case err == nil:
 		// The handler completed with CompleteTx: what committed is what
 		// every redelivery emits, so emit it now too.
