@@ -77,7 +77,8 @@ type Config struct {
 	// NackDelay is the longest a message is held before it is nacked when
 	// its first handling still runs elsewhere; the delay is about as long
 	// as that handling has taken so far (idem.Result.RetryAfter, at least
-	// a second), at most NackDelay. Most subscribers (AMQP, watermill-sql's
+	// a second), at most NackDelay. A message whose store failed is held
+	// for NackDelay. Most subscribers (AMQP, watermill-sql's
 	// ResendInterval aside) redeliver a nacked message at once, so this
 	// keeps the message from looping hot. Defaults to 5s; a negative value
 	// nacks at once.

@@ -68,7 +68,9 @@ func (g *guard) handle(msg *message.Message, h message.HandlerFunc) (out []*mess
 		res, err = g.e.Begin(ctx, req)
 		switch {
 		case err != nil:
-			r = msgdoor.BeginError(err)
+			if r = msgdoor.BeginError(err); r.Situation.Name == idem.SituationUnavailable.Name {
+				g.pause(ctx, g.cfg.NackDelay)
+			}
 		case res.Outcome == idem.Acquired:
 			ev.Outcome = res.Outcome.String()
 			defer func() { ev.Settlement = res.Lease.State().String() }() // also after a panic

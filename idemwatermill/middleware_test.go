@@ -508,7 +508,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	}
 	var c counting
 	var ev idemwatermill.Event
-	h := protect(t, e, idemwatermill.Config{OnOutcome: func(x idemwatermill.Event) { ev = x }}, c.handle)
+	h := protect(t, e, idemwatermill.Config{NackDelay: -1, OnOutcome: func(x idemwatermill.Event) { ev = x }}, c.handle)
 	_, err = h(delivery("m-1", "x"))
 	if !errors.Is(err, idemstore.ErrUnavailable) || idemwatermill.IsPoison(err) || c.runs.Load() != 0 || ev.Outcome != "unavailable" {
 		t.Fatalf("%v, %d runs, outcome %q", err, c.runs.Load(), ev.Outcome)
@@ -670,4 +670,33 @@ func TestOnOutcome(t *testing.T) {
 			t.Errorf("event %d: %s (operation %q), want %s", i, got, ev.Operation, want[i])
 		}
 	}
+}
+
+// A store that is down: the message is held for NackDelay before its
+// error goes back to the router, as a key in flight is, so that a
+// subscriber that redelivers a nacked message at once (watermill-amqp)
+// does not loop on it, and on the store, as fast as it can.
+func TestStoreDownHoldsBeforeNack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, mem := memEngine(t, idem.EngineConfig{})
+		e, err := idem.NewEngine(downStore{mem}, idem.EngineConfig{Logger: discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tc := range []struct{ nackDelay, want time.Duration }{
+			{0, idemwatermill.DefaultNackDelay},
+			{300 * time.Millisecond, 300 * time.Millisecond},
+			{-1, 0},
+		} {
+			var c counting
+			h := protect(t, e, idemwatermill.Config{NackDelay: tc.nackDelay}, c.handle)
+			start := time.Now()
+			if _, err := h(delivery("m-1", "x")); !errors.Is(err, idemstore.ErrUnavailable) || idemwatermill.IsPoison(err) {
+				t.Fatalf("%v", err)
+			}
+			if held := time.Since(start); held != tc.want {
+				t.Errorf("NackDelay %v: held %v, want %v", tc.nackDelay, held, tc.want)
+			}
+		}
+	})
 }
