@@ -20,6 +20,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemgrpc"
 	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/rpctest/testpb"
 )
 
@@ -183,18 +184,26 @@ func reportCPU(b *testing.B) func() {
 // BenchmarkUnaryLoopback measures whole calls to a real server on loopback
 // TCP, 32 at a time over 4 connections as scripts/bench-grpc.sh sends
 // them, each with a new request_id: bare, and behind the interceptor on the
-// memory store. Client and server share the process, so the figure is what
-// a call costs both; the difference is idem's.
+// memory store and, when IDEM_TEST_POSTGRES_URL is set, on PostgreSQL
+// (calls/batch is then the mean number of calls each group-commit
+// transaction carried). Client and server share the process, so cpu-µs/op
+// is what a call costs both; the difference is idem's.
 func BenchmarkUnaryLoopback(b *testing.B) {
-	for _, protected := range []bool{false, true} {
-		name := "bare"
-		if protected {
-			name = "memory"
-		}
-		b.Run(name, func(b *testing.B) {
+	for _, store := range []string{"bare", "memory", "postgres"} {
+		b.Run(store, func(b *testing.B) {
 			var opts []grpc.ServerOption
-			if protected {
+			var batches idemstore.BatchReporter
+			switch store {
+			case "memory":
 				opts = append(opts, grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(benchEngine(b, 1<<20), idemgrpc.Config{Scope: idemgrpc.GlobalScope, Logger: quiet})))
+			case "postgres":
+				l := newPGLedger(b)
+				e, err := idem.NewEngine(l.store, idem.EngineConfig{Logger: quiet})
+				if err != nil {
+					b.Fatal(err)
+				}
+				batches = l.store
+				opts = append(opts, grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(e, idemgrpc.Config{Scope: idemgrpc.GlobalScope, Logger: quiet})))
 			}
 			srv := grpc.NewServer(opts...)
 			testpb.RegisterPaymentsServer(srv, &payments{})
@@ -218,6 +227,7 @@ func BenchmarkUnaryLoopback(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			defer reportCPU(b)()
+			start := time.Now()
 			b.RunParallel(func(pb *testing.PB) {
 				c := clients[worker.Add(1)%4]
 				ctx := context.Background()
@@ -229,6 +239,12 @@ func BenchmarkUnaryLoopback(b *testing.B) {
 					}
 				}
 			})
+			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "calls/s")
+			if batches != nil {
+				if bs, ok := batches.BatchStats(); ok && bs.Batches > 0 {
+					b.ReportMetric(float64(bs.Batched)/float64(bs.Batches), "calls/batch")
+				}
+			}
 		})
 	}
 }

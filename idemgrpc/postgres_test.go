@@ -35,7 +35,7 @@ type pgLedger struct {
 	store  *idempg.Store
 }
 
-func newPGLedger(t *testing.T) *pgLedger {
+func newPGLedger(t testing.TB) *pgLedger {
 	t.Helper()
 	u := testenv.Getenv(t, "IDEM_TEST_POSTGRES_URL")
 	ctx := context.Background()

@@ -18,6 +18,7 @@ import (
 	"runtime/pprof"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"google.golang.org/grpc"
@@ -45,6 +46,7 @@ func main() {
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here, until SIGINT or SIGTERM")
 	memprofile := flag.String("memprofile", "", "write an allocation profile here at SIGINT or SIGTERM")
 	maxRecords := flag.Int("maxrecords", 0, "the memory store's MaxRecords (0: its default)")
+	retention := flag.Duration("retention", 24*time.Hour, "how long completed keys are kept")
 	flag.Parse()
 	if *memprofile != "" {
 		runtime.MemProfileRate = 64 << 10
@@ -123,7 +125,7 @@ func main() {
 		default:
 			log.Fatalf("unknown store %q", *store)
 		}
-		e, err := idem.NewEngine(st, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+		e, err := idem.NewEngine(st, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler), Retention: *retention})
 		if err != nil {
 			log.Fatal(err)
 		}
