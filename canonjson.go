@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
 )
@@ -15,23 +16,45 @@ const maxJSONDepth = 512
 
 var errNotJSON = errors.New("idem: not canonicalisable JSON")
 
-// CanonicalJSON appends to dst a canonical form of the JSON text src: object
-// members sorted by name, insignificant whitespace removed, strings in one
-// escaping, and numbers written by value (1, 1.0, 1e0 and 10e-1 are equal).
-// Members named by the JSON Pointers in exclude (RFC 6901, e.g. "/meta/trace")
-// are left out. Two texts with the same meaning canonicalise equally.
+// CanonicalJSON appends to dst the canonical form of the JSON text src that
+// fingerprints use: insignificant whitespace removed, strings in one
+// escaping (\u0041 and A are the same), object members in a canonical order,
+// and everything a decoder could read differently kept as written:
+//
+//   - Numbers are kept as spelled: 1, 1.0, 1e0 and -0 stay four numbers,
+//     because decoders tell them apart (json.Number, integer fields, Python's
+//     int and float).
+//   - Members whose names a decoder may take for one another keep their
+//     order: duplicate names (most decoders keep the last, Go merges
+//     objects into a struct, some keep the first or refuse), and names equal
+//     but for case, '_' and '-' (encoding/json matches struct fields
+//     case-insensitively; encoding/json/v2 with case:ignore and others also
+//     ignore '_' and '-'). Other members are sorted, by the folded name.
+//
+// Members named by the JSON Pointers in exclude (RFC 6901, e.g.
+// "/meta/trace") do not count: they are left out, or, when another member
+// of the same object has a name a decoder may take for theirs, kept in
+// place with the value null, so that their order still counts.
 //
 // It returns an error for text that is not a single valid JSON value in
-// UTF-8, or that nests deeper than 512 levels.
+// UTF-8 (invalid UTF-8 and unpaired surrogate escapes included), or that
+// nests deeper than 512 levels.
 func CanonicalJSON(dst, src []byte, exclude []string) ([]byte, error) {
-	return canonicalJSON(dst, src, exclude, nil)
+	return canonicalJSON(dst, src, exclude, nil, false)
 }
 
 // canonicalJSON is CanonicalJSON that, with include set, keeps only the
 // members at or under the JSON Pointers in include (see
-// FingerprintOptions.IncludeFields).
-func canonicalJSON(dst, src []byte, exclude, include []string) ([]byte, error) {
-	c := canonicalizer{src: src}
+// FingerprintOptions.IncludeFields). v1 gives the form of fingerprint
+// version v1 instead (see fingerprintV1).
+func canonicalJSON(dst, src []byte, exclude, include []string, v1 bool) ([]byte, error) {
+	c := canonicalizer{src: src, v1: v1}
+	return c.run(dst, exclude, include)
+}
+
+// run canonicalises c.src, with the field rules exclude and include, and
+// appends the result to dst.
+func (c *canonicalizer) run(dst []byte, exclude, include []string) ([]byte, error) {
 	var err error
 	if c.exclude, err = parsePointers("excluded", exclude); err != nil {
 		return dst, err
@@ -39,12 +62,21 @@ func canonicalJSON(dst, src []byte, exclude, include []string) ([]byte, error) {
 	if c.include, err = parsePointers("included", include); err != nil {
 		return dst, err
 	}
+	if c.include != nil && !c.v1 {
+		c.includeFold = make([][]string, len(c.include))
+		for i, p := range c.include {
+			c.includeFold[i] = make([]string, len(p))
+			for j, t := range p {
+				c.includeFold[i][j] = foldName(t)
+			}
+		}
+	}
 	c.tracked = c.exclude != nil || c.include != nil
 	start := len(dst)
 	dst, err = c.value(dst, 0)
 	if err == nil {
 		c.skipSpace()
-		if c.pos != len(src) {
+		if c.pos != len(c.src) {
 			err = c.fail("trailing data after the JSON value")
 		}
 	}
@@ -94,17 +126,55 @@ func parsePointerOf(kind, p string) ([]string, error) {
 	return toks, nil
 }
 
-type member struct{ start, keyEnd, end int }
+// member is one object member in the output buffer: its canonical name is
+// buf[start:keyEnd], its value buf[keyEnd+1:end]; its folded name is
+// c.folds[fold:foldEnd]. dropped members are excluded ones, written with the
+// value null.
+type member struct {
+	start, keyEnd, end int
+	fold, foldEnd      int
+	dropped            bool
+}
 
 type canonicalizer struct {
-	src     []byte
-	pos     int
-	exclude [][]string
-	include [][]string // nil: everything counts
-	tracked bool       // exclude or include is set: path is maintained
-	path    []string   // only maintained when tracked
-	members []member   // a stack shared by nested objects
-	scratch []byte
+	src         []byte
+	pos         int
+	v1          bool       // the form of fingerprint version v1
+	exclude     [][]string // exact tokens
+	include     [][]string // nil: everything counts
+	includeFold [][]string // include, folded (not in v1)
+	tracked     bool       // exclude or include is set: path is maintained
+	path        []string   // only maintained when tracked
+	pathFold    []string   // path, folded; only maintained with include
+	members     []member   // a stack shared by nested objects
+	folds       []byte     // folded member names, a stack like members
+	scratch     []byte
+	// With findTwins, foldedTwins is set when an object has two members
+	// whose names fold alike (duplicates included).
+	findTwins, foldedTwins bool
+}
+
+// reset prepares a pooled canonicalizer for src, keeping its buffers.
+func (c *canonicalizer) reset(src []byte) {
+	c.src, c.pos, c.v1 = src, 0, false
+	c.exclude, c.include, c.includeFold, c.tracked = nil, nil, nil, false
+	c.path, c.pathFold = c.path[:0], c.pathFold[:0]
+	c.members, c.folds, c.scratch = c.members[:0], c.folds[:0], c.scratch[:0]
+	c.findTwins, c.foldedTwins = false, false
+}
+
+// release lets go of the source, and of buffers too big to keep in a pool.
+func (c *canonicalizer) release() {
+	c.src = nil
+	if cap(c.members) > 1<<14 {
+		c.members = nil
+	}
+	if cap(c.folds) > 1<<18 {
+		c.folds = nil
+	}
+	if cap(c.scratch) > 1<<20 {
+		c.scratch = nil
+	}
 }
 
 func (c *canonicalizer) fail(msg string) error {
@@ -135,6 +205,9 @@ func (c *canonicalizer) value(dst []byte, depth int) ([]byte, error) {
 	case ch == '"':
 		return c.str(dst)
 	case ch == '-' || (ch >= '0' && ch <= '9'):
+		if c.v1 {
+			return c.numberV1(dst)
+		}
 		return c.number(dst)
 	default:
 		for _, lit := range [...]string{"true", "false", "null"} {
@@ -150,8 +223,9 @@ func (c *canonicalizer) value(dst []byte, depth int) ([]byte, error) {
 func (c *canonicalizer) object(dst []byte, depth int) ([]byte, error) {
 	c.pos++ // {
 	dst = append(dst, '{')
-	base := len(c.members)
+	base, foldBase := len(c.members), len(c.folds)
 	region := len(dst)
+	rewrite := false // members were dropped: write them again
 	c.skipSpace()
 	if c.pos < len(c.src) && c.src[c.pos] == '}' {
 		c.pos++
@@ -169,17 +243,22 @@ func (c *canonicalizer) object(dst []byte, depth int) ([]byte, error) {
 			return dst, err
 		}
 		keyEnd := len(dst)
+		fold := len(c.folds)
+		c.folds = appendFoldedName(c.folds, dst[start+1:keyEnd-1])
 		c.skipSpace()
 		if c.pos >= len(c.src) || c.src[c.pos] != ':' {
 			return dst, c.fail("expected ':' after an object member name")
 		}
 		c.pos++
 		dst = append(dst, ':')
-		excluded := false
+		dropped := false
 		if c.tracked {
 			name, _ := strconv.Unquote(string(dst[start:keyEnd]))
 			c.path = append(c.path, name)
-			excluded = c.dropped()
+			if c.includeFold != nil {
+				c.pathFold = append(c.pathFold, string(c.folds[fold:]))
+			}
+			dropped = c.dropped()
 		}
 		dst, err = c.value(dst, depth+1)
 		if err != nil {
@@ -187,11 +266,20 @@ func (c *canonicalizer) object(dst []byte, depth int) ([]byte, error) {
 		}
 		if c.tracked {
 			c.path = c.path[:len(c.path)-1]
+			if c.includeFold != nil {
+				c.pathFold = c.pathFold[:len(c.pathFold)-1]
+			}
 		}
-		if excluded {
+		switch {
+		case dropped && c.v1:
 			dst = dst[:start]
-		} else {
-			c.members = append(c.members, member{start, keyEnd, len(dst)})
+			rewrite = true
+		case dropped:
+			dst = append(dst[:keyEnd+1], "null"...)
+			rewrite = true
+			fallthrough
+		default:
+			c.members = append(c.members, member{start: start, keyEnd: keyEnd, end: len(dst), fold: fold, foldEnd: len(c.folds), dropped: dropped})
 		}
 		done, err := c.separator('}', "an object")
 		if err != nil {
@@ -200,37 +288,151 @@ func (c *canonicalizer) object(dst []byte, depth int) ([]byte, error) {
 		if done {
 			break
 		}
+		dst = append(dst, ',')
 	}
 	ms := c.members[base:]
-	sorted := slices.IsSortedFunc(ms, func(a, b member) int { return compareMember(dst, a, b) })
-	if !sorted {
-		slices.SortFunc(ms, func(a, b member) int { return compareMember(dst, a, b) })
-	}
-	// Rewrite the region with members in order, separated by commas.
-	c.scratch = append(c.scratch[:0], dst[region:]...)
-	dst = dst[:region]
-	for i, m := range ms {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, c.scratch[m.start-region:m.end-region]...)
+	if c.order(dst, ms) || rewrite {
+		dst = c.rewrite(dst, region, ms, rewrite && !c.v1)
 	}
 	c.members = c.members[:base]
+	c.folds = c.folds[:foldBase]
 	return append(dst, '}'), nil
 }
 
-// compareMember orders members by canonical name, then by canonical value so
-// that duplicate names still give one order.
-func compareMember(buf []byte, a, b member) int {
-	if r := bytes.Compare(buf[a.start:a.keyEnd], buf[b.start:b.keyEnd]); r != 0 {
-		return r
+// rewrite writes the members ms of the object whose region of dst starts at
+// region again, in their order, separated by commas. With dropped, a
+// dropped member is left out unless a member whose name folds alike counts
+// (then its position tells which of them a decoder reads).
+func (c *canonicalizer) rewrite(dst []byte, region int, ms []member, dropped bool) []byte {
+	c.scratch = append(c.scratch[:0], dst[region:]...)
+	dst = dst[:region]
+	if !dropped {
+		for i, m := range ms {
+			if i > 0 {
+				dst = append(dst, ',')
+			}
+			dst = append(dst, c.scratch[m.start-region:m.end-region]...)
+		}
+		return dst
 	}
-	return bytes.Compare(buf[a.keyEnd:a.end], buf[b.keyEnd:b.end])
+	first := true
+	for i := 0; i < len(ms); {
+		j, counts := i+1, !ms[i].dropped
+		for ; j < len(ms) && c.twins(ms[i], ms[j]); j++ {
+			counts = counts || !ms[j].dropped
+		}
+		for _, m := range ms[i:j] {
+			if m.dropped && !counts {
+				continue
+			}
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = append(dst, c.scratch[m.start-region:m.end-region]...)
+		}
+		i = j
+	}
+	return dst
 }
 
-// dropped reports whether the value at c.path (at c.pos) is left out: it is
-// excluded, or include is set and it is neither at or under an included
-// pointer nor an object or array on the way to one.
+// twins reports whether the names of a and b fold alike.
+func (c *canonicalizer) twins(a, b member) bool {
+	return bytes.Equal(c.folds[a.fold:a.foldEnd], c.folds[b.fold:b.foldEnd])
+}
+
+// order sorts the members of one object and reports whether it moved any.
+// Version v1 sorted them by name, then by value; members whose names fold
+// alike now keep their order, and set c.foldedTwins if c.findTwins.
+func (c *canonicalizer) order(buf []byte, ms []member) (moved bool) {
+	if c.v1 {
+		cmp := func(a, b member) int { return compareMemberV1(buf, a, b) }
+		if slices.IsSortedFunc(ms, cmp) {
+			return false
+		}
+		slices.SortFunc(ms, cmp)
+		return true
+	}
+	// Members that fold alike keep their order: they are told apart by
+	// where they start, which follows the order they came in.
+	cmp := func(a, b member) int {
+		if r := bytes.Compare(c.folds[a.fold:a.foldEnd], c.folds[b.fold:b.foldEnd]); r != 0 {
+			return r
+		}
+		return a.start - b.start
+	}
+	if moved = !slices.IsSortedFunc(ms, cmp); moved {
+		slices.SortFunc(ms, cmp)
+	}
+	if c.findTwins && !c.foldedTwins {
+		for i := 1; i < len(ms); i++ {
+			if c.twins(ms[i-1], ms[i]) {
+				c.foldedTwins = true
+				break
+			}
+		}
+	}
+	return moved
+}
+
+// foldName is appendFoldedName of a decoded name.
+func foldName(name string) string {
+	var enc []byte
+	enc = appendCanonicalString(enc, name)
+	return string(appendFoldedName(nil, enc[1:len(enc)-1]))
+}
+
+// appendFoldedName appends the folded form of a member name, given as the
+// canonical string without its quotes: '_' and '-' removed, and each letter
+// replaced by one representative of its case-folding class, so that names a
+// case-insensitive decoder matches to one field fold alike. Escapes in the
+// canonical string (\", \\ and \u00XX) are copied as they are.
+func appendFoldedName(dst, name []byte) []byte {
+	for i := 0; i < len(name); {
+		c := name[i]
+		switch {
+		case c == '\\':
+			n := 2
+			if i+1 < len(name) && name[i+1] == 'u' {
+				n = 6
+			}
+			n = min(n, len(name)-i)
+			dst = append(dst, name[i:i+n]...)
+			i += n
+		case c == '_' || c == '-':
+			i++
+		case c < utf8.RuneSelf:
+			if 'a' <= c && c <= 'z' {
+				c -= 'a' - 'A'
+			}
+			dst = append(dst, c)
+			i++
+		default:
+			r, n := utf8.DecodeRune(name[i:])
+			dst = utf8.AppendRune(dst, foldRune(r))
+			i += n
+		}
+	}
+	return dst
+}
+
+// foldRune returns the least rune of r's simple case-folding orbit, which
+// is the same for every rune that unicode.SimpleFold (and so
+// strings.EqualFold) takes for r.
+func foldRune(r rune) rune {
+	least := r
+	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+		least = min(least, f)
+	}
+	return least
+}
+
+// dropped reports whether the value at c.path (at c.pos) does not count:
+// it is excluded, or include is set and it is neither at or under an
+// included pointer nor on the way to one. Version v1 compared include
+// pointers exactly and dropped a scalar on the way to one; names are now
+// compared folded (as a case-insensitive decoder would match them), and a
+// scalar on the way counts.
 func (c *canonicalizer) dropped() bool {
 	for _, ex := range c.exclude {
 		if slices.Equal(ex, c.path) {
@@ -240,13 +442,20 @@ func (c *canonicalizer) dropped() bool {
 	if c.include == nil {
 		return false
 	}
-	for _, in := range c.include {
-		if len(in) <= len(c.path) && slices.Equal(in, c.path[:len(in)]) {
+	include, path := c.include, c.path
+	if !c.v1 {
+		include, path = c.includeFold, c.pathFold
+	}
+	for _, in := range include {
+		if len(in) <= len(path) && slices.Equal(in, path[:len(in)]) {
 			return false // at or under an included pointer
 		}
 	}
-	for _, in := range c.include {
-		if len(in) > len(c.path) && slices.Equal(in[:len(c.path)], c.path) {
+	for _, in := range include {
+		if len(in) > len(path) && slices.Equal(in[:len(path)], path) {
+			if !c.v1 {
+				return false
+			}
 			// On the way to an included pointer: kept if it can hold it.
 			c.skipSpace()
 			return c.pos >= len(c.src) || (c.src[c.pos] != '{' && c.src[c.pos] != '[')
@@ -270,7 +479,11 @@ func (c *canonicalizer) array(dst []byte, depth int) ([]byte, error) {
 		start := len(dst)
 		excluded := false
 		if c.tracked {
-			c.path = append(c.path, strconv.Itoa(i))
+			idx := strconv.Itoa(i)
+			c.path = append(c.path, idx)
+			if c.includeFold != nil {
+				c.pathFold = append(c.pathFold, idx)
+			}
 			excluded = c.dropped()
 		}
 		var err error
@@ -280,6 +493,9 @@ func (c *canonicalizer) array(dst []byte, depth int) ([]byte, error) {
 		}
 		if c.tracked {
 			c.path = c.path[:len(c.path)-1]
+			if c.includeFold != nil {
+				c.pathFold = c.pathFold[:len(c.pathFold)-1]
+			}
 		}
 		if excluded {
 			// An excluded element still holds its place, so that
@@ -374,6 +590,9 @@ func (c *canonicalizer) str(dst []byte) ([]byte, error) {
 					return dst, c.fail("bad \\u escape")
 				}
 				if utf16.IsSurrogate(r) {
+					// Decoders read an unpaired surrogate differently
+					// (U+FFFD in Go, kept as is in JavaScript and
+					// Python): such a string is not canonicalised.
 					if c.pos+1 < len(c.src) && c.src[c.pos] == '\\' && c.src[c.pos+1] == 'u' {
 						c.pos += 2
 						r2, ok := c.hex4()
@@ -394,10 +613,10 @@ func (c *canonicalizer) str(dst []byte) ([]byte, error) {
 			dst = appendCanonicalRune(dst, r)
 		case ch < 0x20:
 			return dst, c.fail("control character in string")
-		case ch < utf8.RuneSelf:
-			dst = appendCanonicalRune(dst, rune(ch))
-			c.pos++
 		default:
+			// Invalid UTF-8 is refused rather than read as U+FFFD, as
+			// encoding/json would: two different invalid strings must
+			// not become one.
 			r, size := utf8.DecodeRune(c.src[c.pos:])
 			if r == utf8.RuneError && size <= 1 {
 				return dst, c.fail("invalid UTF-8 in string")
@@ -430,6 +649,16 @@ func (c *canonicalizer) hex4() (rune, bool) {
 	return r, true
 }
 
+// appendCanonicalString appends the canonical JSON encoding of s, which
+// must be valid UTF-8.
+func appendCanonicalString(dst []byte, s string) []byte {
+	dst = append(dst, '"')
+	for _, r := range s {
+		dst = appendCanonicalRune(dst, r)
+	}
+	return append(dst, '"')
+}
+
 func appendCanonicalRune(dst []byte, r rune) []byte {
 	switch {
 	case r == '"' || r == '\\':
@@ -441,93 +670,50 @@ func appendCanonicalRune(dst []byte, r rune) []byte {
 	}
 }
 
-// number appends the canonical form of the JSON number at c.pos: its
-// significant digits without leading or trailing zeros, then "e" and the
-// exponent, so equal values compare equal whatever their spelling. Zero is
-// "0" (negative zero too).
+// number appends the JSON number at c.pos as it is written, once it is
+// checked against the JSON grammar.
 func (c *canonicalizer) number(dst []byte) ([]byte, error) {
-	s := c.src
-	i := c.pos
-	neg := false
+	s, i := c.src, c.pos
 	if s[i] == '-' {
-		neg = true
 		i++
 	}
-	intStart := i
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+	switch {
+	case i < len(s) && s[i] == '0':
 		i++
-	}
-	intPart := s[intStart:i]
-	if len(intPart) == 0 || (len(intPart) > 1 && intPart[0] == '0') {
+	case i < len(s) && s[i] >= '1' && s[i] <= '9':
+		i = skipDigits(s, i)
+	default:
 		c.pos = i
 		return dst, c.fail("bad number")
 	}
-	var frac []byte
 	if i < len(s) && s[i] == '.' {
-		i++
-		fs := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		frac = s[fs:i]
-		if len(frac) == 0 {
-			c.pos = i
+		j := skipDigits(s, i+1)
+		if j == i+1 {
+			c.pos = j
 			return dst, c.fail("bad number fraction")
 		}
+		i = j
 	}
-	exp := int64(0)
 	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
 		i++
-		es := i
 		if i < len(s) && (s[i] == '+' || s[i] == '-') {
 			i++
 		}
-		ds := i
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			i++
-		}
-		if ds == i {
-			c.pos = i
+		j := skipDigits(s, i)
+		if j == i {
+			c.pos = j
 			return dst, c.fail("bad number exponent")
 		}
-		e, err := strconv.ParseInt(string(s[es:i]), 10, 64)
-		if err != nil || e > 1<<40 || e < -(1<<40) {
-			c.pos = i
-			return dst, c.fail("number exponent out of range")
-		}
-		exp = e
+		i = j
 	}
+	dst = append(dst, s[c.pos:i]...)
 	c.pos = i
-	// Significant digits: intPart followed by frac; value = digits × 10^(exp-len(frac)).
-	exp -= int64(len(frac))
-	lead := 0
-	digits := len(intPart) + len(frac)
-	at := func(k int) byte {
-		if k < len(intPart) {
-			return intPart[k]
-		}
-		return frac[k-len(intPart)]
-	}
-	for lead < digits && at(lead) == '0' {
-		lead++
-	}
-	if lead == digits {
-		return append(dst, '0'), nil
-	}
-	end := digits
-	for at(end-1) == '0' {
-		end--
-		exp++
-	}
-	if neg {
-		dst = append(dst, '-')
-	}
-	for k := lead; k < end; k++ {
-		dst = append(dst, at(k))
-	}
-	if exp != 0 {
-		dst = append(dst, 'e')
-		dst = strconv.AppendInt(dst, exp, 10)
-	}
 	return dst, nil
+}
+
+func skipDigits(s []byte, i int) int {
+	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+		i++
+	}
+	return i
 }

@@ -25,6 +25,7 @@ const outcomeHeader = "Idempotency-Outcome"
 // buffer and reader, and the response capture.
 type reqState struct {
 	info    idemstore.Request
+	fp      FingerprintSource
 	reqBuf  bytes.Buffer
 	body    bodyReader
 	respBuf bytes.Buffer
@@ -46,6 +47,7 @@ func putState(s *reqState) {
 	s.respBuf.Reset()
 	s.body = bodyReader{}
 	s.info = idemstore.Request{}
+	s.fp = FingerprintSource{}
 	// The header map is reused: stores do not keep a response's header
 	// (idemstore.CompleteParams), and the real response holds only its
 	// value slices, which are never written again.

@@ -34,7 +34,9 @@
 // one key across its retries.
 //
 // Fingerprint and CanonicalJSON give a request a stable meaning, so that a
-// retry can be told apart from a different request under the same key.
+// retry can be told apart from a different request under the same key;
+// Request.FingerprintSource lets a record fingerprinted by an earlier
+// version of the algorithm still match its retry.
 // ParseKeyHeader reads the Idempotency-Key header as the IETF draft
 // describes.
 package idem

@@ -228,6 +228,12 @@ type Request struct {
 	// Fingerprint is the request's meaning (see Fingerprint). A retry with
 	// the same key and another fingerprint is a Mismatch.
 	Fingerprint string
+	// FingerprintSource, if set, is what Fingerprint was made of. A record
+	// whose fingerprint an earlier version of the algorithm made is then
+	// compared by that version (see FingerprintSource.MatchesEarlier), so
+	// that a retry across an upgrade of idem is not a Mismatch. Without it,
+	// such a record is a Mismatch.
+	FingerprintSource *FingerprintSource
 	// Kind decides what happens to an expired lease. Defaults to External.
 	Kind Kind
 	// Lease overrides EngineConfig.Lease for this operation when positive.
@@ -404,7 +410,7 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 // again. Lease expiry is judged on the store's clock (rec.ReadAt), and
 // acted on only through store operations that check it again.
 func (e *Engine) classify(ctx context.Context, req Request, rec *idemstore.Record) (res Result, retry bool, err error) {
-	if rec.Fingerprint != req.Fingerprint {
+	if rec.Fingerprint != req.Fingerprint && !req.FingerprintSource.MatchesEarlier(rec.Fingerprint) {
 		return Result{Outcome: Mismatch, Record: rec}, false, nil
 	}
 	switch rec.State {

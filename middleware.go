@@ -140,10 +140,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = &st.body
 	}
 	buf := &st.reqBuf
-	fp, err := Fingerprint(FingerprintInput{
+	st.fp = FingerprintSource{Input: FingerprintInput{
 		Method: r.Method, Operation: op, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery,
-		ContentType: firstValue(r.Header["Content-Type"]), Body: buf.Bytes(),
-	}, FingerprintOptions{ExcludeFields: pol.ExcludeFields, IncludeFields: pol.IncludeFields, Key: m.cfg.FingerprintKey})
+		ContentType:     joinedHeader(r.Header["Content-Type"]),
+		ContentEncoding: joinedHeader(r.Header["Content-Encoding"]),
+		Body:            buf.Bytes(),
+	}, Options: FingerprintOptions{ExcludeFields: pol.ExcludeFields, IncludeFields: pol.IncludeFields, Key: m.cfg.FingerprintKey}}
+	fp, err := Fingerprint(st.fp.Input, st.fp.Options)
 	if err != nil { // validated at construction; kept for safety
 		panic(err)
 	}
@@ -153,7 +156,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		wait = 0 // a duplicate in flight is forwarded at once
 	}
 	res, err := m.e.Begin(r.Context(), Request{
-		Key: Key{Scope: scope, Operation: op, Key: key}, Fingerprint: fp,
+		Key: Key{Scope: scope, Operation: op, Key: key}, Fingerprint: fp, FingerprintSource: &st.fp,
 		Kind: pol.Kind, Wait: wait, Lease: pol.Lease, Retention: pol.Retention,
 		Info: st.requestInfo(r, pol, buf.Bytes()),
 	})
@@ -232,8 +235,8 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the detail says so.
 func mismatchDetail(r *http.Request, bodyLen int) string {
 	const detail = "This Idempotency-Key was already used with a different request. Use a new key for a new request."
-	if bodyLen > 0 && !isJSONContentType(firstValue(r.Header["Content-Type"])) {
-		return detail + " The body was compared byte for byte, because its Content-Type is not JSON (application/json or +json): send JSON with a JSON Content-Type for member order and whitespace not to matter."
+	if bodyLen > 0 && comparedAsSent(joinedHeader(r.Header["Content-Type"]), joinedHeader(r.Header["Content-Encoding"])) {
+		return detail + " The body was compared byte for byte, because its Content-Type is not JSON (application/json or +json, in UTF-8, with no Content-Encoding): send JSON with a JSON Content-Type for member order and whitespace not to matter."
 	}
 	return detail
 }

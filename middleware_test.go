@@ -196,7 +196,7 @@ func TestMiddlewareReplay(t *testing.T) {
 	if first.Code != 201 || first.Header().Get("Idempotency-Outcome") != "acquired" || first.Header().Get("Set-Cookie") == "" {
 		t.Fatalf("first: %d %v", first.Code, first.Header())
 	}
-	second := f.do(call{key: "k1", body: `{ "currency":"usd", "amount":1e2 }`})
+	second := f.do(call{key: "k1", body: `{ "currency":"usd", "amount":100 }`})
 	if second.Code != 201 || second.Body.String() != first.Body.String() {
 		t.Fatalf("replay %d %q, want %q", second.Code, second.Body, first.Body)
 	}

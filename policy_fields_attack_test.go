@@ -24,7 +24,7 @@ func TestIncludeAndExcludeFieldsTogether(t *testing.T) {
 	for _, same := range []string{
 		`{"order":{"amount":1,"trace":"b"},"items":[{"sku":"x","n":1}],"note":"a"}`,
 		`{"order":{"amount":1,"trace":"a"},"items":[{"sku":"x","n":2}],"note":"b"}`,
-		`{"note":"z","items":[{"n":9,"sku":"x"}],"order":{"trace":"q","amount":1.0}}`,
+		`{"note":"z","items":[{"n":9,"sku":"x"}],"order":{"trace":"q","amount":1}}`,
 	} {
 		if fp(same) != base {
 			t.Errorf("%s: different fingerprint, want the same", same)

@@ -106,14 +106,17 @@ func payoutRequest(args PayoutArgs) (idem.Request, error) {
 	if err != nil {
 		return idem.Request{}, err
 	}
-	fp, err := idem.Fingerprint(idem.FingerprintInput{Operation: PayoutArgs{}.Kind(), ContentType: "application/json", Body: body}, idem.FingerprintOptions{})
+	src := &idem.FingerprintSource{Input: idem.FingerprintInput{Operation: PayoutArgs{}.Kind(), ContentType: "application/json", Body: body}}
+	fp, err := idem.Fingerprint(src.Input, src.Options)
 	if err != nil {
 		return idem.Request{}, fmt.Errorf("payout: fingerprint: %w", err)
 	}
 	return idem.Request{
 		Key:         idem.Key{Scope: "payouts", Operation: PayoutArgs{}.Kind(), Key: args.PayoutID},
 		Fingerprint: fp,
-		Kind:        idem.Transactional,
-		Retention:   7 * 24 * time.Hour, // far longer than River takes to redeliver a job whose worker died
+		// A job stored by an earlier version of idem still matches.
+		FingerprintSource: src,
+		Kind:              idem.Transactional,
+		Retention:         7 * 24 * time.Hour, // far longer than River takes to redeliver a job whose worker died
 	}, nil
 }

@@ -1,6 +1,7 @@
 package rpccore
 
 import (
+	"bytes"
 	"strconv"
 	"sync"
 
@@ -29,8 +30,10 @@ var fpBufs = sync.Pool{New: func() any { return new([]byte) }}
 const fpContentType = "application/protobuf"
 
 // Fingerprint returns the fingerprint of m, a request of op, under key
-// (FingerprintOptions.Key; nil for plain SHA-256).
-func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte) (string, error) {
+// (FingerprintOptions.Key; nil for plain SHA-256), and what it was made of,
+// which lets a record fingerprinted by an earlier version of idem match a
+// retry (idem.Request.FingerprintSource).
+func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte) (string, *idem.FingerprintSource, error) {
 	if hasUnknown(m.ProtoReflect()) {
 		m = proto.Clone(m)
 		discardUnknown(m.ProtoReflect())
@@ -43,15 +46,17 @@ func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte) 
 	}()
 	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*bp)[:0], m)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	*bp = b
 	b = dropFields(b, f)
-	in := idem.FingerprintInput{Method: "RPC", Operation: op, ContentType: fpContentType, Body: b}
+	src := &idem.FingerprintSource{Input: idem.FingerprintInput{Method: "RPC", Operation: op, ContentType: fpContentType, Body: bytes.Clone(b)},
+		Options: idem.FingerprintOptions{Key: key}}
 	if k.hasFirstSent {
-		in.Query = "first_sent=" + strconv.FormatInt(k.firstSent.UnixNano(), 10)
+		src.Input.Query = "first_sent=" + strconv.FormatInt(k.firstSent.UnixNano(), 10)
 	}
-	return idem.Fingerprint(in, idem.FingerprintOptions{Key: key})
+	fp, err := idem.Fingerprint(src.Input, src.Options)
+	return fp, src, err
 }
 
 // dropFields removes the top-level key fields from b, a message's

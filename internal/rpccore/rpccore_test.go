@@ -63,7 +63,7 @@ func TestFingerprintMapOrderAndUnknownFields(t *testing.T) {
 		}
 		f := KeyFieldsOf(m.ProtoReflect().Descriptor())
 		before := len(m.ProtoReflect().GetUnknown())
-		s, err := Fingerprint("/m", &m, f, found{}, nil)
+		s, _, err := Fingerprint("/m", &m, f, found{}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -233,7 +233,7 @@ func (s *Server) serve(ctx context.Context, c *Call, m *method, ev *Event, handl
 		}
 		return refuse(idem.SituationScopeDenied.Name, "The call's credentials do not identify a client.")
 	}
-	fp, err := Fingerprint(c.Method, c.Request, m.fields, k, s.o.FingerprintKey)
+	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, k, s.o.FingerprintKey)
 	if err != nil {
 		return Answer{Status: &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}}
 	}
@@ -243,7 +243,7 @@ func (s *Server) serve(ctx context.Context, c *Call, m *method, ev *Event, handl
 		wait = max(min(wait, time.Until(dl)*9/10), 0)
 	}
 	res, err := s.e.Begin(ctx, idem.Request{
-		Key: idem.Key{Scope: scope, Operation: c.Method, Key: k.key}, Fingerprint: fp,
+		Key: idem.Key{Scope: scope, Operation: c.Method, Key: k.key}, Fingerprint: fp, FingerprintSource: src,
 		Kind: m.pol.Kind, Wait: wait, Lease: m.pol.Lease, Retention: m.pol.Retention,
 		Info: &idemstore.Request{Method: "RPC", Path: c.Method},
 	})
