@@ -56,9 +56,13 @@
 // told "acquired" or "done" unless the batch committed, nor "nothing
 // changed" unless that is sure. A caller whose context ends while its
 // call is queued takes it out (nothing is written); once its batch has
-// started it gets the context's error, the batch goes on, and, as for any
-// failed Reserve, the caller releases its token: that release queues
-// behind the batch and finds the reservation if it was made.
+// started it gets the context's error and the batch goes on. If the batch
+// commits that caller's reservation, the batch releases it, fenced, before
+// it answers the others or the next batch runs: the caller's own release
+// of the token is bounded and may give up while the batch waits for the
+// write lock. A Reserve that runs alone needs no such care: SQLite runs
+// the statement on the caller's goroutine and stops it when the context
+// ends, so nothing is left running when Reserve returns.
 //
 // Config.DisableBatch (or batch=off in the idem CLI's store URL) turns
 // batching off.

@@ -37,7 +37,14 @@ type Store interface {
 	//
 	// A Reserve that returns an error may still have inserted the record
 	// (the reply was lost after the commit). The caller must then release
-	// p.Token, fenced, so that no reservation is left without an owner.
+	// p.Token, fenced, so that no reservation is left without an owner. A
+	// store may also release it itself, on the caller's behalf (the SQL
+	// stores do, for a batched Reserve whose caller left while its batch
+	// ran); the caller's release then finds nothing. That release must not
+	// be overtaken: a Reserve whose context ends while the backend still
+	// works on it returns once the backend can no longer commit it, or has
+	// committed it, unless the backend stays silent past a bound of the
+	// store's, as with any lost reply.
 	Reserve(ctx context.Context, p ReserveParams) (rec *Record, created bool, err error)
 
 	// Get returns the record for key, with ReadAt set, or ErrNotFound.

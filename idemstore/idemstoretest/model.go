@@ -35,6 +35,13 @@ import (
 // ErrNotNeedsReview, ErrNotCompleted); Reserve of an existing record and Get
 // return what the record is.
 //
+// A Reserve that failed may have inserted its record, and its caller must
+// release the token; a store may also release it itself, on the caller's
+// behalf (a SQL store does for a batched Reserve whose caller left while
+// the batch ran). So a record that such a Reserve left pending, and that
+// no call has settled or taken over since, may vanish before any later
+// call: the model marks it unclaimed.
+//
 // Whether a lease has expired is the store's clock's business, which a test
 // cannot drive on a real server. The model keeps it deterministic instead:
 // every lease the workload grants (Reserve, Extend, Takeover) is either an
@@ -124,6 +131,15 @@ type recordState struct {
 	expired     bool // the lease has expired by the store's clock
 	reason      string
 	response    string
+	// unclaimed: pending under the token of a Reserve whose outcome is
+	// unknown (see above). A read does not show it.
+	unclaimed bool
+}
+
+// shown is s as a read returns it.
+func (s recordState) shown() recordState {
+	s.unclaimed = false
+	return s
 }
 
 // observe turns a record a store returned into the model's terms.
@@ -156,7 +172,7 @@ func apply(s recordState, in linInput) (linOutput, recordState) {
 	switch in.kind {
 	case opReserve:
 		if s.state != "" {
-			return linOutput{result: resExists, record: s}, s
+			return linOutput{result: resExists, record: s.shown()}, s
 		}
 		return linOutput{result: resCreated}, recordState{
 			state: idemstore.StatePending, token: in.token, fingerprint: in.fingerprint, expired: in.lease <= 0,
@@ -165,7 +181,7 @@ func apply(s recordState, in linInput) (linOutput, recordState) {
 		if s.state == "" {
 			return linOutput{result: resNotFound}, s
 		}
-		return linOutput{result: resOK, record: s}, s
+		return linOutput{result: resOK, record: s.shown()}, s
 	case opComplete:
 		if !fenced {
 			return lost, s
@@ -191,7 +207,7 @@ func apply(s recordState, in linInput) (linOutput, recordState) {
 		if !fenced || !s.expired {
 			return lost, s
 		}
-		s.token, s.expired = in.newToken, in.lease <= 0
+		s.token, s.expired, s.unclaimed = in.newToken, in.lease <= 0, false
 		return ok, s
 	case opResolve:
 		switch {
@@ -223,16 +239,27 @@ func apply(s recordState, in linInput) (linOutput, recordState) {
 
 // step is the model's step: the states a record in s can be in after a call
 // in that returned out. A call whose outcome is unknown took effect or did
-// not; any other call must have returned what apply says.
+// not; any other call must have returned what apply says. An unclaimed
+// record may have been released before the call.
 func step(s recordState, in linInput, out linOutput) []any {
-	want, next := apply(s, in)
-	switch {
-	case out.unknown:
-		return []any{s, next}
-	case out != want:
-		return nil
+	from := []recordState{s}
+	if s.unclaimed {
+		from = append(from, recordState{})
 	}
-	return []any{next}
+	var states []any
+	for _, s := range from {
+		want, next := apply(s, in)
+		switch {
+		case out.unknown:
+			if in.kind == opReserve && want.result == resCreated {
+				next.unclaimed = true
+			}
+			states = append(states, s, next)
+		case out == want:
+			states = append(states, next)
+		}
+	}
+	return states
 }
 
 var modelSeed = maphash.MakeSeed()

@@ -86,7 +86,9 @@ func IsAlone(err error) bool {
 // returns nil, op's outcome (Record, Created, Err) is set.
 // When ctx ends first, Do returns ctx's error and op must not be read any
 // more: the call was taken out of the queue (nothing was written), or its
-// batch had started and may still commit it.
+// batch had started and may still commit it. A Reserve that its batch
+// commits after its caller left is released by the batch (see
+// releaseLeft), before anything else runs on its shard.
 func (b *Batcher) Do(ctx context.Context, op *Op) error {
 	sh := b.shard(op)
 	sh.mu.Lock()
@@ -114,13 +116,15 @@ func (b *Batcher) Do(ctx context.Context, op *Op) error {
 	case <-op.done:
 	case <-ctx.Done():
 		sh.mu.Lock()
-		if op.state == queued {
+		switch op.state {
+		case queued:
 			op.state = abandoned // take skips it
+		case taken:
+			op.state = left // its batch releases what it reserved
 		}
+		state := op.state
 		sh.mu.Unlock()
-		select {
-		case <-op.done: // finished meanwhile: the outcome is known
-		default:
+		if state != finished { // else the outcome is known, and ours
 			return ctx.Err()
 		}
 	}
@@ -163,7 +167,7 @@ func (b *Batcher) handOff(sh *shard) {
 // loop runs batches on sh until its queue is empty.
 func (b *Batcher) loop(sh *shard, batch []*Op) {
 	for {
-		b.run(batch)
+		b.run(sh, batch)
 		clear(batch)
 		// Let the members just woken run before the next batch is taken:
 		// many of them make their next call at once (a Complete after a
@@ -201,13 +205,9 @@ func (sh *shard) take() []*Op {
 	return batch
 }
 
-// run runs one batch and tells its members.
-func (b *Batcher) run(batch []*Op) {
-	defer func() {
-		for _, op := range batch {
-			close(op.done)
-		}
-	}()
+// run runs one batch on sh and tells its members.
+func (b *Batcher) run(sh *shard, batch []*Op) {
+	defer b.finish(sh, batch)
 	b.batches.Add(1)
 	b.batched.Add(uint64(len(batch)))
 	if len(batch) == 1 {
@@ -229,6 +229,28 @@ func (b *Batcher) run(batch []*Op) {
 		} else {
 			op.Record, op.Created, op.Err = nil, false, err
 		}
+	}
+}
+
+// finish hands each member of batch its outcome, except those whose caller
+// left while it ran: their Reserves, if they may have gone in, are
+// released first.
+func (b *Batcher) finish(sh *shard, batch []*Op) {
+	var gone []*Op
+	sh.mu.Lock()
+	for _, op := range batch {
+		if op.state == left {
+			gone = append(gone, op)
+		} else {
+			op.state = finished
+		}
+	}
+	sh.mu.Unlock()
+	for _, op := range gone {
+		b.releaseLeft(op)
+	}
+	for _, op := range batch {
+		close(op.done)
 	}
 }
 

@@ -34,10 +34,16 @@
 //     out of the queue: nothing was written. One whose context ends after
 //     its batch started gets the context's error and the batch goes on for
 //     the others; as with any lost reply, the call may have taken effect.
-//     For a Reserve the contract already says what to do: release the
-//     token, fenced. That release goes to the same shard as the Reserve
-//     (calls are sharded by key), so it runs after the batch has committed
-//     and always finds the reservation if it was made.
+//     For a Reserve the contract has the caller release the token, fenced,
+//     and that release queues behind the batch on the same shard; but it is
+//     bounded, and may give up while the batch waits for a lock. So the
+//     batch itself releases the Reserves of callers that left, once its
+//     outcome is known and before it answers the others (see left.go).
+//   - A store commits what a Reserve wrote only once its statements have
+//     answered, in CommitContext (see commit.go): a caller that leaves
+//     while a statement waits drops the connection before any COMMIT, and
+//     the server rolls back instead of committing a reservation after the
+//     caller's release of its token found nothing.
 //
 // The batch's own context ends when the contexts of all its members have
 // ended (nobody waits any more), never because one member left.

@@ -74,9 +74,11 @@ type Op struct {
 type opState uint8
 
 const (
-	queued opState = iota
-	taken
-	abandoned
+	queued    opState = iota
+	taken             // in a batch that runs
+	abandoned         // its caller left before its batch was taken
+	left              // its caller left while its batch ran
+	finished          // its batch is over and its outcome set
 )
 
 // ReserveOp returns the Op of Store.Reserve(p).
