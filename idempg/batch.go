@@ -35,8 +35,9 @@ func (s *Store) alone() groupcommit.Calls {
 	}
 }
 
-// runBatch sends ops as one pipeline (one round trip) that PostgreSQL runs
-// as one implicit transaction, committed at its end. The ops go in rounds
+// runBatch sends ops as one pipeline (one round trip) that opens a
+// transaction with BEGIN, and commits it with a COMMIT of its own once
+// every statement has answered (a second round trip). The ops go in rounds
 // of distinct keys (groupcommit.Rounds), one round after another, so that
 // each key's calls keep their order. In a round, the Reserves are one
 // multi-row statement (reserveMany), sent first, and the Completes another
@@ -45,6 +46,14 @@ func (s *Store) alone() groupcommit.Calls {
 // (Release, Escalate, Extend) send their own statements in between, as
 // without batching. A statement that fails makes the server skip the rest
 // and roll everything back.
+//
+// The COMMIT waits for the answers because the batch's context ends when
+// all its members have left, and pgx answers that by dropping the
+// connection: a pipeline committed at its end (an implicit transaction)
+// would still commit on the server once a lock it waits for came free,
+// after the members' releases of their tokens had found nothing. Without
+// COMMIT the server rolls back. The COMMIT itself runs in
+// groupcommit.CommitContext (see internal/groupcommit/commit.go).
 func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil { // nothing sent
@@ -55,6 +64,7 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 		b     pgx.Batch
 		steps [][]*groupcommit.Op // what each queued statement is for, in order
 	)
+	b.Queue("BEGIN")
 	for _, round := range groupcommit.Rounds(ops) {
 		var reserves, others, completes []*groupcommit.Op
 		for _, op := range round {
@@ -95,18 +105,29 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 		}
 	}
 	br := conn.SendBatch(ctx, &b)
-	err = readBatch(br, steps)
-	if cerr := br.Close(); err == nil {
-		err = cerr // the commit's own error, at the end of the pipeline
-	}
+	_, err = br.Exec() // BEGIN
 	if err == nil {
-		return nil
+		err = readBatch(br, steps)
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) { // the server refused: it rolled back
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		// Never committed: the server refused a statement and skipped the
+		// rest, or the connection was dropped before COMMIT was sent.
+		s.rollback(ctx, conn)
 		return groupcommit.Failed(interpretError(ctx, err))
 	}
-	return groupcommit.CommitUnknown("idempg", len(ops), interpretError(ctx, err))
+	cctx, stop := groupcommit.CommitContext(ctx)
+	defer stop()
+	if _, err := conn.Exec(cctx, "COMMIT"); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) { // the server refused: it rolled back
+			return groupcommit.Failed(interpretError(ctx, err))
+		}
+		return groupcommit.CommitUnknown("idempg", len(ops), interpretError(ctx, err))
+	}
+	return nil
 }
 
 // maxStatementBytes is, unless a test sets Store.statementBytes, how many

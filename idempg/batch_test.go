@@ -181,10 +181,10 @@ func TestBatchLostCommit(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := t.Context()
-	// Warm up: the batch's statements are prepared, so the next batch
-	// sends only their parameters, in which the proxy looks for the key.
+	// Warm up: the batch's statements are prepared, so that the proxy sees
+	// the next batch's COMMIT as the first one it is armed for.
 	batchtest.InOneBatch(t, s.Batcher(), batchtest.Reserve(ctx, s, batchtest.Key("w1"), "w1", time.Minute), batchtest.Reserve(ctx, s, batchtest.Key("w2"), "w2", time.Minute))
-	proxy.DropNext([]byte("LOSTREPLY"))
+	proxy.DropNextCommit()
 	got := batchtest.InOneBatch(t, s.Batcher(), batchtest.Reserve(ctx, s, batchtest.Key("lostreply"), "t1", time.Minute), batchtest.Reserve(ctx, s, batchtest.Key("other"), "t2", time.Minute))
 	if proxy.Armed() {
 		t.Fatal("the proxy did not see the batch")

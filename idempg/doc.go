@@ -10,8 +10,12 @@
 //	eng, err := idem.NewEngine(store, idem.EngineConfig{})
 //
 // Reservations are INSERT … ON CONFLICT DO NOTHING against the primary key
-// (scope, operation, key), committed on their own before any work runs, so
-// they are safe at every isolation level. Every later change is fenced by
+// (scope, operation, key), in a transaction of their own committed before
+// any work runs, so they are safe at every isolation level. The COMMIT is
+// sent only once the insert has answered: a Reserve whose context ends
+// while its insert waits for a lock is dropped with its connection and
+// rolled back, instead of committing later under a token that the
+// caller, told it failed, has already released. Every later change is fenced by
 // the lease token. Time is the server's: every deadline is
 // statement_timestamp() plus a duration, and every expiry is judged on it
 // in the statement that acts.
@@ -86,8 +90,8 @@
 // store idle runs at once, alone, as without batching: a lone request pays
 // nothing extra. Calls that arrive while it runs queue up, and when it
 // ends they are sent together as one pipeline (pgx SendBatch: one round
-// trip), which PostgreSQL runs as one implicit transaction, committed at
-// its end. The calls go in rounds of distinct keys (the calls of one key
+// trip) in a transaction that BEGIN opens, and a COMMIT follows once every
+// statement has answered. The calls go in rounds of distinct keys (the calls of one key
 // keep their order, one round after another). A round's Reserves are one
 // multi-row INSERT … ON CONFLICT DO NOTHING over arrays of their values,
 // which also reads the existing record of each key it did not insert, so
@@ -107,15 +111,18 @@
 // connection fails every member with the same idemstore.ErrRetryable or
 // idemstore.ErrUnavailable, and any other refusal (a value the server does
 // not take, which may be one call's fault) makes each member run again
-// alone. A batch whose outcome is unknown (the connection broke after it
-// was sent) fails every member with idemstore.ErrUnavailable, never
+// alone. A batch whose outcome is unknown (the connection broke after its
+// COMMIT was sent) fails every member with idemstore.ErrUnavailable, never
 // ErrRetryable: nobody is told "acquired" or "done" unless the batch
 // committed, nor "nothing changed" unless that is sure. A caller whose
 // context ends while its call is queued takes it out (nothing is written);
-// once its batch has been sent it gets the context's error, the batch goes
-// on, and, as for any failed Reserve, the caller releases its token: that
-// release queues behind the batch and finds the reservation if it was
-// made.
+// once its batch has been sent it gets the context's error and the batch
+// goes on. If the batch commits that caller's reservation, the batch
+// releases it, fenced, before it answers the others or the next batch
+// runs: the caller's own release of the token, which the contract asks
+// for, is bounded and may give up while the batch waits for a lock. When
+// every member has left, the batch's connection is dropped before its
+// COMMIT, and nothing it wrote commits.
 //
 // Config.DisableBatch (or batch=off in the idem CLI's store URL) turns
 // batching off.

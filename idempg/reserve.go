@@ -5,20 +5,31 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/groupcommit"
 )
 
 // Reserve inserts a pending record with INSERT … ON CONFLICT DO NOTHING, in
-// its own autocommit statement on a pooled connection, so the reservation is
-// committed before any business work starts. The server's clock at that
-// statement makes the record's CreatedAt and UpdatedAt, and its lease
-// deadline is that plus p.Lease. When the key exists it reads the existing
-// record and returns it (with ReadAt) and created == false. It repeats the
-// insert if that record vanished before the read (up to
-// idemstore.MaxReserveAttempts) and when the server aborted it for
-// contention (up to Config.ReserveRetries).
+// a transaction of its own on a pooled connection, committed before it
+// returns, so the reservation is committed before any business work
+// starts. The server's clock at that statement makes the record's
+// CreatedAt and UpdatedAt, and its lease deadline is that plus p.Lease.
+// When the key exists it reads the existing record and returns it (with
+// ReadAt) and created == false. It repeats the insert if that record
+// vanished before the read (up to idemstore.MaxReserveAttempts) and when
+// the server aborted it for contention (up to Config.ReserveRetries).
+//
+// The transaction is what makes a Reserve whose ctx ends safe to release:
+// the insert may wait for a lock (another transaction writing the same
+// key), and pgx answers a context that ends then by dropping the
+// connection. An insert on its own would still commit whenever the lock
+// came free, after the engine's release of its token had found nothing;
+// an insert in a transaction that never received COMMIT is rolled back.
+// The COMMIT runs in groupcommit.CommitContext, so that it is answered
+// before Reserve returns (see internal/groupcommit/commit.go).
 func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	return idemstore.ReserveLoop("idempg", s.cfg.ReserveRetries, func() (*idemstore.Record, bool, error) {
 		if s.batch == nil {
@@ -32,22 +43,72 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 	})
 }
 
-// reserveOnce makes one insert and, on conflict, one read. It returns a nil
+// reserveOnce makes one insert, in a transaction that BEGIN opens in the
+// same round trip, and commits it; on conflict it ends the transaction and
+// reads the existing record, again in one round trip. It returns a nil
 // record and nil error when the conflicting row was gone by the read.
 func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
-	k := p.Key
-	tag, err := s.pool.Exec(ctx, s.q.reserve, k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.Lease, idemstore.EncodeRequest(p.Request))
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, false, interpretError(ctx, err)
 	}
+	defer conn.Release() // destroys a connection left in a transaction
+	k := p.Key
+	var b pgx.Batch
+	b.Queue("BEGIN")
+	b.Queue(s.q.reserve, k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.Lease, idemstore.EncodeRequest(p.Request))
+	br := conn.SendBatch(ctx, &b)
+	_, err = br.Exec()
+	var tag pgconn.CommandTag
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil { // never committed: rolled back, or dropped uncommitted
+		s.rollback(ctx, conn)
+		return nil, false, interpretError(ctx, err)
+	}
 	if tag.RowsAffected() == 1 {
+		cctx, stop := groupcommit.CommitContext(ctx)
+		defer stop()
+		if _, err := conn.Exec(cctx, "COMMIT"); err != nil {
+			return nil, false, interpretError(ctx, err)
+		}
 		return nil, true, nil
 	}
-	rec, err := s.get(ctx, k)
-	if errors.Is(err, idemstore.ErrNotFound) {
-		return nil, false, nil
+	// Nothing written: end the transaction, and read the record in a
+	// statement of its own, whose snapshot is taken after the insert's.
+	b = pgx.Batch{}
+	b.Queue("ROLLBACK")
+	b.Queue(s.q.get, k.Scope, k.Operation, k.Key)
+	br = conn.SendBatch(ctx, &b)
+	_, err = br.Exec()
+	var rec *idemstore.Record
+	if err == nil {
+		rec, err = scanRecord(br.QueryRow())
 	}
-	return rec, false, err
+	gone := errors.Is(err, pgx.ErrNoRows)
+	if cerr := br.Close(); err == nil || gone {
+		err = cerr
+	}
+	if err != nil {
+		return nil, false, interpretError(ctx, err)
+	}
+	return rec, false, nil // nil when the record was gone by the read
+}
+
+// rollback ends the transaction left open on conn by a statement the
+// server refused, so that the pool can keep the connection. A connection
+// that ctx's end closed needs nothing: the server rolls back on its own.
+func (s *Store) rollback(ctx context.Context, conn *pgxpool.Conn) {
+	if conn.Conn().IsClosed() || conn.Conn().PgConn().TxStatus() == 'I' {
+		return
+	}
+	cctx, stop := groupcommit.CommitContext(ctx)
+	defer stop()
+	_, _ = conn.Exec(cctx, "ROLLBACK")
 }
 
 // Get returns the record for key, read at the server's clock (ReadAt), or
