@@ -171,11 +171,23 @@ func (s *Store) extend(ctx context.Context, p idemstore.ExtendParams) error {
 // clock a new token and a lease of p.Lease from that clock, fenced by
 // p.OldToken, in one UPDATE. Of concurrent takeovers exactly one succeeds;
 // the others get idemstore.ErrLeaseLost, as does a takeover of a lease an
-// Extend renewed first.
+// Extend renewed first. The UPDATE runs in a transaction of its own for
+// the reason Reserve's INSERT does: it can wait for the row (the old
+// holder's business transaction may hold it), and one whose caller left
+// meanwhile must not be applied once the row comes free.
 func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
 	if len(p.NewToken) > MaxTokenLen {
 		return fmt.Errorf("idemmysql: token is %d bytes, at most %d fit", len(p.NewToken), MaxTokenLen)
 	}
-	return execFenced(ctx, s.db, takeoverSQL, p.NewToken, millis(p.Lease),
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return interpretError(ctx, err)
+	}
+	err = execFenced(ctx, tx, takeoverSQL, p.NewToken, millis(p.Lease),
 		p.Key.Scope, p.Key.Operation, p.Key.Key, p.OldToken)
+	if err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return interpretError(ctx, tx.Commit())
 }

@@ -83,9 +83,15 @@
 // or "done" unless the batch committed, nor "nothing changed" unless that
 // is sure. A caller whose context ends while its call is queued takes it
 // out (nothing is written); once its batch has started it gets the
-// context's error, the batch goes on, and, as for any failed Reserve, the
-// caller releases its token: that release queues behind the batch and
-// finds the reservation if it was made.
+// context's error and the batch goes on. If the batch commits that
+// caller's reservation, the batch releases it, fenced, before it answers
+// the others or the next batch runs: the caller's own release of the
+// token, which the contract asks for, is bounded and may give up while the
+// batch waits for a lock. When every member has left, the batch's
+// connection is dropped before its COMMIT, and nothing it wrote commits.
+// A Reserve or Takeover that runs alone does so in a transaction of its
+// own for the same reason: its statement may wait for a lock, and one
+// whose context ended meanwhile must not commit once the lock comes free.
 //
 // Config.DisableBatch (or batch=off in the idem CLI's store URL) turns
 // batching off.
