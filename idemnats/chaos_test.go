@@ -37,7 +37,8 @@ const (
 )
 
 // TestChaosJetStream: two consumer processes on one durable JetStream
-// consumer, killed with SIGKILL mid-handler and between completion and ack
+// consumer, killed with SIGKILL mid-handler, between completion and the
+// publication of the produced message, and between publication and ack
 // (by the test and by themselves), dropping acks so that AckWait
 // redelivers, and failing messages with Retryable. Every message's ledger
 // row must be written exactly once, none lost, and every produced message
@@ -146,7 +147,11 @@ func runChaosChild(string) error {
 	if err != nil {
 		return err
 	}
-	guard, err := idemnats.New(engine, idemnats.Config{Kind: idem.Transactional, Publisher: js, NakDelay: 300 * time.Millisecond, Logger: logger})
+	var pub jetstream.Publisher = js
+	if faulty {
+		pub = faultyPublisher{js}
+	}
+	guard, err := idemnats.New(engine, idemnats.Config{Kind: idem.Transactional, Publisher: pub, NakDelay: 300 * time.Millisecond, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -200,4 +205,16 @@ func (m *faultyAck) Ack() error {
 		return nil // the ack is lost
 	}
 	return m.Msg.Ack()
+}
+
+// faultyPublisher dies now and then before publishing a produced message:
+// between completion and publication, so that the message's next delivery
+// must publish the stored messages, with their IDs.
+type faultyPublisher struct{ jetstream.JetStream }
+
+func (p faultyPublisher) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	if msgchaos.Chance(0.01) {
+		msgchaos.Crash()
+	}
+	return p.JetStream.PublishMsg(ctx, m, opts...)
 }
