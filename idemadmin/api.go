@@ -34,11 +34,16 @@ func (h *Handler) apiRoutes() http.Handler {
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		tok, ok := bearer(r)
-		name, match := h.tokens.match(tok)
-		if !ok || !match {
-			if ok {
-				h.cfg.Logger.Warn("admin: API request with a wrong token", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-			}
+		if !ok {
+			writeError(w, errUnauthorized)
+			return
+		}
+		name, match, refused := h.signIn(w, r, tok)
+		switch {
+		case refused:
+			writeError(w, errTooManyFailures)
+			return
+		case !match:
 			writeError(w, errUnauthorized)
 			return
 		}

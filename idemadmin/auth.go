@@ -85,3 +85,8 @@ func bearer(r *http.Request) (string, bool) {
 // errUnauthorized is the API's answer without a valid token.
 var errUnauthorized = &Error{Status: http.StatusUnauthorized, Code: CodeUnauthorized,
 	Detail: "a valid admin token is required: send Authorization: Bearer TOKEN (a token of --admin-token-file or IDEM_ADMIN_TOKEN, alone or as its whole NAME:TOKEN line)"}
+
+// errTooManyFailures answers a client address that has used up its failed
+// sign-ins (Config.SignInFailures).
+var errTooManyFailures = &Error{Status: http.StatusTooManyRequests, Code: CodeRateLimited,
+	Detail: "too many wrong admin tokens from this address: wait for Retry-After seconds before trying again"}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"time"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -24,14 +25,35 @@ type Config struct {
 	Retention time.Duration
 
 	// SessionTTL is how long a sign-in to the review page lasts; the
-	// session ends then, or at sign-out, whichever comes first. Defaults
-	// to 8h.
+	// session ends then, or at sign-out, whichever comes first. Every
+	// instance that has the same token under the same name accepts the
+	// session. Defaults to 8h.
 	SessionTTL time.Duration
 
-	// MaxSessions bounds the review page's sessions, which live in this
-	// process's memory; past it, the oldest is signed out. Defaults to
-	// 1000.
+	// MaxSessions is ignored.
+	//
+	// Deprecated: sessions are signed cookies that every instance sharing
+	// the token file accepts, and are kept nowhere; signing out revokes
+	// one in the store (see SessionScope).
 	MaxSessions int
+
+	// SignInFailures is how many failed sign-ins (a wrong token on the
+	// page's form or in the API's Authorization header) a client address
+	// may make in a row; it then regains one try every SignInRegain, and
+	// is refused (429, Retry-After) until it does. Counted in this
+	// process's memory. Defaults to 10.
+	SignInFailures int
+
+	// SignInRegain is how often an address regains one failed sign-in
+	// (see SignInFailures). Defaults to 1m.
+	SignInRegain time.Duration
+
+	// TrustedProxies are the load balancers in front of the admin
+	// listener: for a request from one of them, failed sign-ins are
+	// counted by the nearest address of X-Forwarded-For that is not one of
+	// them, instead of by the balancer's own. Defaults to none: every
+	// request counts by its peer's address.
+	TrustedProxies []netip.Prefix
 
 	// OnChange, if set, is called after every change made through the
 	// handler (a resolution, a deletion).
@@ -57,8 +79,11 @@ func (c Config) withDefaults() Config {
 	if c.SessionTTL == 0 {
 		c.SessionTTL = 8 * time.Hour
 	}
-	if c.MaxSessions == 0 {
-		c.MaxSessions = 1000
+	if c.SignInFailures == 0 {
+		c.SignInFailures = 10
+	}
+	if c.SignInRegain == 0 {
+		c.SignInRegain = time.Minute
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -73,10 +98,29 @@ func (c Config) validate() error {
 	if c.Store == nil {
 		return errors.New("idemadmin: Config.Store is required")
 	}
-	if len(c.Tokens) == 0 {
+	if err := checkTokens(c.Tokens); err != nil {
+		return err
+	}
+	switch {
+	case c.Retention < time.Second:
+		return fmt.Errorf("idemadmin: Config.Retention %v is under a second", c.Retention)
+	case c.SessionTTL < time.Minute:
+		return fmt.Errorf("idemadmin: Config.SessionTTL %v is under a minute", c.SessionTTL)
+	case c.SignInFailures < 1:
+		return fmt.Errorf("idemadmin: Config.SignInFailures %d must be positive", c.SignInFailures)
+	case c.SignInRegain < time.Second:
+		return fmt.Errorf("idemadmin: Config.SignInRegain %v is under a second", c.SignInRegain)
+	}
+	return nil
+}
+
+// checkTokens checks admin tokens as Config.Tokens and SetTokens take
+// them.
+func checkTokens(tokens map[string]string) error {
+	if len(tokens) == 0 {
 		return errors.New("idemadmin: Config.Tokens needs at least one admin token")
 	}
-	for name, tok := range c.Tokens {
+	for name, tok := range tokens {
 		if !validName(name) {
 			return fmt.Errorf("idemadmin: token name %q must be letters, digits and ._@- (at most 64)", name)
 		}
@@ -84,16 +128,8 @@ func (c Config) validate() error {
 			return fmt.Errorf("idemadmin: token %q: %w", name, err)
 		}
 	}
-	if err := unambiguous(c.Tokens); err != nil {
+	if err := unambiguous(tokens); err != nil {
 		return fmt.Errorf("idemadmin: %w", err)
-	}
-	switch {
-	case c.Retention < time.Second:
-		return fmt.Errorf("idemadmin: Config.Retention %v is under a second", c.Retention)
-	case c.SessionTTL < time.Minute:
-		return fmt.Errorf("idemadmin: Config.SessionTTL %v is under a minute", c.SessionTTL)
-	case c.MaxSessions < 1:
-		return fmt.Errorf("idemadmin: Config.MaxSessions %d must be positive", c.MaxSessions)
 	}
 	return nil
 }

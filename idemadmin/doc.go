@@ -7,11 +7,16 @@
 //     scripts and `idem review` / `idem keys --admin-url`, authorized by
 //     "Authorization: Bearer TOKEN";
 //   - the review page at /, server-rendered with html/template from
-//     embedded files, no script: sign in with a token (a session cookie,
-//     HttpOnly and SameSite=Strict, that holds a random session ID, never
-//     the token), see the queue, open a key, and release it or store its
-//     answer, each behind a confirmation and protected against cross-site
-//     request forgery.
+//     embedded files: sign in with a token, see the queue, open a key, and
+//     release it or store its answer, each behind a confirmation and
+//     protected against cross-site request forgery.
+//
+// A sign-in is a cookie (HttpOnly, SameSite=Strict) signed with a key
+// derived from the token, never the token itself: every instance with the
+// same token file accepts it, so an operator signs in once for a fleet
+// behind one load balancer. Signing out revokes the session in the shared
+// store (SessionScope), for every instance. Wrong tokens are counted per
+// client address and, past Config.SignInFailures, refused for a while.
 //
 // Every change names the attempt of the key the operator looked at
 // (Item.Attempt), and applies to that attempt only: a key that went to

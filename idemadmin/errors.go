@@ -25,7 +25,10 @@ const (
 	CodeAttemptRequired = "attempt_required"
 	CodeUnavailable     = "store_unavailable"
 	CodeTooLarge        = "too_large"
-	CodeInternal        = "internal"
+	// CodeRateLimited: too many wrong tokens from the client's address
+	// (429, with Retry-After).
+	CodeRateLimited = "rate_limited"
+	CodeInternal    = "internal"
 )
 
 // Error is an admin API error: what the API answers (as an RFC 9457

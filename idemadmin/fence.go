@@ -65,6 +65,9 @@ func (k *Keys) change(ctx context.Context, key idemstore.Key, attempt string, wa
 	if err := checkAttempt(key, attempt); err != nil {
 		return nil, err
 	}
+	if isSessionScope(key) {
+		return nil, keyError(key, "", idemstore.ErrNotFound)
+	}
 	rec, err := k.Store.Get(ctx, key)
 	if err != nil {
 		return nil, keyError(key, "", err)

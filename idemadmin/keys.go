@@ -141,6 +141,9 @@ func (k *Keys) List(ctx context.Context, q ListQuery) (Page, error) {
 	}
 	out := Page{Items: make([]Item, 0, len(page.Records)), NextCursor: page.NextCursor}
 	for _, rec := range page.Records {
+		if isSessionScope(rec.Key) {
+			continue // a sign-out, not a key (see SessionScope)
+		}
 		out.Items = append(out.Items, k.item(rec, false))
 	}
 	return out, nil
@@ -153,6 +156,9 @@ func (k *Keys) Get(ctx context.Context, id string) (Item, error) {
 	key, err := ParseKeyID(id)
 	if err != nil {
 		return Item{}, err
+	}
+	if isSessionScope(key) {
+		return Item{}, keyError(key, "", idemstore.ErrNotFound)
 	}
 	rec, err := k.Store.Get(ctx, key)
 	if err != nil {

@@ -2,7 +2,9 @@ package idemadmin
 
 import (
 	"bytes"
+	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"net/http"
@@ -101,7 +103,13 @@ func (h *Handler) pageRoutes() http.Handler {
 // session's form token.
 func (h *Handler) signedIn(next func(http.ResponseWriter, *http.Request, *session)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		sess := h.sessions.lookup(r)
+		sess, err := h.session(r)
+		if err != nil {
+			h.cfg.Logger.Warn("admin: a session could not be checked", "path", r.URL.Path, "remote", r.RemoteAddr, "error", err)
+			h.render(w, http.StatusServiceUnavailable, "error", &view{Title: "Store unavailable",
+				Error: "The store did not answer, so this server cannot check that your session was not signed out; nothing was changed. Try again in a moment."})
+			return
+		}
 		if sess == nil {
 			if r.Method == http.MethodGet {
 				http.Redirect(w, r, "/login", http.StatusSeeOther)
@@ -114,7 +122,7 @@ func (h *Handler) signedIn(next func(http.ResponseWriter, *http.Request, *sessio
 			r.Body = http.MaxBytesReader(w, r.Body, maxFormBody)
 			if !sess.checkCSRF(r.PostFormValue(csrfField)) {
 				h.cfg.Logger.Warn("admin: page change refused: missing or wrong form token", "by", sess.name, "path", r.URL.Path, "remote", r.RemoteAddr)
-				h.render(w, http.StatusForbidden, "error", h.base(sess, "Refused", "This form did not come from this page, or it has expired. Reload the page and try again; nothing was changed."))
+				h.render(w, http.StatusForbidden, "error", h.base(w, r, sess, "Refused", "This form did not come from this page, or it has expired. Reload the page and try again; nothing was changed."))
 				return
 			}
 		}
@@ -122,16 +130,43 @@ func (h *Handler) signedIn(next func(http.ResponseWriter, *http.Request, *sessio
 	}
 }
 
-func (h *Handler) base(sess *session, title, errMsg string) *view {
+// session returns the live session of r's cookie: signed by a token in
+// force, not expired, and not signed out on any instance. It is nil
+// without one; an error means the store could not say whether it was
+// signed out.
+func (h *Handler) session(r *http.Request) (*session, error) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil || c.Value == "" {
+		return nil, nil
+	}
+	sess, err := parseSession(c.Value, h.auth.Load().keys, h.cfg.Now())
+	switch {
+	case errors.Is(err, errSessionExpired):
+		return nil, nil
+	case err != nil:
+		h.cfg.Logger.Warn("admin: session cookie refused", "reason", err.Error(), "path", r.URL.Path, "remote", r.RemoteAddr)
+		return nil, nil
+	}
+	revoked, err := h.revoked.revoked(r.Context(), sess)
+	if err != nil || revoked {
+		return nil, err
+	}
+	return sess, nil
+}
+
+// base is the view of a page for sess, with the message a redirect left
+// for it (which it then clears).
+func (h *Handler) base(w http.ResponseWriter, r *http.Request, sess *session, title, errMsg string) *view {
 	v := &view{Title: title, Error: errMsg}
 	if sess != nil {
-		v.Who, v.CSRF, v.Flash = sess.name, sess.csrf, sess.takeFlash()
+		v.Who, v.CSRF = sess.name, sess.csrf
+		v.Flash = h.takeFlash(w, r, sess)
 	}
 	return v
 }
 
 func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
-	if h.sessions.lookup(r) != nil {
+	if sess, _ := h.session(r); sess != nil {
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
@@ -140,22 +175,56 @@ func (h *Handler) loginPage(w http.ResponseWriter, r *http.Request) {
 
 func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	name, ok := h.tokens.match(r.PostFormValue("token"))
+	name, ok, refused := h.signIn(w, r, r.PostFormValue("token"))
+	if refused {
+		h.render(w, http.StatusTooManyRequests, "login", &view{Title: "Sign in",
+			Error: "Too many wrong tokens from your address: wait a minute before you try again."})
+		return
+	}
 	if !ok {
-		h.cfg.Logger.Warn("admin: sign-in refused: wrong token", "remote", r.RemoteAddr)
 		h.render(w, http.StatusUnauthorized, "login", &view{Title: "Sign in", Error: "That is not an admin token of this proxy. Paste a whole NAME:TOKEN line of its token file, or the token after the colon."})
 		return
 	}
-	h.sessions.end(r) // a new sign-in never reuses a session
-	id, _ := h.sessions.create(name)
-	setCookie(w, r, id, int(h.cfg.SessionTTL/time.Second))
+	// A new sign-in never reuses a session.
+	value, _ := newSession(name, h.auth.Load().keys[name], h.cfg.Now(), h.cfg.SessionTTL)
+	setCookie(w, r, sessionCookie, value, int(h.cfg.SessionTTL/time.Second))
 	h.cfg.Logger.Info("admin: signed in", "by", name, "remote", r.RemoteAddr)
 	http.Redirect(w, r, "/", http.StatusSeeOther)
 }
 
+// signIn checks a token presented by r's client (the sign-in form, the
+// API's Bearer token), counting a wrong one against the client's address.
+// refused is set, and Retry-After, when the address has used up its
+// tries: the token is then not even compared.
+func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, presented string) (name string, ok, refused bool) {
+	addr, now := clientAddr(r, h.cfg.TrustedProxies), h.cfg.Now()
+	if allowed, wait, first := h.limiter.allow(addr, now); !allowed {
+		if first {
+			h.cfg.Logger.Warn("admin: sign-in refused: too many wrong tokens from this address; refusing it until it regains a try",
+				"client", addr, "remote", r.RemoteAddr, "path", r.URL.Path, "retry_after", wait.Round(time.Second).String())
+		}
+		w.Header().Set("Retry-After", strconv.Itoa(int(wait/time.Second)+1))
+		return "", false, true
+	}
+	if name, ok = h.auth.Load().tokens.match(presented); ok {
+		return name, true, false
+	}
+	left := h.limiter.fail(addr, now)
+	h.cfg.Logger.Warn("admin: sign-in refused: wrong token", "client", addr, "remote", r.RemoteAddr, "path", r.URL.Path, "tries_left", left)
+	return "", false, false
+}
+
 func (h *Handler) logout(w http.ResponseWriter, r *http.Request, sess *session) {
-	h.sessions.end(r)
-	setCookie(w, r, "", -1)
+	setCookie(w, r, sessionCookie, "", -1)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 10*time.Second)
+	defer cancel()
+	if err := h.revoked.revoke(ctx, sess); err != nil {
+		h.cfg.Logger.Error("admin: sign-out not recorded in the store: other instances accept the session until it expires",
+			"by", sess.name, "expires", sess.expires.UTC(), "error", err)
+		h.render(w, http.StatusServiceUnavailable, "login", &view{Title: "Sign in",
+			Error: "Signed out of this server, but the store did not record it: other servers of the fleet accept your session until " + formatTime(sess.expires) + ". Sign in and out again when the store is back."})
+		return
+	}
 	h.cfg.Logger.Info("admin: signed out", "by", sess.name)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
@@ -172,7 +241,7 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request, sess *session) {
 	if state == "" {
 		state = string(idemstore.StateNeedsReview)
 	}
-	v := h.base(sess, "Keys", "")
+	v := h.base(w, r, sess, "Keys", "")
 	v.State = state
 	for _, s := range stateLabels {
 		v.States = append(v.States, stateTab{Label: s.label, URL: "/?state=" + s.state, Current: s.state == state})
@@ -193,7 +262,7 @@ func (h *Handler) queue(w http.ResponseWriter, r *http.Request, sess *session) {
 }
 
 func (h *Handler) detail(w http.ResponseWriter, r *http.Request, sess *session) {
-	h.showKey(w, r, h.base(sess, "", ""), http.StatusOK)
+	h.showKey(w, r, h.base(w, r, sess, "", ""), http.StatusOK)
 }
 
 // showKey renders the key of r's path with v (its form and error).
@@ -219,7 +288,7 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, sess *session)
 		Note:    r.PostFormValue("note"),
 		Attempt: r.PostFormValue("attempt"),
 	}
-	v := h.base(sess, "", "")
+	v := h.base(w, r, sess, "", "")
 	v.Form = form
 	req, err := form.request()
 	var answer *idemstore.Response
@@ -256,16 +325,16 @@ func (h *Handler) resolve(w http.ResponseWriter, r *http.Request, sess *session)
 		return
 	}
 	if res.State == "released" {
-		sess.setFlash(fmt.Sprintf("Released key %s: the client's next retry runs the operation.", quote(res.Key, 100)))
+		h.setFlash(w, r, sess, fmt.Sprintf("Released key %s: the client's next retry runs the operation.", quote(res.Key, 100)))
 		http.Redirect(w, r, "/", http.StatusSeeOther)
 		return
 	}
-	sess.setFlash(fmt.Sprintf("Completed key %s with status %d: every retry gets this answer.", quote(res.Key, 100), answer.Status))
+	h.setFlash(w, r, sess, fmt.Sprintf("Completed key %s with status %d: every retry gets this answer.", quote(res.Key, 100), answer.Status))
 	http.Redirect(w, r, "/keys/"+res.ID, http.StatusSeeOther)
 }
 
 func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request, sess *session) {
-	v := h.base(sess, "", "")
+	v := h.base(w, r, sess, "", "")
 	v.Form = pageForm{Action: ActionDelete, Note: r.PostFormValue("note"), Attempt: r.PostFormValue("attempt")}
 	if err := pageAttempt(v.Form.Attempt); err != nil {
 		v.Error = "Not changed: " + asError(err).Detail
@@ -284,7 +353,7 @@ func (h *Handler) deleteKey(w http.ResponseWriter, r *http.Request, sess *sessio
 		h.showKey(w, r, v, asError(err).Status)
 		return
 	}
-	sess.setFlash(fmt.Sprintf("Deleted key %s: the next request with it runs the operation.", quote(res.Key, 100)))
+	h.setFlash(w, r, sess, fmt.Sprintf("Deleted key %s: the next request with it runs the operation.", quote(res.Key, 100)))
 	http.Redirect(w, r, "/?state=completed", http.StatusSeeOther)
 }
 

@@ -318,19 +318,6 @@ func TestPageSessionEnds(t *testing.T) {
 	}
 }
 
-func TestPageMaxSessions(t *testing.T) {
-	t.Parallel()
-	f := newFixture(t, func(c *idemadmin.Config) { c.MaxSessions = 2 })
-	first := f.browser()
-	first.signIn(opsToken)
-	for i := 0; i < 2; i++ {
-		f.browser().signIn(opsToken)
-	}
-	if p := first.get("/"); p.status != http.StatusSeeOther {
-		t.Fatalf("the oldest of 3 sessions with MaxSessions 2 still works: %d", p.status)
-	}
-}
-
 // TestPageEscapes: keys, paths and reasons with HTML or control characters
 // show as text, their control characters visibly.
 func TestPageEscapes(t *testing.T) {
