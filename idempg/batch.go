@@ -112,6 +112,9 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = ctx.Err() // every member has left: commit nothing
+	}
 	if err != nil {
 		// Never committed: the server refused a statement and skipped the
 		// rest, or the connection was dropped before COMMIT was sent.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -276,4 +277,49 @@ func TestLoneReserveLostCommitReply(t *testing.T) {
 		proxy.DropNextCommit()
 		return func() bool { return !proxy.Armed() }
 	})
+}
+
+// leaveAfterInsert is a pgx tracer that runs leave once the server has
+// answered a batch's INSERT: the caller leaves between the insert and its
+// COMMIT.
+type leaveAfterInsert struct{ leave func() }
+
+func (leaveAfterInsert) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	return ctx
+}
+func (leaveAfterInsert) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (leaveAfterInsert) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	return ctx
+}
+func (l leaveAfterInsert) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	if data.Err == nil && strings.HasPrefix(data.SQL, "INSERT") {
+		l.leave()
+	}
+}
+func (leaveAfterInsert) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// TestLoneReserveLeftBeforeCommit: a lone Reserve's caller leaves after the
+// insert answered and before COMMIT was sent. Nothing commits: the caller,
+// told its Reserve failed, owns nothing.
+func TestLoneReserveLeftBeforeCommit(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(t.Context())
+	cfg, err := pgxpool.ParseConfig(testURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = leaveAfterInsert{leave: cancel}
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	s := newStore(t, pool, idempg.Config{DisableBatch: true})
+	k := batchtest.Key("left")
+	if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "left", Lease: time.Hour}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Reserve whose caller left before its COMMIT: %v, want context.Canceled", err)
+	}
+	if rec, err := s.Get(t.Context(), k); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Fatalf("after the Reserve whose caller left: %+v, %v; want no record", rec, err)
+	}
 }

@@ -71,6 +71,10 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 		return nil, false, interpretError(ctx, err)
 	}
 	if tag.RowsAffected() == 1 {
+		if err := ctx.Err(); err != nil { // the caller left: commit nothing
+			s.rollback(ctx, conn)
+			return nil, false, interpretError(ctx, err)
+		}
 		cctx, stop := groupcommit.CommitContext(ctx)
 		defer stop()
 		if _, err := conn.Exec(cctx, "COMMIT"); err != nil {
