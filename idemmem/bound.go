@@ -149,7 +149,7 @@ func (s *Store) resize(e *entry) {
 func footprint(e *entry) int64 {
 	r := &e.rec
 	n := RecordOverhead + len(r.Key.Scope) + len(r.Key.Operation) + len(r.Key.Key) +
-		len(r.Fingerprint) + len(r.Token) + len(r.Reason) + len(e.resp)
+		len(r.Fingerprint) + len(r.Token) + len(r.Reason) + len(r.ScopeLabel) + len(e.resp)
 	if e.hasReq {
 		n += requestSize(&e.req)
 	}
@@ -158,7 +158,7 @@ func footprint(e *entry) int64 {
 
 // reserveSize is what the record p reserves counts against MaxBytes.
 func reserveSize(p *idemstore.ReserveParams) int64 {
-	n := RecordOverhead + len(p.Key.Scope) + len(p.Key.Operation) + len(p.Key.Key) + len(p.Fingerprint) + len(p.Token)
+	n := RecordOverhead + len(p.Key.Scope) + len(p.Key.Operation) + len(p.Key.Key) + len(p.Fingerprint) + len(p.Token) + len(p.ScopeLabel)
 	if p.Request != nil {
 		n += requestSize(p.Request)
 	}

@@ -3,7 +3,10 @@ package idemmem
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -32,26 +35,174 @@ func (s *Store) collect(keep func(*idemstore.Record) bool) []*idemstore.Record {
 	return out
 }
 
-// List pages through records ordered by scope, operation and key. The
-// cursor is the last key of the previous page.
+// List pages through records, in p.Order, filtered as p says. A search by
+// key or key prefix walks each shard's key index from the key, and one by
+// scope label reads the label index; other listings look at every record,
+// which the store's bounds keep to a size a listing can afford. The cursor
+// is the last record's key (and CreatedAt, in an order by age).
 func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
 	if err := s.check(ctx); err != nil {
 		return idemstore.ListPage{}, err
 	}
 	p = p.Normalize()
-	var after *idemstore.Key
-	if p.Cursor != "" {
-		k, err := idemstore.DecodeKeyCursor(p.Cursor)
-		if err != nil {
-			return idemstore.ListPage{}, err
-		}
-		after = &k
+	if err := p.Check(); err != nil {
+		return idemstore.ListPage{}, fmt.Errorf("idemmem: List: %w", err)
 	}
-	recs := s.collect(func(r *idemstore.Record) bool {
-		return (p.State == "" || r.State == p.State) && (p.Operation == "" || r.Key.Operation == p.Operation) &&
-			(after == nil || compareKeys(r.Key, *after) > 0)
-	})
-	return idemstore.KeyPage(recs, p.Limit), nil
+	cur, err := p.DecodeCursor()
+	if err != nil || p.MatchesNothing() {
+		return idemstore.ListPage{}, err
+	}
+	order := recordOrder(p)
+	now := s.now()
+	var labels map[string]bool
+	if len(p.ScopeLabels) > 0 {
+		labels = make(map[string]bool, len(p.ScopeLabels))
+		for _, l := range p.ScopeLabels {
+			labels[l] = true
+		}
+	}
+	reason := strings.ToLower(p.Reason)
+	var after *idemstore.Record
+	if cur != nil {
+		after = &idemstore.Record{Key: cur.Key, CreatedAt: cur.CreatedAt}
+	}
+	keep := func(r *idemstore.Record) bool {
+		return (p.State == "" || r.State == p.State) &&
+			(p.Operation == "" || r.Key.Operation == p.Operation) &&
+			(p.Key == "" || r.Key.Key == p.Key) &&
+			strings.HasPrefix(r.Key.Key, p.KeyPrefix) &&
+			(labels == nil || labels[idemstore.ScopeLabelIndex(r.ScopeLabel)]) &&
+			(p.OlderThan <= 0 || now.Sub(r.CreatedAt) >= p.OlderThan) &&
+			(reason == "" || strings.Contains(strings.ToLower(r.Reason), reason)) &&
+			(after == nil || order(r, after) > 0)
+	}
+	want := p.Limit + 1 // one more, to know whether a next page exists
+	var out []*idemstore.Record
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		out = append(out, sh.search(p, after, keep, order, want, now)...)
+		sh.mu.Unlock()
+	}
+	slices.SortFunc(out, order)
+	if len(out) > want {
+		out = out[:want]
+	}
+	return p.Page(out), nil
+}
+
+// search returns copies of the first want records of the shard, in order,
+// for which keep is true. The caller holds sh.mu.
+func (sh *shard) search(p idemstore.ListParams, after *idemstore.Record, keep func(*idemstore.Record) bool, order func(a, b *idemstore.Record) int, want int, now time.Time) []*idemstore.Record {
+	var found []*entry
+	switch {
+	case p.Key != "" || p.KeyPrefix != "":
+		if sh.byKey == nil {
+			return nil
+		}
+		from := &entry{rec: idemstore.Record{Key: idemstore.Key{Key: p.KeyPrefix}}}
+		if p.Key != "" {
+			from.rec.Key.Key = p.Key
+		}
+		if after != nil && p.ByKeyValue() && after.Key.Key >= from.rec.Key.Key {
+			from.rec.Key = after.Key // the next page starts there
+		}
+		sh.byKey.AscendGreaterOrEqual(from, func(e *entry) bool {
+			k := e.rec.Key.Key
+			if (p.Key != "" && k != p.Key) || !strings.HasPrefix(k, p.KeyPrefix) {
+				return false // past the key, or the prefix
+			}
+			if keep(&e.rec) {
+				found = append(found, e)
+			}
+			// In the key index's order, the first want are all a page needs.
+			return !p.ByKeyValue() || len(found) < want
+		})
+	case len(p.ScopeLabels) > 0:
+		for _, l := range p.ScopeLabels {
+			for e := range sh.byLabel[l] {
+				if keep(&e.rec) {
+					found = append(found, e)
+				}
+			}
+		}
+	default:
+		sh.each(func(e *entry) {
+			if keep(&e.rec) {
+				found = append(found, e)
+			}
+		})
+	}
+	slices.SortFunc(found, func(a, b *entry) int { return order(&a.rec, &b.rec) })
+	if len(found) > want {
+		found = found[:want]
+	}
+	out := make([]*idemstore.Record, len(found))
+	for i, e := range found {
+		out[i] = copyRecord(e, now)
+	}
+	return out
+}
+
+// recordOrder returns the comparison of records in p's order.
+func recordOrder(p idemstore.ListParams) func(a, b *idemstore.Record) int {
+	byKey := func(a, b *idemstore.Record) int { return compareKeys(a.Key, b.Key) }
+	switch {
+	case p.Order == idemstore.OrderOldest:
+		return func(a, b *idemstore.Record) int { return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), byKey(a, b)) }
+	case p.Order == idemstore.OrderNewest:
+		return func(a, b *idemstore.Record) int { return -cmp.Or(a.CreatedAt.Compare(b.CreatedAt), byKey(a, b)) }
+	case p.ByKeyValue():
+		return func(a, b *idemstore.Record) int {
+			return cmp.Or(cmp.Compare(a.Key.Key, b.Key.Key), cmp.Compare(a.Key.Scope, b.Key.Scope), cmp.Compare(a.Key.Operation, b.Key.Operation))
+		}
+	}
+	return byKey
+}
+
+// Counts counts the records in each state, and the open ones of each
+// operation, exactly, looking at every record (the store's bounds keep
+// them few enough).
+func (s *Store) Counts(ctx context.Context) (idemstore.Counts, error) {
+	if err := s.check(ctx); err != nil {
+		return idemstore.Counts{}, err
+	}
+	var c idemstore.Counts
+	ops := map[string]*idemstore.OperationCounts{}
+	now := s.now()
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		sh.each(func(e *entry) {
+			r := &e.rec
+			if r.State == idemstore.StateCompleted {
+				c.Completed++
+				return
+			}
+			oc := ops[r.Key.Operation]
+			if oc == nil {
+				oc = &idemstore.OperationCounts{Operation: r.Key.Operation}
+				ops[r.Key.Operation] = oc
+			}
+			if r.State == idemstore.StatePending {
+				c.Pending++
+				oc.Pending++
+				return
+			}
+			c.NeedsReview++
+			oc.NeedsReview++
+			if c.OldestNeedsReview.IsZero() || r.CreatedAt.Before(c.OldestNeedsReview) {
+				c.OldestNeedsReview = r.CreatedAt
+			}
+		})
+		sh.mu.Unlock()
+	}
+	for _, oc := range ops {
+		c.Operations = append(c.Operations, *oc)
+	}
+	slices.SortFunc(c.Operations, func(a, b idemstore.OperationCounts) int { return cmp.Compare(a.Operation, b.Operation) })
+	c.ReadAt = now
+	return c, nil
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease has

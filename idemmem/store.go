@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/btree"
+
 	"github.com/idem-dev/idem/idemstore"
 )
 
@@ -46,7 +48,7 @@ type Config struct {
 	// Retention), and watch Usage().Evicted.
 	MaxRecords int
 	// MaxBytes caps the memory the records take, as the store counts it:
-	// each record's scope, operation, key, fingerprint, token and reason,
+	// each record's scope, operation, key, fingerprint, token, reason and label,
 	// the request kept for operators (method, path, query and body), the
 	// stored answer encoded (status, every header name and value, and the
 	// body), and RecordOverhead for the rest. A new record is admitted only
@@ -137,6 +139,9 @@ type shard struct {
 	// is evicted first when the store needs room.
 	head    atomic.Int64
 	waiters map[idemstore.Key][]chan struct{}
+	// The search indexes (see table.go).
+	byKey   *btree.BTreeG[*entry]
+	byLabel map[string]map[*entry]struct{}
 	_       [64]byte // keep neighbouring shards' locks off one cache line
 }
 
@@ -175,6 +180,7 @@ func (s *Store) Close() error {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		clear(sh.recs)
+		sh.clearIndexes()
 		sh.n = 0
 		sh.expiry = expiryQueue{}
 		sh.syncHead()
@@ -201,9 +207,9 @@ func (s *Store) Len() int {
 	return n
 }
 
-// Capabilities reports that the store can notify waiters.
+// Capabilities reports that the store can notify waiters and search.
 func (s *Store) Capabilities() idemstore.Capabilities {
-	return idemstore.Capabilities{Notify: true}
+	return idemstore.Capabilities{Notify: true, Search: true}
 }
 
 // locate returns the shard that holds k and k's hash, by which the shard
@@ -300,6 +306,7 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time, size int64) (r
 		LeaseUntil:  now.Add(p.Lease),
 		CreatedAt:   now,
 		UpdatedAt:   now,
+		ScopeLabel:  p.ScopeLabel,
 	}}
 	if p.Request != nil {
 		e.req, e.hasReq = *p.Request, true

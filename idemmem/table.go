@@ -1,6 +1,12 @@
 package idemmem
 
-import "github.com/idem-dev/idem/idemstore"
+import (
+	"cmp"
+
+	"github.com/google/btree"
+
+	"github.com/idem-dev/idem/idemstore"
+)
 
 // A shard's records are indexed by the 64-bit hash of their key
 // (Store.locate) rather than by the key itself: Go's map then hashes and
@@ -23,6 +29,7 @@ func (sh *shard) insert(h uint64, e *entry) {
 	e.next = sh.recs[h]
 	sh.recs[h] = e
 	sh.n++
+	sh.index(e)
 }
 
 // remove takes e, whose key hashes to h, out of the shard. It reports
@@ -38,6 +45,7 @@ func (sh *shard) remove(h uint64, e *entry) bool {
 		}
 		e.next = nil
 		sh.n--
+		sh.unindex(e)
 		return true
 	}
 	for p := head; p != nil; p = p.next {
@@ -45,10 +53,62 @@ func (sh *shard) remove(h uint64, e *entry) bool {
 			p.next = e.next
 			e.next = nil
 			sh.n--
+			sh.unindex(e)
 			return true
 		}
 	}
 	return false
+}
+
+// A shard also indexes its records by key value (byKey, in key, scope,
+// operation order), for a search by key or key prefix, and by scope label
+// (byLabel, by idemstore.ScopeLabelIndex), for a search by label. Neither
+// changes after Reserve, so only insert and remove touch them.
+
+// byKeyValue orders entries by key, scope and operation.
+func byKeyValue(a, b *entry) bool {
+	return cmp.Or(cmp.Compare(a.rec.Key.Key, b.rec.Key.Key), cmp.Compare(a.rec.Key.Scope, b.rec.Key.Scope),
+		cmp.Compare(a.rec.Key.Operation, b.rec.Key.Operation)) < 0
+}
+
+// keyIndexDegree is the B-tree degree of the key index.
+const keyIndexDegree = 16
+
+func (sh *shard) index(e *entry) {
+	if sh.byKey == nil {
+		sh.byKey = btree.NewG(keyIndexDegree, byKeyValue)
+	}
+	sh.byKey.ReplaceOrInsert(e)
+	if e.rec.ScopeLabel != "" {
+		ix := idemstore.ScopeLabelIndex(e.rec.ScopeLabel)
+		if sh.byLabel == nil {
+			sh.byLabel = make(map[string]map[*entry]struct{})
+		}
+		set := sh.byLabel[ix]
+		if set == nil {
+			set = make(map[*entry]struct{})
+			sh.byLabel[ix] = set
+		}
+		set[e] = struct{}{}
+	}
+}
+
+func (sh *shard) unindex(e *entry) {
+	sh.byKey.Delete(e)
+	if e.rec.ScopeLabel != "" {
+		ix := idemstore.ScopeLabelIndex(e.rec.ScopeLabel)
+		if set := sh.byLabel[ix]; set != nil {
+			delete(set, e)
+			if len(set) == 0 {
+				delete(sh.byLabel, ix)
+			}
+		}
+	}
+}
+
+// clearIndexes drops every record from the indexes.
+func (sh *shard) clearIndexes() {
+	sh.byKey, sh.byLabel = nil, nil
 }
 
 // each calls f for every record in the shard, in no order.

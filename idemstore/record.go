@@ -72,6 +72,11 @@ type Record struct {
 	// Request describes the request that reserved the key, for operators
 	// and resolvers; nil when the caller gave none.
 	Request *Request
+	// ScopeLabel is the operator's label of the scope given at Reserve
+	// (ReserveParams.ScopeLabel), as stored: in clear, or sealed
+	// (IsSealedLabel). Empty when none was given. It never changes after
+	// Reserve, and never decides anything.
+	ScopeLabel string
 	// CreatedAt is when the key was reserved, and UpdatedAt when the record
 	// last changed (state, token or lease), both by the store's clock.
 	CreatedAt time.Time

@@ -106,9 +106,12 @@ type Store interface {
 	// be extended before the caller acts.
 	ListExpiredLeases(ctx context.Context, limit int) ([]*Record, error)
 
-	// List pages through records for admin use, optionally filtered by state
-	// and operation. Pass the returned NextCursor back to continue; an empty
-	// NextCursor means the end.
+	// List pages through records for admin use, in p.Order, optionally
+	// filtered by state and operation, and, on a store whose Capabilities
+	// include Search, by the other fields of p; a store without Search
+	// returns ErrSearchUnsupported for p that Searches. Pass the returned
+	// NextCursor back, with the same p, to continue; an empty NextCursor
+	// means the end.
 	List(ctx context.Context, p ListParams) (ListPage, error)
 
 	// Purge deletes completed records whose ExpiresAt is at or before the
@@ -130,6 +133,11 @@ type Capabilities struct {
 	// Notify means the store implements [Notifier], so waiters wake up as
 	// soon as a record changes instead of only polling.
 	Notify bool
+	// Search means the store keeps ReserveParams.ScopeLabel, and List
+	// implements every field of ListParams (Key, KeyPrefix, ScopeLabels,
+	// OlderThan, Reason, Order) through indexes that keep a search by key
+	// or label fast among millions of records.
+	Search bool
 }
 
 // BatchStats counts what a store's group commit has done since the store
@@ -183,6 +191,12 @@ type ReserveParams struct {
 	// the pointer or its Body after the call returns: they encode or copy
 	// it (callers reuse their buffers).
 	Request *Request
+	// ScopeLabel, when set, is kept as Record.ScopeLabel: an operator's
+	// label of the scope, in clear (idemstore.CleanScopeLabel) or sealed
+	// (IsSealedLabel), at most MaxStoredScopeLabelLength bytes. Stores
+	// that search index ScopeLabelIndex of it. Stores without
+	// Capabilities.Search may drop it.
+	ScopeLabel string
 }
 
 // CompleteParams are the arguments of Store.Complete and of the drivers'
@@ -278,12 +292,36 @@ type DeleteParams struct {
 	Token string
 }
 
-// ListParams are the arguments of Store.List.
+// ListParams are the arguments of Store.List. The fields after Operation
+// search, and only stores whose Capabilities include Search implement
+// them. Filters combine: a record is listed when it passes every one.
 type ListParams struct {
 	// State filters by state; empty means all states.
 	State State
 	// Operation filters by operation, exactly; empty means all.
 	Operation string
+	// Key selects the records whose key is exactly Key, byte for byte, in
+	// every scope and operation; empty means all. A key no record can
+	// have (too long, holding NUL or invalid UTF-8) finds none.
+	Key string
+	// KeyPrefix selects the records whose key starts with KeyPrefix, byte
+	// for byte (no wildcard: '%' and '_' are characters); empty means all.
+	KeyPrefix string
+	// ScopeLabels selects the records whose ScopeLabelIndex of their
+	// ScopeLabel is one of these (at most MaxScopeLabels): a label in
+	// clear, or the digests of a sealed one (LabelSealer's
+	// ScopeLabelIndexes). A sealed label is found by its exact value
+	// only, never by a prefix. Empty means all.
+	ScopeLabels []string
+	// OlderThan, when positive, selects the records created at least
+	// OlderThan before the store's now (CreatedAt <= now - OlderThan).
+	OlderThan time.Duration
+	// Reason selects the records whose reason contains Reason, ignoring
+	// the case of ASCII letters; empty means all. It filters what the
+	// other fields select, without an index: combine it with State.
+	Reason string
+	// Order is the order of the listing. Defaults to OrderKey.
+	Order Order
 	// Cursor continues a previous listing; empty starts at the beginning.
 	Cursor string
 	// Limit is the page size, as PageLimit reads it: zero or less means

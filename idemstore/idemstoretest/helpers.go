@@ -297,6 +297,9 @@ func diffRecord(got, want *idemstore.Record) string {
 	if rd := diffRequest(got.Request, want.Request); rd != "" {
 		add("Request: %s", rd)
 	}
+	if got.ScopeLabel != want.ScopeLabel {
+		add("ScopeLabel %q, want %q", got.ScopeLabel, want.ScopeLabel)
+	}
 	if !sameInstant(got.ExpiresAt, want.ExpiresAt) {
 		add("ExpiresAt %v, want %v", got.ExpiresAt, want.ExpiresAt)
 	}

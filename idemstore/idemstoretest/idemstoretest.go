@@ -68,6 +68,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"Review", testReview},
 		{"Delete", testDelete},
 		{"List", testList},
+		{"Search", testSearch},
 		{"Purge", testPurge},
 		{"Payload", testPayload},
 		{"ResponseNotKept", testResponseNotKept},

@@ -45,9 +45,10 @@ type Op struct {
 	Kind  Kind
 	Key   idemstore.Key
 	Token string
-	// Fingerprint and Request: Reserve.
+	// Fingerprint, Request and ScopeLabel: Reserve.
 	Fingerprint string
 	Request     *idemstore.Request
+	ScopeLabel  string
 	// Lease: Reserve and Extend.
 	Lease time.Duration
 	// Response and Retention: Complete.
@@ -83,7 +84,7 @@ const (
 
 // ReserveOp returns the Op of Store.Reserve(p).
 func ReserveOp(p idemstore.ReserveParams) *Op {
-	return &Op{Kind: Reserve, Key: p.Key, Token: p.Token, Fingerprint: p.Fingerprint, Lease: p.Lease, Request: p.Request}
+	return &Op{Kind: Reserve, Key: p.Key, Token: p.Token, Fingerprint: p.Fingerprint, Lease: p.Lease, Request: p.Request, ScopeLabel: p.ScopeLabel}
 }
 
 // CompleteOp returns the Op of Store.Complete(p).
@@ -126,7 +127,7 @@ func CompareKeys(a, b idemstore.Key) int {
 
 // ReserveParams returns the arguments of the Reserve op stands for.
 func (op *Op) ReserveParams() idemstore.ReserveParams {
-	return idemstore.ReserveParams{Key: op.Key, Fingerprint: op.Fingerprint, Token: op.Token, Lease: op.Lease, Request: op.Request}
+	return idemstore.ReserveParams{Key: op.Key, Fingerprint: op.Fingerprint, Token: op.Token, Lease: op.Lease, Request: op.Request, ScopeLabel: op.ScopeLabel}
 }
 
 // CompleteParams returns the arguments of the Complete op stands for.
