@@ -8,29 +8,50 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemwatermill"
+	"github.com/idem-dev/idem/internal/msgchaos"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
-// routerRig is a Watermill router on an in-process GoChannel pub/sub,
-// whose handler "ledger" consumes "orders" and publishes to "receipts".
+// routerRig is a Watermill router whose handler "ledger" consumes a topic
+// and publishes to another: on an in-process GoChannel pub/sub, or on a
+// real broker.
 type routerRig struct {
-	pubsub  *gochannel.GoChannel
+	pubsub  *gochannel.GoChannel // nil on a real broker
+	pub     message.Publisher
+	sub     message.Subscriber
 	router  *message.Router
+	in, out string
 	handled chan error // each delivery's result, as the router sees it
 }
 
+// newRouter is a rig on a GoChannel pub/sub: the handler consumes
+// "orders" and publishes to "receipts".
 func newRouter(t *testing.T, mws func(*gochannel.GoChannel) []message.HandlerMiddleware, h message.HandlerFunc) *routerRig {
 	t.Helper()
-	logger := watermill.NopLogger{}
-	rig := &routerRig{
-		pubsub:  gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger),
-		handled: make(chan error, 16),
+	ps := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+	t.Cleanup(func() { ps.Close() })
+	var m []message.HandlerMiddleware
+	if mws != nil {
+		m = mws(ps)
 	}
+	rig := newRouterOn(t, ps, ps, "orders", "receipts", m, h)
+	rig.pubsub = ps
+	return rig
+}
+
+// newRouterOn is a rig on pub and sub, whose handler consumes in and
+// publishes to out, through mws.
+func newRouterOn(t *testing.T, pub message.Publisher, sub message.Subscriber, in, out string, mws []message.HandlerMiddleware, h message.HandlerFunc) *routerRig {
+	t.Helper()
+	logger := watermill.NopLogger{}
+	rig := &routerRig{pub: pub, sub: sub, in: in, out: out, handled: make(chan error, 16)}
 	router, err := message.NewRouter(message.RouterConfig{}, logger)
 	if err != nil {
 		t.Fatal(err)
@@ -44,10 +65,8 @@ func newRouter(t *testing.T, mws func(*gochannel.GoChannel) []message.HandlerMid
 			return out, err
 		}
 	})
-	if mws != nil {
-		router.AddMiddleware(mws(rig.pubsub)...)
-	}
-	router.AddHandler("ledger", "orders", rig.pubsub, "receipts", rig.pubsub, h)
+	router.AddMiddleware(mws...)
+	router.AddHandler("ledger", in, sub, out, pub, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -60,7 +79,6 @@ func newRouter(t *testing.T, mws func(*gochannel.GoChannel) []message.HandlerMid
 		cancel()
 		<-done
 		router.Close()
-		rig.pubsub.Close()
 	})
 	<-router.Running()
 	return rig
@@ -80,58 +98,103 @@ func (r *routerRig) next(t *testing.T) error {
 
 func (r *routerRig) publish(t *testing.T, msgs ...*message.Message) {
 	t.Helper()
-	if err := r.pubsub.Publish("orders", msgs...); err != nil {
+	if err := r.pub.Publish(r.in, msgs...); err != nil {
 		t.Fatal(err)
 	}
 }
 
 // Comparison with Watermill's Deduplicator: a handler fails once with an
-// error that means "nothing happened, try again", and the pub/sub delivers
-// the message again. The Deduplicator marked the message seen before the
-// first run, so it drops the redelivery and the work is lost; idem released
-// the key, so the redelivery runs and the work is done, once.
+// error that means "nothing happened, try again", and the broker delivers
+// the message again (on an in-process GoChannel, and on RabbitMQ through
+// watermill-amqp). The Deduplicator marked the message seen before the
+// first run, so it drops the redelivery and the work is lost; idem
+// released the key, so the redelivery runs and the work is done, once.
 func TestComparisonDeduplicatorLosesRetriedMessage(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		name string
-		mw   func(t *testing.T) message.HandlerMiddleware
-		done int32
-	}{
-		{"watermill Deduplicator", func(*testing.T) message.HandlerMiddleware {
-			return new(middleware.Deduplicator).Middleware
-		}, 0},
-		{"idemwatermill", func(t *testing.T) message.HandlerMiddleware {
-			e, _ := memEngine(t, idem.EngineConfig{})
-			mw, err := idemwatermill.New(e, idemwatermill.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return mw
-		}, 1},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			var runs, done atomic.Int32
-			mw := tc.mw(t)
-			rig := newRouter(t, func(*gochannel.GoChannel) []message.HandlerMiddleware { return []message.HandlerMiddleware{mw} }, func(*message.Message) ([]*message.Message, error) {
-				if runs.Add(1) == 1 {
-					return nil, idem.Retryable(errors.New("the ledger was busy; nothing written"))
+	for _, broker := range []string{"gochannel", "amqp"} {
+		for _, tc := range []struct {
+			name string
+			mw   func(t *testing.T) message.HandlerMiddleware
+			done int32
+		}{
+			{"watermill Deduplicator", func(*testing.T) message.HandlerMiddleware {
+				return new(middleware.Deduplicator).Middleware
+			}, 0},
+			{"idemwatermill", func(t *testing.T) message.HandlerMiddleware {
+				e, _ := memEngine(t, idem.EngineConfig{})
+				mw, err := idemwatermill.New(e, idemwatermill.Config{})
+				if err != nil {
+					t.Fatal(err)
 				}
-				done.Add(1)
-				return nil, nil
+				return mw
+			}, 1},
+		} {
+			t.Run(broker+"/"+tc.name, func(t *testing.T) {
+				t.Parallel()
+				var runs, done atomic.Int32
+				mw := tc.mw(t)
+				h := func(*message.Message) ([]*message.Message, error) {
+					if runs.Add(1) == 1 {
+						return nil, idem.Retryable(errors.New("the ledger was busy; nothing written"))
+					}
+					done.Add(1)
+					return nil, nil
+				}
+				var rig *routerRig
+				if broker == "amqp" {
+					rig = amqpRouter(t, func(message.Publisher, string) []message.HandlerMiddleware { return []message.HandlerMiddleware{mw} }, h)
+				} else {
+					rig = newRouter(t, func(*gochannel.GoChannel) []message.HandlerMiddleware { return []message.HandlerMiddleware{mw} }, h)
+				}
+				rig.publish(t, message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`)))
+				if err := rig.next(t); err == nil {
+					t.Fatal("the first delivery did not fail")
+				}
+				if err := rig.next(t); err != nil { // the redelivery, acked
+					t.Fatalf("the redelivery: %v", err)
+				}
+				if got := done.Load(); got != tc.done {
+					t.Fatalf("the work was done %d times, want %d", got, tc.done)
+				}
 			})
-			rig.publish(t, message.NewMessage(watermill.NewUUID(), []byte(`{"order":1}`)))
-			if err := rig.next(t); err == nil {
-				t.Fatal("the first delivery did not fail")
-			}
-			if err := rig.next(t); err != nil { // the redelivery, acked
-				t.Fatalf("the redelivery: %v", err)
-			}
-			if got := done.Load(); got != tc.done {
-				t.Fatalf("the work was done %d times, want %d", got, tc.done)
-			}
-		})
+		}
 	}
+}
+
+// amqpRouter is a rig on RabbitMQ (watermill-amqp, durable queues), on
+// fresh queues (its topics, and in's poison queue in+"_poison") deleted
+// when the test ends. mws are given the rig's publisher and input topic.
+func amqpRouter(t *testing.T, mws func(pub message.Publisher, in string) []message.HandlerMiddleware, h message.HandlerFunc) *routerRig {
+	t.Helper()
+	in, out := chaosTopics(msgchaos.RandomName("rig_"))
+	return amqpRouterOn(t, in, out, mws, h)
+}
+
+// amqpRouterOn is amqpRouter on the topics in and out: a second consumer
+// of another rig's queue.
+func amqpRouterOn(t *testing.T, in, out string, mws func(pub message.Publisher, in string) []message.HandlerMiddleware, h message.HandlerFunc) *routerRig {
+	t.Helper()
+	url := testenv.Getenv(t, "IDEM_TEST_AMQP_URL")
+	cfg := amqp.NewDurableQueueConfig(url)
+	pub, err := amqp.NewPublisher(cfg, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := amqp.NewSubscriber(cfg, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		pub.Close()
+		sub.Close()
+		deleteQueues(t, url, in, out, in+"_poison")
+	})
+	for _, q := range []string{in, out, in + "_poison"} {
+		if err := sub.SubscribeInitialize(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return newRouterOn(t, pub, sub, in, out, mws(pub, in), h)
 }
 
 // Through a router: a redelivered message whose key was used with another
