@@ -3,6 +3,8 @@ package idemseal
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hkdf"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"slices"
@@ -41,6 +43,8 @@ type Keyring struct {
 type ringKey struct {
 	id   string
 	aead cipher.AEAD
+	// labelKey keys the digests of scope labels (label.go).
+	labelKey []byte
 }
 
 var _ idemstore.Sealer = (*Keyring)(nil)
@@ -71,7 +75,11 @@ func New(keys ...Key) (*Keyring, error) {
 		if err != nil {
 			return nil, fmt.Errorf("idemseal: key %q: %w", key.ID, err)
 		}
-		k.keys = append(k.keys, ringKey{id: key.ID, aead: aead})
+		labelKey, err := hkdf.Key(sha256.New, key.Secret, nil, labelDigestInfo, sha256.Size)
+		if err != nil {
+			return nil, fmt.Errorf("idemseal: key %q: %w", key.ID, err)
+		}
+		k.keys = append(k.keys, ringKey{id: key.ID, aead: aead, labelKey: labelKey})
 	}
 	return k, nil
 }

@@ -22,6 +22,7 @@ var sealedHeader = http.Header{idemstore.SealedHeader: {sealedV1}}
 const (
 	forResponse = 'R'
 	forRequest  = 'Q'
+	forLabel    = 'L'
 )
 
 // binding is the associated data of a sealed part: what it is for, the
@@ -31,12 +32,16 @@ type binding struct {
 	key          *idemstore.Key
 	status       int
 	method, path string
+	index        string // a label's digest, kept in clear beside it
 }
 
 func (b *binding) size() int {
 	n := 1 + 5*binary.MaxVarintLen64 + len(b.key.Scope) + len(b.key.Operation) + len(b.key.Key)
-	if b.purpose == forRequest {
+	switch b.purpose {
+	case forRequest:
 		n += len(b.method) + len(b.path)
+	case forLabel:
+		n += len(b.index)
 	}
 	return n
 }
@@ -46,8 +51,11 @@ func (b *binding) appendTo(dst []byte) []byte {
 	dst = appendString(dst, b.key.Scope)
 	dst = appendString(dst, b.key.Operation)
 	dst = appendString(dst, b.key.Key)
-	if b.purpose == forResponse {
+	switch b.purpose {
+	case forResponse:
 		return binary.AppendVarint(dst, int64(b.status))
+	case forLabel:
+		return appendString(dst, b.index)
 	}
 	dst = appendString(dst, b.method)
 	return appendString(dst, b.path)
