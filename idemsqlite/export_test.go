@@ -1,6 +1,8 @@
 package idemsqlite
 
 import (
+	"time"
+
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/groupcommit"
 )
@@ -16,6 +18,6 @@ const (
 )
 
 // ListQuery returns List's statement for p and after, and its arguments.
-func ListQuery(p idemstore.ListParams, after *idemstore.Key) (string, []any) {
-	return listQuery(p.Normalize(), after)
+func ListQuery(p idemstore.ListParams, after *idemstore.ListCursor) (string, []any) {
+	return listQuery(p.Normalize(), after, time.Now())
 }

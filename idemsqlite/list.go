@@ -2,62 +2,146 @@ package idemsqlite
 
 import (
 	"context"
+	"strings"
+	"time"
 
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// List returns a page of records in (scope, operation, key) order, filtered
-// by p.State when it is set. The cursor is opaque to callers: it encodes the
-// last key of the previous page, so records added or removed between pages
-// neither repeat nor shift the listing.
+// List returns a page of records in p.Order, filtered as p says. The
+// cursor is opaque to callers: it encodes the last record of the previous
+// page (its key, and CreatedAt in an order by age), so records added or
+// removed between pages neither repeat nor shift the listing.
+//
+// A search by key or key prefix runs on the index of keys by value, one by
+// label on the index of labels, and a listing by age on the index of
+// creation times; a listing of pending or needs_review records on the
+// partial index of records not completed. The reason filter is a filter
+// of the rows those find, not an index.
 func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
 	p = p.Normalize()
-	if p.State != "" && !p.State.Valid() {
-		return idemstore.ListPage{}, errorf("List: unknown state %q", p.State)
+	if err := p.Check(); err != nil {
+		return idemstore.ListPage{}, errorf("List: %v", err)
 	}
-	var after *idemstore.Key
-	if p.Cursor != "" {
-		k, err := idemstore.DecodeKeyCursor(p.Cursor)
-		if err != nil {
-			return idemstore.ListPage{}, err
-		}
-		after = &k
+	cur, err := p.DecodeCursor()
+	if err != nil || p.MatchesNothing() {
+		return idemstore.ListPage{}, err
 	}
-	q, args := listQuery(p, after)
+	q, args := listQuery(p, cur, s.now())
 	recs, err := s.query(ctx, q, args...)
 	if err != nil {
 		return idemstore.ListPage{}, err
 	}
-	return idemstore.KeyPage(recs, p.Limit), nil
+	return p.Page(recs), nil
 }
 
-// listQuery returns List's statement and its arguments. A listing of
-// pending or needs_review records runs on the partial index of records not
-// completed, in key order; any other on the primary key's order.
-func listQuery(p idemstore.ListParams, after *idemstore.Key) (string, []any) {
+// listQuery returns List's statement and its arguments, at now.
+func listQuery(p idemstore.ListParams, cur *idemstore.ListCursor, now time.Time) (string, []any) {
 	q := `SELECT ` + recordColumns + ` FROM idem_records WHERE 1 = 1`
 	var args []any
+	where := func(cond string, a ...any) {
+		q += ` AND ` + cond
+		args = append(args, a...)
+	}
 	switch p.State {
 	case "":
 	case idemstore.StateCompleted: // nearly every record: the primary key's order, filtered
-		q += ` AND state = 'completed'`
+		where(`state = 'completed'`)
 	default:
 		// The literal term lets SQLite use the partial index of records
 		// not completed, in key order.
-		q += ` AND state = ? AND state <> 'completed'`
-		args = append(args, string(p.State))
+		where(`state = ? AND state <> 'completed'`, string(p.State))
 	}
 	if p.Operation != "" {
-		q += ` AND operation = ?`
-		args = append(args, p.Operation)
+		where(`operation = ?`, p.Operation)
 	}
-	if after != nil {
-		q += ` AND (scope, operation, "key") > (?, ?, ?)`
-		args = append(args, after.Scope, after.Operation, after.Key)
+	if p.Key != "" {
+		where(`"key" = ?`, p.Key)
 	}
-	q += ` ORDER BY scope, operation, "key" LIMIT ?`
+	if p.KeyPrefix != "" {
+		// A range of the index in byte order (the column's BINARY
+		// collation): no LIKE, whose wildcards and case folding a key may
+		// hold or defeat.
+		where(`"key" >= ?`, p.KeyPrefix)
+		if end, ok := idemstore.PrefixEnd(p.KeyPrefix); ok {
+			where(`"key" < ?`, end)
+		}
+	}
+	if len(p.ScopeLabels) > 0 {
+		where(`label_index IN (?`+strings.Repeat(`, ?`, len(p.ScopeLabels)-1)+`)`, anys(p.ScopeLabels)...)
+	}
+	if p.OlderThan > 0 {
+		where(`created_at <= ?`, millis(now.Add(-p.OlderThan)))
+	}
+	if p.Reason != "" {
+		where(`instr(lower(reason), lower(?)) > 0`, p.Reason)
+	}
+	cols, desc := `scope, operation, "key"`, ""
+	switch {
+	case p.Order == idemstore.OrderOldest:
+		cols = `created_at, scope, operation, "key"`
+	case p.Order == idemstore.OrderNewest:
+		cols, desc = `created_at, scope, operation, "key"`, " DESC"
+	case p.ByKeyValue():
+		cols = `"key", scope, operation`
+	}
+	if cur != nil {
+		op := ">"
+		if desc != "" {
+			op = "<"
+		}
+		switch {
+		case p.Order != idemstore.OrderKey:
+			where(`(`+cols+`) `+op+` (?, ?, ?, ?)`, millis(cur.CreatedAt), cur.Key.Scope, cur.Key.Operation, cur.Key.Key)
+		case p.ByKeyValue():
+			where(`(`+cols+`) > (?, ?, ?)`, cur.Key.Key, cur.Key.Scope, cur.Key.Operation)
+		default:
+			where(`(`+cols+`) > (?, ?, ?)`, cur.Key.Scope, cur.Key.Operation, cur.Key.Key)
+		}
+	}
+	q += ` ORDER BY ` + strings.ReplaceAll(cols, ",", desc+",") + desc + ` LIMIT ?`
 	args = append(args, p.Limit+1) // one more, to know whether a next page exists
 	return q, args
+}
+
+// anys returns ss as arguments.
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
+}
+
+// Counts counts the pending and needs_review records, by operation, from
+// the partial index of records not completed, and the completed ones from
+// the partial index of their expiry times, exactly.
+func (s *Store) Counts(ctx context.Context) (idemstore.Counts, error) {
+	now := s.now()
+	c := idemstore.Counts{ReadAt: now.UTC().Truncate(time.Millisecond)}
+	rows, err := s.db.QueryContext(ctx, `SELECT state, operation, count(*), min(created_at) FROM idem_records
+		WHERE state <> 'completed' GROUP BY state, operation ORDER BY operation`)
+	if err != nil {
+		return c, interpretError(ctx, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var (
+			state, op string
+			n, oldest int64
+		)
+		if err := rows.Scan(&state, &op, &n, &oldest); err != nil {
+			return c, interpretError(ctx, err)
+		}
+		c.Add(idemstore.State(state), op, n, fromMillis(oldest))
+	}
+	if err := rows.Err(); err != nil {
+		return c, interpretError(ctx, err)
+	}
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM idem_records WHERE state = 'completed'`).Scan(&c.Completed); err != nil {
+		return c, interpretError(ctx, err)
+	}
+	return c, nil
 }
 
 // ListExpiredLeases returns up to limit pending records whose lease has

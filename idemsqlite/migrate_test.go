@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/idem-dev/idem/idemsqlite"
 	"github.com/idem-dev/idem/idemstore"
@@ -24,15 +25,15 @@ func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 	if err := db.QueryRow("SELECT count(*), max(version) FROM idem_schema_migrations").Scan(&n, &version); err != nil {
 		t.Fatal(err)
 	}
-	if n != 3 || version != 3 {
-		t.Fatalf("idem_schema_migrations has %d rows, max version %d; want 3 rows, version 3", n, version)
+	if n != 4 || version != 4 {
+		t.Fatalf("idem_schema_migrations has %d rows, max version %d; want 4 rows, version 4", n, version)
 	}
 	var indexes string
 	if err := db.QueryRow(`SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema
 		WHERE type = 'index' AND tbl_name = 'idem_records' AND name LIKE 'idem_records_%' ORDER BY name)`).Scan(&indexes); err != nil {
 		t.Fatal(err)
 	}
-	if want := "idem_records_completed_expiry idem_records_open_key idem_records_pending_lease"; indexes != want {
+	if want := "idem_records_completed_expiry idem_records_created idem_records_key_value idem_records_label idem_records_open_key idem_records_pending_lease"; indexes != want {
 		t.Fatalf("idem_records has the named indexes %q, want %q", indexes, want)
 	}
 }
@@ -43,7 +44,7 @@ func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 func TestQueryPlans(t *testing.T) {
 	t.Parallel()
 	_, db := newStore(t)
-	after := &idemstore.Key{Scope: "s", Operation: "POST /x", Key: "k"}
+	after := &idemstore.ListCursor{Key: idemstore.Key{Scope: "s", Operation: "POST /x", Key: "k"}, CreatedAt: time.Now()}
 	for _, tc := range []struct {
 		name  string
 		query string
@@ -60,6 +61,13 @@ func TestQueryPlans(t *testing.T) {
 		{"list pending of an operation after a key", "", nil, "idem_records_open_key", true},
 		{"list completed", "", nil, "sqlite_autoindex_idem_records_1", false},
 		{"list all after a key", "", nil, "sqlite_autoindex_idem_records_1", false},
+		// Searches: on the indexes made for them.
+		{"search a key after a key", "", nil, "idem_records_key_value", false},
+		{"search a key prefix", "", nil, "idem_records_key_value", false},
+		{"search a key in review, oldest first", "", nil, "idem_records_key_value", true},
+		{"search labels", "", nil, "idem_records_label", true},
+		{"list all oldest first after a record", "", nil, "idem_records_created", true},
+		{"list all newest first", "", nil, "idem_records_created", true},
 	} {
 		switch tc.name {
 		case "list needs_review":
@@ -70,6 +78,18 @@ func TestQueryPlans(t *testing.T) {
 			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{State: idemstore.StateCompleted}, nil)
 		case "list all after a key":
 			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{}, after)
+		case "search a key after a key":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{Key: "k"}, after)
+		case "search a key prefix":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{KeyPrefix: "order-1", State: idemstore.StateCompleted}, nil)
+		case "search a key in review, oldest first":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{Key: "k", State: idemstore.StateNeedsReview, Order: idemstore.OrderOldest}, nil)
+		case "search labels":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{ScopeLabels: []string{"a", "b"}}, nil)
+		case "list all oldest first after a record":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{Order: idemstore.OrderOldest}, after)
+		case "list all newest first":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{Order: idemstore.OrderNewest, Reason: "timeout"}, nil)
 		}
 		rows, err := db.Query("EXPLAIN QUERY PLAN "+tc.query, tc.args...)
 		if err != nil {

@@ -33,11 +33,11 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 func (s *Store) reserveOnce(ctx context.Context, q querier, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
 	now := s.now()
 	res, err := q.ExecContext(ctx, `INSERT INTO idem_records
-		(scope, operation, "key", fingerprint, state, token, lease_until, created_at, updated_at, request)
-		VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)
+		(scope, operation, "key", fingerprint, state, token, lease_until, created_at, updated_at, request, scope_label, label_index)
+		VALUES (?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (scope, operation, "key") DO NOTHING`,
 		p.Key.Scope, p.Key.Operation, p.Key.Key, p.Fingerprint, p.Token, millis(now.Add(p.Lease)), millis(now), millis(now),
-		idemstore.EncodeRequest(p.Request))
+		idemstore.EncodeRequest(p.Request), nullString(p.ScopeLabel), nullString(idemstore.ScopeLabelIndex(p.ScopeLabel)))
 	if err != nil {
 		return nil, false, interpretError(ctx, err)
 	}

@@ -50,14 +50,18 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 // with Config.DisableBatch.
 func (s *Store) BatchStats() (stats idemstore.BatchStats, ok bool) { return s.batch.Report() }
 
-// Capabilities reports that the store offers CompleteTx. It cannot wake
-// waiters in other processes, so it does not implement idemstore.Notifier.
+// Capabilities reports that the store offers CompleteTx and searches. It
+// cannot wake waiters in other processes, so it does not implement
+// idemstore.Notifier.
 func (s *Store) Capabilities() idemstore.Capabilities {
-	return idemstore.Capabilities{TransactionalComplete: true}
+	return idemstore.Capabilities{TransactionalComplete: true, Search: true}
 }
 
+// nullString is s, or NULL when it is empty.
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
 // recordColumns is the column list scanRecord reads, in order.
-const recordColumns = `scope, operation, "key", fingerprint, state, token, lease_until, response, reason, created_at, expires_at, updated_at, request`
+const recordColumns = `scope, operation, "key", fingerprint, state, token, lease_until, response, reason, created_at, expires_at, updated_at, request, scope_label`
 
 // rowScanner is *sql.Row or *sql.Rows.
 type rowScanner interface {
@@ -72,11 +76,13 @@ func scanRecord(r rowScanner, now time.Time) (*idemstore.Record, error) {
 		leaseUntil, createdAt, updatedAt int64
 		expiresAt                        sql.NullInt64
 		response, request                []byte
+		label                            sql.NullString
 	)
 	if err := r.Scan(&rec.Key.Scope, &rec.Key.Operation, &rec.Key.Key, &rec.Fingerprint, &state, &rec.Token,
-		&leaseUntil, &response, &rec.Reason, &createdAt, &expiresAt, &updatedAt, &request); err != nil {
+		&leaseUntil, &response, &rec.Reason, &createdAt, &expiresAt, &updatedAt, &request, &label); err != nil {
 		return nil, err
 	}
+	rec.ScopeLabel = label.String
 	rec.State = idemstore.State(state)
 	rec.LeaseUntil = fromMillis(leaseUntil)
 	rec.CreatedAt = fromMillis(createdAt)
