@@ -233,13 +233,14 @@ func lockPending(ctx context.Context, tx *sql.Tx, ops []*groupcommit.Op) (map[id
 // and sets each Reserve's outcome.
 func insertReserves(ctx context.Context, tx *sql.Tx, reserves []*groupcommit.Op) error {
 	var b stmt
-	b.add("INSERT IGNORE INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, request, created_at, updated_at) VALUES ")
+	b.add("INSERT IGNORE INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, request, created_at, updated_at, scope_label, label_index) VALUES ")
 	for i, op := range reserves {
 		if i > 0 {
 			b.add(", ")
 		}
-		b.add("(?, ?, ?, ?, 'pending', ?, "+nowMillis+" + "+literal(millis(op.Lease))+", '', ?, "+nowMillis+", "+nowMillis+")",
-			op.Key.Scope, op.Key.Operation, op.Key.Key, op.Fingerprint, op.Token, requestArg(op.Request))
+		b.add("(?, ?, ?, ?, 'pending', ?, "+nowMillis+" + "+literal(millis(op.Lease))+", '', ?, "+nowMillis+", "+nowMillis+", ?, ?)",
+			op.Key.Scope, op.Key.Operation, op.Key.Key, op.Fingerprint, op.Token, requestArg(op.Request),
+			labelArg(op.ScopeLabel), labelArg(idemstore.ScopeLabelIndex(op.ScopeLabel)))
 	}
 	res, err := tx.ExecContext(ctx, b.String(), b.args...)
 	if err != nil {

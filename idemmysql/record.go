@@ -20,7 +20,7 @@ const nowMillis = "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', UTC_TIMESTAMP(6)) D
 // the read (Record.ReadAt). Rows written before updated_at existed read
 // created_at for it.
 const recordColumns = "scope, operation, `key`, fingerprint, state, token, lease_until, response, reason, request, " +
-	"created_at, COALESCE(updated_at, created_at), expires_at, " + nowMillis
+	"created_at, COALESCE(updated_at, created_at), expires_at, scope_label, " + nowMillis
 
 // byKey is the primary-key condition; its arguments are keyArgs.
 const byKey = "scope = ? AND operation = ? AND `key` = ?"
@@ -41,12 +41,14 @@ func scanRecord(row scanner) (*idemstore.Record, error) {
 		leaseUntil, createdAt     int64
 		updatedAt, readAt         int64
 		expiresAt                 sql.NullInt64
+		label                     []byte
 	)
 	err := row.Scan(&scope, &operation, &key, &fingerprint, &state, &token,
-		&leaseUntil, &response, &reason, &request, &createdAt, &updatedAt, &expiresAt, &readAt)
+		&leaseUntil, &response, &reason, &request, &createdAt, &updatedAt, &expiresAt, &label, &readAt)
 	if err != nil {
 		return nil, err
 	}
+	rec.ScopeLabel = string(label)
 	rec.Key = idemstore.Key{Scope: string(scope), Operation: string(operation), Key: string(key)}
 	rec.Fingerprint = string(fingerprint)
 	rec.State = idemstore.State(state)
@@ -79,6 +81,14 @@ func requestArg(r *idemstore.Request) any {
 		return nil
 	}
 	return idemstore.EncodeRequest(r)
+}
+
+// labelArg is a label column's value: NULL for none.
+func labelArg(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 func fromMillis(ms int64) time.Time { return time.UnixMilli(ms).UTC() }

@@ -13,8 +13,8 @@ import (
 const (
 	// insertSQL takes one now for created_at, updated_at and the lease
 	// deadline.
-	insertSQL = "INSERT INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, request, created_at, updated_at) " +
-		"VALUES (?, ?, ?, ?, 'pending', ?, " + nowPlus + ", '', ?, " + nowMillis + ", " + nowMillis + ")"
+	insertSQL = "INSERT INTO idem_records (scope, operation, `key`, fingerprint, state, token, lease_until, reason, request, created_at, updated_at, scope_label, label_index) " +
+		"VALUES (?, ?, ?, ?, 'pending', ?, " + nowPlus + ", '', ?, " + nowMillis + ", " + nowMillis + ", ?, ?)"
 	getSQL = "SELECT " + recordColumns + " FROM idem_records WHERE " + byKey
 )
 
@@ -69,7 +69,8 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 	if err != nil {
 		return nil, false, interpretError(ctx, err)
 	}
-	_, err = tx.ExecContext(ctx, insertSQL, keyArgs(p.Key, p.Fingerprint, p.Token, millis(p.Lease), requestArg(p.Request))...)
+	_, err = tx.ExecContext(ctx, insertSQL, keyArgs(p.Key, p.Fingerprint, p.Token, millis(p.Lease), requestArg(p.Request),
+		labelArg(p.ScopeLabel), labelArg(idemstore.ScopeLabelIndex(p.ScopeLabel)))...)
 	if err != nil {
 		_ = tx.Rollback() // a connection that ctx's end closed is discarded, and the server rolls back
 		if err = interpretError(ctx, err); !errors.Is(err, errDuplicate) {

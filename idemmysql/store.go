@@ -115,10 +115,10 @@ func New(db *sql.DB, cfg Config) (*Store, error) {
 // with Config.DisableBatch.
 func (s *Store) BatchStats() (stats idemstore.BatchStats, ok bool) { return s.batch.Report() }
 
-// Capabilities reports that the store offers CompleteTx. It has no
-// Notifier: the engine's waiters poll with backoff.
+// Capabilities reports that the store offers CompleteTx and searches. It
+// has no Notifier: the engine's waiters poll with backoff.
 func (s *Store) Capabilities() idemstore.Capabilities {
-	return idemstore.Capabilities{TransactionalComplete: true, Notify: false}
+	return idemstore.Capabilities{TransactionalComplete: true, Notify: false, Search: true}
 }
 
 // checkKey rejects keys that do not fit the table's columns, with an error
