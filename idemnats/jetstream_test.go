@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -293,5 +294,48 @@ func TestJetStreamRetryableAndMismatch(t *testing.T) {
 	defer mu.Unlock()
 	if strings.Join(ran, ",") != "order 1,order 1" || strings.Join(terms, ",") != "mismatch" {
 		t.Fatalf("ran for %q, terminated %q; want order 1 twice (Retryable, then the redelivery) and a mismatch terminated", ran, terms)
+	}
+}
+
+// A consumer whose context ends mid-handler (its service shutting down):
+// a handler that says nothing happened (Retryable) has its message nakked,
+// and the next consumer runs it once; one that returns the context's error
+// from an External operation has an unknown outcome, so its key goes to
+// review and the message is terminated, never run again.
+func TestJetStreamConsumerStoppedMidHandler(t *testing.T) {
+	t.Parallel()
+	for _, retryable := range []bool{true, false} {
+		r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+		e, _ := memEngine(t, idem.EngineConfig{})
+		g := serverGuard(t, e, idemnats.Config{Publisher: r.js})
+		started := make(chan struct{})
+		var runs, done atomic.Int32
+		h := func(ctx context.Context, _ jetstream.Msg) ([]*nats.Msg, error) {
+			if runs.Add(1) == 1 {
+				close(started)
+				<-ctx.Done() // the first run waits for its consumer to stop
+				if retryable {
+					return nil, idem.Retryable(ctx.Err())
+				}
+				return nil, ctx.Err()
+			}
+			done.Add(1)
+			return nil, nil
+		}
+		ctx, stop := context.WithCancel(context.Background())
+		cc, err := r.cons.Consume(g.MessageHandler(ctx, h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.publish(t, "order 1", jetstream.MsgIDHeader, "o-1")
+		<-started
+		stop()
+		cc.Drain()
+		<-cc.Closed()
+		r.consume(t, g, h) // the next consumer
+		r.drained(t)
+		if want := map[bool]int32{true: 1, false: 0}[retryable]; done.Load() != want || runs.Load() != 1+want {
+			t.Fatalf("retryable %v: %d runs, the work done %d times; want it done %d times", retryable, runs.Load(), done.Load(), want)
+		}
 	}
 }
