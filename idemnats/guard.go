@@ -22,7 +22,8 @@ import (
 // nothing happened and a redelivery may run it again, idem.Ambiguous when
 // the outcome is unknown. ctx carries the message's lease (idem.LeaseFrom),
 // for a store's CompleteTx (see CompleteTx), and ends when the consumer's
-// context does.
+// context does. It must not acknowledge msg: the guard does, by what
+// happened.
 type HandlerFunc func(ctx context.Context, msg jetstream.Msg) ([]*nats.Msg, error)
 
 // Guard runs JetStream messages' handlers once per key. It is safe for
