@@ -29,6 +29,7 @@ func (h *Handler) apiRoutes() http.Handler {
 	mux.HandleFunc("GET /api/v1/keys/{id}", h.apiGet)
 	mux.HandleFunc("POST /api/v1/keys/{id}/resolve", h.apiResolve)
 	mux.HandleFunc("DELETE /api/v1/keys/{id}", h.apiDelete)
+	mux.HandleFunc("POST /api/v1/keys/bulk", h.apiBulk)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Status: http.StatusNotFound, Code: CodeNotFound, Detail: fmt.Sprintf("no API endpoint %s %s (see docs/admin-api.md)", r.Method, r.URL.Path)})
 	})
@@ -107,6 +108,20 @@ func (h *Handler) apiDelete(w http.ResponseWriter, r *http.Request) {
 		req.Attempt = r.URL.Query().Get("attempt")
 	}
 	res, err := h.keys.Delete(r.Context(), r.PathValue("id"), who(r.Context()), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (h *Handler) apiBulk(w http.ResponseWriter, r *http.Request) {
+	var req BulkRequest
+	if err := decodeJSON(w, r, &req, false); err != nil {
+		writeError(w, err)
+		return
+	}
+	res, err := h.keys.Bulk(r.Context(), who(r.Context()), req)
 	if err != nil {
 		writeError(w, err)
 		return

@@ -79,6 +79,13 @@ func (c *Client) Delete(ctx context.Context, id string, req DeleteRequest) (Resu
 	return res, err
 }
 
+// Bulk settles many keys in review at once (POST /api/v1/keys/bulk).
+func (c *Client) Bulk(ctx context.Context, req BulkRequest) (BulkResult, error) {
+	var res BulkResult
+	err := c.do(ctx, http.MethodPost, "/api/v1/keys/bulk", nil, req, &res)
+	return res, err
+}
+
 // do sends one request and decodes the answer into out, or returns an
 // *Error built from the problem document.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, in, out any) error {

@@ -3,8 +3,6 @@ package cli
 import (
 	"errors"
 	"fmt"
-	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -34,7 +32,7 @@ of --admin-token-file or IDEM_ADMIN_TOKEN) or open the store directly
 (--store); neither creates a store that does not exist. The review page at the
 admin URL does the same in a browser.`,
 	}
-	cmd.AddCommand(newReviewListCmd(), newReviewResolveCmd())
+	cmd.AddCommand(newReviewListCmd(), newReviewResolveCmd(), newReviewBulkCmd())
 	return cmd
 }
 
@@ -64,13 +62,12 @@ func newReviewListCmd() *cobra.Command {
 
 func newReviewResolveCmd() *cobra.Command {
 	var (
-		src                keySource
-		kf                 keyFlags
-		af                 attemptFlags
-		body, note, reason string
-		release            bool
-		status             int
-		headers            []string
+		src          keySource
+		kf           keyFlags
+		af           attemptFlags
+		ans          answerFlags
+		note, reason string
+		release      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "resolve (ID | --scope S --operation OP --key K) (--admin-url URL | --store URL) (--attempt A | --any-attempt) (--release | --status N [--body TEXT|@FILE] [--header 'Name: value']) [--note TEXT]",
@@ -93,7 +90,7 @@ settles whichever attempt is in review.`,
 			if err != nil {
 				return err
 			}
-			if release == (status != 0) {
+			if release == (ans.status != 0) {
 				return usageError{errors.New("give exactly one of --release and --status")}
 			}
 			if note != "" && reason != "" {
@@ -104,28 +101,8 @@ settles whichever attempt is in review.`,
 			}
 			req := idemadmin.ResolveRequest{Action: idemadmin.ActionRelease, Note: note + reason}
 			if !release {
-				req.Action, req.Status = idemadmin.ActionComplete, status
-				b := body
-				if strings.HasPrefix(body, "@") {
-					raw, err := os.ReadFile(body[1:])
-					if err != nil {
-						return usageError{err}
-					}
-					b = string(raw)
-				}
-				req.Body = &b
-				for _, h := range headers {
-					name, value, ok := strings.Cut(h, ":")
-					if !ok || strings.TrimSpace(name) == "" {
-						return usageError{fmt.Errorf("--header %q is not 'Name: value'", h)}
-					}
-					if req.Headers == nil {
-						req.Headers = map[string]idemadmin.HeaderValues{}
-					}
-					name = strings.TrimSpace(name)
-					req.Headers[name] = append(req.Headers[name], strings.TrimSpace(value))
-				}
-				if _, err := req.Check(); err != nil {
+				req.Action = idemadmin.ActionComplete
+				if req.Answer, err = ans.answer(); err != nil {
 					return usageError{err}
 				}
 			}
@@ -144,7 +121,7 @@ settles whichever attempt is in review.`,
 			if release {
 				fmt.Fprintf(cmd.OutOrStdout(), "Released %s (%s): the next retry runs the operation.\n", quoteKey(res.Key), idemadmin.Visible(res.Operation))
 			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "Completed %s (%s) with status %d: retries get this answer.\n", quoteKey(res.Key), idemadmin.Visible(res.Operation), status)
+				fmt.Fprintf(cmd.OutOrStdout(), "Completed %s (%s) with status %d: retries get this answer.\n", quoteKey(res.Key), idemadmin.Visible(res.Operation), ans.status)
 			}
 			return nil
 		},
@@ -153,10 +130,8 @@ settles whichever attempt is in review.`,
 	src.flags(f)
 	kf.flags(f)
 	af.flags(f)
+	ans.flags(f)
 	f.BoolVar(&release, "release", false, "the operation did not happen: delete the key")
-	f.IntVar(&status, "status", 0, "the operation happened: store this status for retries")
-	f.StringVar(&body, "body", "", "the stored answer's body, or @FILE")
-	f.StringArrayVar(&headers, "header", nil, "a stored answer header, 'Name: value' (repeatable)")
 	f.StringVar(&note, "note", "", "why, for the audit log and the record")
 	f.StringVar(&reason, "reason", "", "the old name of --note")
 	f.MarkHidden("reason")
