@@ -339,3 +339,44 @@ func TestJetStreamConsumerStoppedMidHandler(t *testing.T) {
 		}
 	}
 }
+
+// A handler that runs longer than the consumer's AckWait, with InProgress
+// too rare to hold the message (InProgressInterval above AckWait, a
+// misconfiguration): JetStream delivers the message to another consumer
+// while the first still runs. That delivery finds the key in flight and is
+// nakked, never run; the first run acks the message, and it is done once.
+func TestJetStreamAckWaitShorterThanHandler(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	inFlight := make(chan struct{})
+	var once sync.Once
+	var runs atomic.Int32
+	h := func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
+		runs.Add(1)
+		<-inFlight // until another consumer got the message meanwhile
+		return nil, nil
+	}
+	cfg := idemnats.Config{InProgressInterval: time.Hour, OnOutcome: func(ev idemnats.Event) {
+		if ev.Outcome == idem.SituationInFlight.Name {
+			once.Do(func() { close(inFlight) })
+		}
+	}}
+	r.publish(t, "order 1", jetstream.MsgIDHeader, "o-1")
+	batch, err := r.cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-batch.Messages()
+	g := serverGuard(t, e, cfg)
+	done := make(chan error)
+	go func() { done <- g.Handle(context.Background(), first, h) }()
+	r.consume(t, serverGuard(t, e, cfg), h) // the other consumer
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	r.drained(t)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times", n)
+	}
+}
