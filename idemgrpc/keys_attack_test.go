@@ -63,6 +63,26 @@ func TestFirstSentClockSkew(t *testing.T) {
 	}
 }
 
+// TestFirstSentSkewConfig: a retention that MaxClockSkew would use up is
+// refused at construction.
+func TestFirstSentSkewConfig(t *testing.T) {
+	t.Parallel()
+	e, err := idem.NewEngine(newMem(t), idem.EngineConfig{Retention: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idemgrpc.NewUnaryServerInterceptor(e, idemgrpc.Config{Scope: userScope}); err == nil || !strings.Contains(err.Error(), "MaxClockSkew") {
+		t.Fatalf("a one-minute retention with a one-minute skew: %v", err)
+	}
+	if _, err := idemgrpc.NewUnaryServerInterceptor(e, idemgrpc.Config{Scope: userScope, MaxClockSkew: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := idemgrpc.NewUnaryServerInterceptor(e, idemgrpc.Config{Scope: userScope, MaxClockSkew: time.Second,
+		Methods: map[string]idemgrpc.Policy{shipMethod: {Retention: time.Second}}}); err == nil {
+		t.Fatal("a method's retention equal to the skew was accepted")
+	}
+}
+
 // TestKeyCaseAndWhitespace: a UUID is the same key whatever the case of
 // its hexadecimal digits (RFC 9562), wherever it comes from; whitespace
 // around a metadata value is not part of it (as on HTTP), and an RFC 8941

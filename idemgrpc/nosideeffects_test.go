@@ -1,6 +1,7 @@
 package idemgrpc_test
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -10,15 +11,18 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemgrpc"
 	"github.com/idem-dev/idem/internal/rpctest/testpb"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // TestNoSideEffectsUnprotected: a method marked idempotency_level =
 // NO_SIDE_EFFECTS has no effect to run twice: idem leaves it alone even
 // when its request carries a request_id, and naming it in the
-// configuration is an error.
+// configuration is an error. Leaving it alone is deliberate, so nothing
+// is logged.
 func TestNoSideEffectsUnprotected(t *testing.T) {
 	t.Parallel()
-	ev := newEnv(t, idemgrpc.Config{}, envOptions{})
+	var logs testenv.Buffer
+	ev := newEnv(t, idemgrpc.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))}, envOptions{})
 	for try := int64(1); try <= 2; try++ {
 		var h metadata.MD
 		p, err := ev.client.GetPayment(as("alice", uuid(1)), &testpb.GetPaymentRequest{Id: "pay_1", RequestId: uuid(1)}, grpc.Header(&h))
@@ -30,6 +34,9 @@ func TestNoSideEffectsUnprotected(t *testing.T) {
 	case e := <-ev.events:
 		t.Fatalf("an unprotected call reported %+v", e)
 	default:
+	}
+	if logs.String() != "" {
+		t.Fatalf("logged: %s", logs.String())
 	}
 	e, err := idem.NewEngine(newMem(t), idem.EngineConfig{})
 	if err != nil {

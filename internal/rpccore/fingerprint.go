@@ -34,7 +34,7 @@ const fpContentType = "application/protobuf"
 // which lets a record fingerprinted by an earlier version of idem match a
 // retry (idem.Request.FingerprintSource).
 func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte) (string, *idem.FingerprintSource, error) {
-	if hasUnknown(m.ProtoReflect()) {
+	if r := m.ProtoReflect(); len(r.GetUnknown()) > 0 || f.nested && hasUnknown(r) {
 		m = proto.Clone(m)
 		discardUnknown(m.ProtoReflect())
 	}

@@ -32,6 +32,11 @@ type KeyFields struct {
 	IdemKey protoreflect.FieldDescriptor
 	// Key and FirstSent are the fields of IdemKey's message.
 	Key, FirstSent protoreflect.FieldDescriptor
+
+	// nested reports whether the message has a field that holds messages
+	// (a message, a list of them, a map to them): only then can unknown
+	// fields hide below the top level.
+	nested bool
 }
 
 // Any reports whether the message has a key field.
@@ -75,6 +80,12 @@ func KeyFieldsOf(md protoreflect.MessageDescriptor) *KeyFields {
 					f.FirstSent = fs
 				}
 			}
+		}
+	}
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		if fd.Message() != nil && (!fd.IsMap() || fd.MapValue().Message() != nil) {
+			f.nested = true
 		}
 	}
 	keyFieldsCache.Store(md, f)
@@ -196,7 +207,7 @@ const (
 // key is therefore expired skew before its retention ends on this
 // server's clock: a client whose clock runs ahead would otherwise have
 // its retry accepted after the store let the record go, and the call
-// would run a second time. Retention must exceed skew.
+// would run a second time. New makes sure retention exceeds skew.
 func checkFirstSent(k found, now time.Time, retention, skew time.Duration) *keyError {
 	if !k.hasFirstSent {
 		return nil
@@ -207,6 +218,15 @@ func checkFirstSent(k found, now time.Time, retention, skew time.Duration) *keyE
 		return &keyError{field: name, reason: fmt.Sprintf("%s %s is in the future", name, k.firstSent.Format(time.RFC3339Nano))}
 	case k.firstSent.Before(now.Add(skew - retention)):
 		return &keyError{field: name, reason: fmt.Sprintf("%s %s is older than the %v this server keeps keys (less %v for clock skew); the key has expired", name, k.firstSent.Format(time.RFC3339Nano), retention, skew)}
+	}
+	return nil
+}
+
+// checkSkew refuses a retention that the clock skew allowed for would use
+// up: every first_sent would be expired.
+func checkSkew(what string, retention, skew time.Duration) error {
+	if retention <= skew {
+		return fmt.Errorf("%s retention %v must be longer than MaxClockSkew %v: AEP-155 keys expire MaxClockSkew before their retention ends", what, retention, skew)
 	}
 	return nil
 }

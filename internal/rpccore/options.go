@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemstore"
 )
 
 // Options configure a Server. The front doors fill them from their own
@@ -107,6 +108,8 @@ type method struct {
 	fields  *KeyFields
 	pol     Policy
 	require bool
+	// info is what the record shows of the call (stores copy it).
+	info *idemstore.Request
 }
 
 // parseMethod splits "/pkg.Service/Method".
@@ -168,5 +171,6 @@ func (s *Server) newMethod(name string, md protoreflect.MethodDescriptor, pol Po
 	if err != nil {
 		out = dynamicpb.NewMessageType(md.Output())
 	}
-	return &method{name: name, out: out, fields: KeyFieldsOf(md.Input()), pol: pol.withDefaults()}, nil
+	return &method{name: name, out: out, fields: KeyFieldsOf(md.Input()), pol: pol.withDefaults(),
+		info: &idemstore.Request{Method: "RPC", Path: name}}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"testing"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -83,5 +84,38 @@ func TestFingerprintMapOrderAndUnknownFields(t *testing.T) {
 	withKey := slices.Concat(a, protowire.AppendString(protowire.AppendTag(nil, 4, protowire.BytesType), "0190a0e0-0000-7000-8000-000000000001"))
 	if fp(a) != fp(withKey) {
 		t.Fatal("the request_id changed the fingerprint")
+	}
+}
+
+// TestFingerprintNestedUnknownFields: unknown fields inside nested messages
+// are left out too (here in the messages of a repeated field), while a
+// message without message fields is checked at its top level only
+// (KeyFields.nested).
+func TestFingerprintNestedUnknownFields(t *testing.T) {
+	t.Parallel()
+	failure := func(unknown string) []byte {
+		var v []byte
+		v = protowire.AppendTag(v, 1, protowire.BytesType) // type
+		v = protowire.AppendString(v, "STOCK")
+		v = protowire.AppendTag(v, 99, protowire.BytesType)
+		v = protowire.AppendString(v, unknown)
+		return protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), v) // violations
+	}
+	fp := func(raw []byte) string {
+		var m errdetails.PreconditionFailure
+		if err := proto.Unmarshal(raw, &m); err != nil {
+			t.Fatal(err)
+		}
+		s, _, err := Fingerprint("/m", &m, KeyFieldsOf(m.ProtoReflect().Descriptor()), found{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	if fp(failure("x")) != fp(failure("yy")) {
+		t.Fatal("an unknown field inside a nested message changed the fingerprint")
+	}
+	if !KeyFieldsOf((&testpb.ShipRequest{}).ProtoReflect().Descriptor()).nested || KeyFieldsOf((&testpb.ChargeRequest{}).ProtoReflect().Descriptor()).nested {
+		t.Fatal("nested: ShipRequest holds a message, ChargeRequest only a map of strings")
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idem-dev/idem"
-	"github.com/idem-dev/idem/idemstore"
 )
 
 // Server is the flow around a protected unary handler that idemgrpc and
@@ -65,6 +64,11 @@ func New(e *idem.Engine, o Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{e: e, o: o, explicit: map[string]*method{}, drop: map[string]bool{}, retention: e.Config().Retention}
+	if !o.IgnoreKeyFields { // methods found by their key field, AEP-155 ones among them
+		if err := checkSkew("the", s.retentionOf(&method{pol: o.Policy}), o.MaxClockSkew); err != nil {
+			return nil, err
+		}
+	}
 	for _, n := range o.DropMetadata {
 		s.drop[lower(n)] = true
 	}
@@ -83,6 +87,11 @@ func New(e *idem.Engine, o Options) (*Server, error) {
 		m, err := s.newMethod(name, md, pol)
 		if err != nil {
 			return nil, err
+		}
+		if m.fields.FirstSent != nil {
+			if err := checkSkew("method "+name+":", s.retentionOf(m), o.MaxClockSkew); err != nil {
+				return nil, err
+			}
 		}
 		s.explicit[name] = m
 		return m, nil
@@ -165,7 +174,10 @@ func (s *Server) methodFor(c *Call) *method {
 		if err == nil {
 			m, err = s.newMethod(c.Method, md, s.o.Policy)
 		}
-		if err != nil {
+		switch {
+		case errors.Is(err, errNoSideEffects): // deliberately unprotected
+			m = nil
+		case err != nil:
 			s.o.Logger.LogAttrs(context.Background(), slog.LevelWarn, "idem: a method with a key field is left unprotected",
 				slog.String("method", c.Method), slog.Any("error", err))
 			m = nil
@@ -185,9 +197,9 @@ func (s *Server) Serve(ctx context.Context, c *Call, handler func(context.Contex
 		return s.pass(ctx, handler)
 	}
 	ev := Event{Method: c.Method}
-	start := time.Now()
 	var ans Answer
 	if s.o.OnOutcome != nil {
+		start := time.Now()
 		defer func() {
 			ev.Duration = time.Since(start)
 			if ans.Status != nil {
@@ -245,7 +257,7 @@ func (s *Server) serve(ctx context.Context, c *Call, m *method, ev *Event, handl
 	res, err := s.e.Begin(ctx, idem.Request{
 		Key: idem.Key{Scope: scope, Operation: c.Method, Key: k.key}, Fingerprint: fp, FingerprintSource: src,
 		Kind: m.pol.Kind, Wait: wait, Lease: m.pol.Lease, Retention: m.pol.Retention,
-		Info: &idemstore.Request{Method: "RPC", Path: c.Method},
+		Info: m.info,
 	})
 	if err != nil {
 		switch {
@@ -312,11 +324,15 @@ func (s *Server) replay(ctx context.Context, c *Call, m *method, ev *Event, resp
 			Message: "A call with this key was already processed, but its stored answer cannot be read. It will not run again."}.Status()}
 	}
 	if r.Header == nil {
-		r.Header = MD{}
+		r.Header = make(MD, 1)
 	}
-	r.Header[HeaderReplayed] = []string{"true"}
+	r.Header[HeaderReplayed] = replayedValue
 	return Answer{Msg: r.Msg, Status: r.Status, Header: r.Header, Trailer: r.Trailer}
 }
+
+// replayedValue is HeaderReplayed's value, shared by every replay: the
+// front doors copy metadata when they send it, and never change it.
+var replayedValue = []string{"true"}[:1:1]
 
 // codeOf is the code of an answer.
 func (s *Server) codeOf(a Answer) code.Code {
