@@ -103,9 +103,10 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 	return rec, false, nil // nil when the record was gone by the read
 }
 
-// rollback ends the transaction left open on conn by a statement the
-// server refused, so that the pool can keep the connection. A connection
-// that ctx's end closed needs nothing: the server rolls back on its own.
+// rollback ends the transaction left open on conn (a statement the server
+// refused, a caller that left before COMMIT), so that the pool can keep
+// the connection. A connection that ctx's end closed needs nothing: the
+// server rolls back on its own.
 func (s *Store) rollback(ctx context.Context, conn *pgxpool.Conn) {
 	if conn.Conn().IsClosed() || conn.Conn().PgConn().TxStatus() == 'I' {
 		return
