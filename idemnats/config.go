@@ -72,15 +72,17 @@ type Config struct {
 	// third of JetStream's default AckWait (30s), however long the lease.
 	InProgressInterval time.Duration
 
-	// NakDelay is the longest delay of a NakWithDelay for a message whose
-	// store failed, or that is delivered for the first time while another
-	// message with its key is being handled (the delay is then about as
-	// long as that handling has taken so far, at least a second). A
-	// message delivered again while its key is in flight (its consumer
-	// died, or AckWait ran out) is nakked until the holder's lease would
-	// run out instead, however long that is, so that these deliveries do
-	// not use up the consumer's MaxDeliver before a dead holder's lease
-	// expires. Defaults to 5s.
+	// NakDelay is the delay of a NakWithDelay for a message whose store
+	// failed, doubled at each later delivery of the message (at most 32
+	// times over), so that an outage does not use up the consumer's
+	// MaxDeliver. It is also the longest delay for a message delivered for
+	// the first time while another message with its key is being handled
+	// (the delay is then about as long as that handling has taken so far,
+	// at least a second). A message delivered again while its key is in
+	// flight (its consumer died, or AckWait ran out) is nakked until the
+	// holder's lease would run out instead, however long that is, so that
+	// these deliveries do not use up MaxDeliver before a dead holder's
+	// lease expires. Defaults to 5s.
 	NakDelay time.Duration
 
 	// Publisher publishes the messages a handler produced (a

@@ -290,7 +290,11 @@ func (g *Guard) refuse(msg jetstream.Msg, r *msgdoor.Refusal, ev *Event) error {
 }
 
 // nakDelay is how long a refused message that a later delivery can get
-// past waits. A store failure waits NakDelay. A key in flight waits about
+// past waits. A store failure waits NakDelay on the message's first
+// delivery and twice as long on each later one, at most
+// maxStoreBackoff × NakDelay: every delivery counts toward the consumer's
+// MaxDeliver, and an outage must not use them up in a few NakDelays. A
+// key in flight waits about
 // as long as its holder has been at work (at most NakDelay) on the
 // message's first delivery, when the holder handles another message with
 // the same key; on a later delivery the holder may be this very message's
@@ -301,10 +305,17 @@ func (g *Guard) refuse(msg jetstream.Msg, r *msgdoor.Refusal, ev *Event) error {
 // dead holder's key can be taken over.
 func (g *Guard) nakDelay(msg jetstream.Msg, r *msgdoor.Refusal) time.Duration {
 	delay := g.cfg.NakDelay
-	if r.Situation.Name != idem.SituationInFlight.Name {
-		return delay
+	var delivered uint64
+	if md, err := msg.Metadata(); err == nil {
+		delivered = md.NumDelivered
 	}
-	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+	if r.Situation.Name != idem.SituationInFlight.Name {
+		for i := uint64(1); i < delivered && delay < maxStoreBackoff*g.cfg.NakDelay; i++ {
+			delay *= 2
+		}
+		return min(delay, maxStoreBackoff*g.cfg.NakDelay)
+	}
+	if delivered > 1 {
 		return r.LeaseLeft + time.Second
 	}
 	if r.RetryAfter > 0 {
@@ -351,6 +362,10 @@ func versionAtLeast(v string, major, minor, patch int) bool {
 	}
 	return true
 }
+
+// maxStoreBackoff bounds the delay of a message whose store failed, in
+// NakDelays.
+const maxStoreBackoff = 32
 
 // maxTermReason bounds a Term's reason: it travels in the server's
 // advisory, and a handler's error can be long.

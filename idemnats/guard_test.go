@@ -698,3 +698,27 @@ func TestMessageHandlerLogsWhatItDrops(t *testing.T) {
 		}
 	}
 }
+
+// A store that stays down: each delivery of a message waits twice as long
+// as the one before (NakDelay, then doubled, at most 32 × NakDelay), so
+// that an outage does not use up the consumer's MaxDeliver in a few
+// NakDelays and have JetStream give up on messages that never ran.
+func TestStoreDownBacksOff(t *testing.T) {
+	t.Parallel()
+	_, mem := memEngine(t, idem.EngineConfig{})
+	e, err := idem.NewEngine(downStore{mem}, idem.EngineConfig{Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, e, idemnats.Config{NakDelay: time.Second})
+	for delivered, want := range map[uint64]string{0: "nak 1s", 1: "nak 1s", 2: "nak 2s", 3: "nak 4s", 6: "nak 32s", 7: "nak 32s", 200: "nak 32s"} {
+		m := newMsg(1, "x")
+		m.md.NumDelivered = delivered
+		if err := g.Handle(context.Background(), m, nil); !errors.Is(err, idemstore.ErrUnavailable) {
+			t.Fatal(err)
+		}
+		if a := m.ack(t); a != want {
+			t.Errorf("delivery %d: %q, want %q", delivered, a, want)
+		}
+	}
+}
