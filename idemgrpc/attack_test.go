@@ -90,18 +90,21 @@ func TestUnknownFields(t *testing.T) {
 }
 
 // TestClientCancelsMidCall: a client that gives up while the handler runs
-// cancels the handler's context. A handler that returns the context's
-// error leaves its outcome unknown: the key goes to review. One that
-// finishes its work regardless has its answer stored, and the retry gets it.
+// cancels the handler's context, and its call never runs twice: a retry
+// while the handler still runs is IN_FLIGHT. A handler that then returns
+// the context's error leaves its outcome unknown: the key goes to review.
+// One that finishes its work regardless has its answer stored, and the
+// retry gets it.
 func TestClientCancelsMidCall(t *testing.T) {
 	t.Parallel()
 	for _, finish := range []bool{false, true} {
 		ev := newEnv(t, idemgrpc.Config{}, envOptions{})
-		entered := make(chan struct{})
+		entered, release := make(chan struct{}), make(chan struct{})
 		ev.svc.charge = func(ctx context.Context, _ *testpb.ChargeRequest, run int64) (*testpb.Payment, error) {
 			if run == 1 {
 				close(entered)
 				<-ctx.Done()
+				<-release
 				if !finish {
 					return nil, status.FromContextError(ctx.Err()).Err()
 				}
@@ -119,15 +122,24 @@ func TestClientCancelsMidCall(t *testing.T) {
 		if err := <-done; status.Code(err) != codes.Canceled {
 			t.Fatalf("cancelled call: %v", err)
 		}
+		_, err := ev.client.Charge(as("alice"), &testpb.ChargeRequest{RequestId: uuid(1)})
+		wantCode(t, err, codes.Aborted, idemgrpc.ReasonInFlight)
+		if e := ev.event(); e.Outcome != "in_flight" {
+			t.Fatalf("retry while the handler runs: %+v", e)
+		}
+		close(release)
 		e := ev.event()
 		p, err := ev.client.Charge(as("alice"), &testpb.ChargeRequest{RequestId: uuid(1)})
 		switch {
 		case finish && (e.Settlement != "completed" || err != nil || p.Run != 1):
 			t.Fatalf("finished: %+v, retry %v %v", e, p, err)
-		case !finish && e.Settlement != "escalated":
+		case !finish && (e.Settlement != "escalated" || e.Code != codes.Canceled):
 			t.Fatalf("gave up: %+v", e)
 		case !finish:
 			wantCode(t, err, codes.FailedPrecondition, idemgrpc.ReasonNeedsReview)
+		}
+		if n := ev.svc.runs.Load(); n != 1 {
+			t.Fatalf("runs %d", n)
 		}
 	}
 }
