@@ -33,7 +33,8 @@
 //   - a key in review, used with another payload, or a message without a
 //     usable key: Term, with the reason (see Config.Publisher);
 //   - a handler error: Nak when the key was released (idem.Retryable, or a
-//     plain error of a Transactional operation), Term when it
+//     plain error of a Transactional operation; NakWithDelay, backing off,
+//     when it failed on an earlier delivery too), Term when it
 //     went to review (idem.Ambiguous, or a plain error of an External
 //     operation).
 //

@@ -182,14 +182,20 @@ func (g *Guard) run(ctx context.Context, msg jetstream.Msg, h HandlerFunc, lease
 	case idem.LeaseEscalated:
 		return g.refuse(msg, msgdoor.Escalated(err), ev)
 	case idem.LeaseReleased:
-		ev.Ack = "nak"
-		g.ackErr(msg, msg.Nak(), "nak")
-		return err
+		// Nothing happened: the first failure comes back at once, later
+		// ones back off, so that a handler that keeps failing does not
+		// loop hot, nor use up MaxDeliver in a moment.
+		if md, merr := msg.Metadata(); merr != nil || md.NumDelivered <= 1 {
+			ev.Ack = "nak"
+			g.ackErr(msg, msg.Nak(), "nak")
+			return err
+		}
 	}
-	// Abandoned or lost: the key is pending until its lease expires, or
-	// settled by someone else; a redelivery finds out which.
+	// Released after an earlier failure, abandoned (the store failed; the
+	// key is pending until its lease expires) or lost (settled by someone
+	// else): a redelivery finds out which.
 	ev.Ack = "nak_delay"
-	g.ackErr(msg, msg.NakWithDelay(g.cfg.NakDelay), "nak")
+	g.ackErr(msg, msg.NakWithDelay(g.backoff(msg)), "nak")
 	return err
 }
 
@@ -233,14 +239,14 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 		if g.cfg.Publisher == nil {
 			err := errors.New("idemnats: the handler produced messages, but Config.Publisher is not set")
 			ev.Ack = "nak_delay"
-			g.ackErr(msg, msg.NakWithDelay(g.cfg.NakDelay), "nak")
+			g.ackErr(msg, msg.NakWithDelay(g.backoff(msg)), "nak")
 			return err
 		}
 		for _, m := range out {
 			if _, err := g.cfg.Publisher.PublishMsg(ctx, m); err != nil {
 				err = fmt.Errorf("idemnats: publishing a produced message (the message will be delivered again, and publish the stored ones): %w", err)
 				ev.Ack = "nak_delay"
-				g.ackErr(msg, msg.NakWithDelay(g.cfg.NakDelay), "nak")
+				g.ackErr(msg, msg.NakWithDelay(g.backoff(msg)), "nak")
 				return err
 			}
 		}
@@ -304,24 +310,30 @@ func (g *Guard) refuse(msg jetstream.Msg, r *msgdoor.Refusal, ev *Event) error {
 // delivering a message that used them up, which must not happen before a
 // dead holder's key can be taken over.
 func (g *Guard) nakDelay(msg jetstream.Msg, r *msgdoor.Refusal) time.Duration {
-	delay := g.cfg.NakDelay
-	var delivered uint64
-	if md, err := msg.Metadata(); err == nil {
-		delivered = md.NumDelivered
-	}
 	if r.Situation.Name != idem.SituationInFlight.Name {
-		for i := uint64(1); i < delivered && delay < maxStoreBackoff*g.cfg.NakDelay; i++ {
-			delay *= 2
-		}
-		return min(delay, maxStoreBackoff*g.cfg.NakDelay)
+		return g.backoff(msg)
 	}
-	if delivered > 1 {
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
 		return r.LeaseLeft + time.Second
 	}
+	delay := g.cfg.NakDelay
 	if r.RetryAfter > 0 {
 		delay = min(r.RetryAfter, delay)
 	}
 	return delay
+}
+
+// backoff is how long a message waits after a failure of the store or of
+// JetStream: NakDelay on its first delivery, twice as long on each later
+// one, at most maxStoreBackoff × NakDelay.
+func (g *Guard) backoff(msg jetstream.Msg) time.Duration {
+	delay, most := g.cfg.NakDelay, maxStoreBackoff*g.cfg.NakDelay
+	if md, err := msg.Metadata(); err == nil {
+		for i := uint64(1); i < md.NumDelivered && delay < most; i++ {
+			delay *= 2
+		}
+	}
+	return min(delay, most)
 }
 
 // termReasons reports whether a Term may carry its reason: whether the

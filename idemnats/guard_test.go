@@ -722,3 +722,35 @@ func TestStoreDownBacksOff(t *testing.T) {
 		}
 	}
 }
+
+// A handler that keeps failing with Retryable: its message comes back at
+// once after the first failure, and after later ones with a delay that
+// doubles (from NakDelay, at most 32 × NakDelay), instead of looping hot
+// and using up MaxDeliver in a moment. A failed publication backs off the
+// same way.
+func TestRetryableFailuresBackOff(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	pub := &publisher{}
+	g := newGuard(t, e, idemnats.Config{NakDelay: time.Second, Publisher: pub})
+	failing := func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
+		return nil, idem.Retryable(errors.New("the provider is down"))
+	}
+	for delivered, want := range map[uint64]string{1: "nak", 2: "nak 2s", 4: "nak 8s", 9: "nak 32s"} {
+		m := newMsg(1, "x")
+		m.md.NumDelivered = delivered
+		if err := g.Handle(context.Background(), m, failing); err == nil {
+			t.Fatal("no error")
+		}
+		if a := m.ack(t); a != want {
+			t.Errorf("delivery %d: %q, want %q", delivered, a, want)
+		}
+	}
+	pub.fail.Store(1)
+	m := newMsg(2, "y")
+	m.md.NumDelivered = 3
+	var c counting
+	if err := g.Handle(context.Background(), m, c.handle); err == nil || m.ack(t) != "nak 4s" {
+		t.Fatalf("a failed publication on delivery 3: %v, %q", err, m.ack(t))
+	}
+}
