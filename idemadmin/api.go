@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 )
 
 // maxRequestBody bounds a JSON request to the API: an answer of
@@ -26,6 +25,7 @@ func who(ctx context.Context) string {
 func (h *Handler) apiRoutes() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /api/v1/keys", h.apiList)
+	mux.HandleFunc("GET /api/v1/counts", h.apiCounts)
 	mux.HandleFunc("GET /api/v1/keys/{id}", h.apiGet)
 	mux.HandleFunc("POST /api/v1/keys/{id}/resolve", h.apiResolve)
 	mux.HandleFunc("DELETE /api/v1/keys/{id}", h.apiDelete)
@@ -53,15 +53,10 @@ func (h *Handler) apiRoutes() http.Handler {
 }
 
 func (h *Handler) apiList(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	lq := ListQuery{State: q.Get("state"), Operation: q.Get("operation"), Cursor: q.Get("cursor")}
-	if s := q.Get("limit"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			writeError(w, badRequest("limit %q is not a number", s))
-			return
-		}
-		lq.Limit = n
+	lq, err := ParseListQuery(r.URL.Query())
+	if err != nil {
+		writeError(w, err)
+		return
 	}
 	page, err := h.keys.List(r.Context(), lq)
 	if err != nil {
@@ -69,6 +64,15 @@ func (h *Handler) apiList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+func (h *Handler) apiCounts(w http.ResponseWriter, r *http.Request) {
+	c, err := h.keys.Counts(r.Context())
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, c)
 }
 
 func (h *Handler) apiGet(w http.ResponseWriter, r *http.Request) {

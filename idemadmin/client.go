@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -44,18 +43,16 @@ func NewClient(baseURL, token string, httpClient *http.Client) (*Client, error) 
 
 // List returns a page of keys.
 func (c *Client) List(ctx context.Context, q ListQuery) (Page, error) {
-	v := url.Values{}
-	for name, val := range map[string]string{"state": q.State, "operation": q.Operation, "cursor": q.Cursor} {
-		if val != "" {
-			v.Set(name, val)
-		}
-	}
-	if q.Limit != 0 {
-		v.Set("limit", strconv.Itoa(q.Limit))
-	}
 	var page Page
-	err := c.do(ctx, http.MethodGet, "/api/v1/keys", v, nil, &page)
+	err := c.do(ctx, http.MethodGet, "/api/v1/keys", q.Values(), nil, &page)
 	return page, err
+}
+
+// Counts returns an overview of the keys.
+func (c *Client) Counts(ctx context.Context) (Counts, error) {
+	var counts Counts
+	err := c.do(ctx, http.MethodGet, "/api/v1/counts", nil, nil, &counts)
+	return counts, err
 }
 
 // Get returns one key, with its detail.

@@ -25,6 +25,11 @@ const (
 	CodeAttemptRequired = "attempt_required"
 	CodeUnavailable     = "store_unavailable"
 	CodeTooLarge        = "too_large"
+	// CodeNotSupported: what the store cannot do, such as search keys by
+	// their value (501).
+	CodeNotSupported = "not_supported"
+	// CodeAmbiguousID: a short ID that names several keys (409).
+	CodeAmbiguousID = "ambiguous_id"
 	// CodeRateLimited: too many wrong tokens from the client's address
 	// (429, with Retry-After).
 	CodeRateLimited = "rate_limited"

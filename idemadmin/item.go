@@ -14,10 +14,20 @@ import (
 // Item is one key as the admin API shows it.
 type Item struct {
 	// ID identifies the key in the API's URLs: opaque and URL-safe.
-	ID        string `json:"id"`
-	Scope     string `json:"scope"`
-	Operation string `json:"operation"`
-	Key       string `json:"key"`
+	ID string `json:"id"`
+	// ShortID identifies the key too, in fewer characters: its key, '~'
+	// and six hex digits (see ShortID). The API and the CLI take it
+	// wherever they take an ID, on a store that searches by key.
+	ShortID string `json:"short_id"`
+	Scope   string `json:"scope"`
+	// ScopeLabel is the operator's label of the scope (an account or user
+	// ID the upstream sent, see idem serve --scope-label-header), opened
+	// when it is sealed; empty when the record has none, or when it is
+	// sealed and does not open here (Sealed then says so). It is only a
+	// label: the scope alone says whose key it is.
+	ScopeLabel string `json:"scope_label,omitempty"`
+	Operation  string `json:"operation"`
+	Key        string `json:"key"`
 	// State is pending, completed or needs_review.
 	State      string    `json:"state"`
 	CreatedAt  time.Time `json:"created_at"`
@@ -103,7 +113,9 @@ func ParseKeyID(id string) (idemstore.Key, error) {
 func newItem(rec *idemstore.Record, detail bool) Item {
 	it := Item{
 		ID:          KeyID(rec.Key),
+		ShortID:     ShortID(rec.Key),
 		Scope:       rec.Key.Scope,
+		ScopeLabel:  rec.ScopeLabel,
 		Operation:   rec.Key.Operation,
 		Key:         rec.Key.Key,
 		State:       string(rec.State),

@@ -34,13 +34,35 @@ type Keys struct {
 	Sealer idemstore.Sealer
 }
 
-// ListQuery selects keys to list.
+// ListQuery selects keys to list. The fields after Operation search, on a
+// store that can (idemstore.Capabilities.Search); on another, a query that
+// uses them is refused (501 not_supported). Filters combine.
 type ListQuery struct {
 	// State is pending, completed or needs_review; empty lists every
 	// state.
 	State string
 	// Operation filters by operation, exactly ("POST /payments").
 	Operation string
+	// Key lists the keys whose value is exactly Key (the Idempotency-Key
+	// a client sent), in every scope and operation.
+	Key string
+	// KeyPrefix lists the keys whose value starts with KeyPrefix, byte
+	// for byte ('%' and '_' are characters, not wildcards). Empty lists
+	// every key, a page at a time as always.
+	KeyPrefix string
+	// OlderThan lists the keys created at least OlderThan ago, by the
+	// store's clock.
+	OlderThan time.Duration
+	// Reason lists the keys whose reason contains Reason, ignoring the
+	// case of ASCII letters (at most MaxReasonQuery bytes).
+	Reason string
+	// Label lists the keys whose scope label is exactly Label, sealed
+	// labels included (found by a keyed digest, never by a prefix).
+	Label string
+	// Order is "oldest" (created first, first), "newest" or "key" (by
+	// scope, operation and key; with Key or KeyPrefix, by key). Defaults
+	// to oldest for needs_review, key for the rest.
+	Order string
 	// Cursor continues a listing: a previous page's NextCursor.
 	Cursor string
 	// Limit is the page size, 1 to 1000. Defaults to 100.
@@ -50,6 +72,8 @@ type ListQuery struct {
 // Page is one page of keys.
 type Page struct {
 	Items []Item `json:"items"`
+	// Order is the order of the listing: oldest, newest or key.
+	Order string `json:"order"`
 	// NextCursor continues the listing; empty at the end.
 	NextCursor string `json:"next_cursor"`
 }
@@ -125,21 +149,15 @@ func (k *Keys) logger() *slog.Logger {
 
 // List returns a page of keys.
 func (k *Keys) List(ctx context.Context, q ListQuery) (Page, error) {
-	st := idemstore.State(q.State)
-	if q.State != "" && !st.Valid() {
-		return Page{}, badRequest("state %q must be needs_review, pending or completed", q.State)
+	p, err := k.params(q)
+	if err != nil {
+		return Page{}, err
 	}
-	if q.Limit == 0 {
-		q.Limit = 100
-	}
-	if q.Limit < 1 || q.Limit > 1000 {
-		return Page{}, badRequest("limit %d must be between 1 and 1000", q.Limit)
-	}
-	page, err := k.Store.List(ctx, idemstore.ListParams{State: st, Operation: q.Operation, Cursor: q.Cursor, Limit: q.Limit})
+	page, err := k.Store.List(ctx, p)
 	if err != nil {
 		return Page{}, asError(err)
 	}
-	out := Page{Items: make([]Item, 0, len(page.Records)), NextCursor: page.NextCursor}
+	out := Page{Items: make([]Item, 0, len(page.Records)), NextCursor: page.NextCursor, Order: p.Order.String()}
 	for _, rec := range page.Records {
 		if isSessionScope(rec.Key) {
 			continue // a sign-out, not a key (see SessionScope)
@@ -153,7 +171,7 @@ func (k *Keys) List(ctx context.Context, q ListQuery) (Page, error) {
 // request body, where the route stored it) and, for a completed key, the
 // stored answer.
 func (k *Keys) Get(ctx context.Context, id string) (Item, error) {
-	key, err := ParseKeyID(id)
+	_, key, err := k.lookup(ctx, id)
 	if err != nil {
 		return Item{}, err
 	}
@@ -171,7 +189,7 @@ func (k *Keys) Get(ctx context.Context, id string) (Item, error) {
 // attempt req.Attempt names, and nothing that went to review since. It is
 // what a bulk action calls for each key.
 func (k *Keys) Resolve(ctx context.Context, id, who string, req ResolveRequest) (Result, error) {
-	key, err := ParseKeyID(id)
+	id, key, err := k.lookup(ctx, id)
 	if err != nil {
 		return Result{}, err
 	}
@@ -248,7 +266,7 @@ func (req ResolveRequest) Check() (*idemstore.Response, error) {
 // req.Attempt names, never one stored since. It is what a bulk action
 // calls for each key.
 func (k *Keys) Delete(ctx context.Context, id, who string, req DeleteRequest) (Result, error) {
-	key, err := ParseKeyID(id)
+	id, key, err := k.lookup(ctx, id)
 	if err != nil {
 		return Result{}, err
 	}

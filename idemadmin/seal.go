@@ -1,6 +1,7 @@
 package idemadmin
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/idem-dev/idem/idemstore"
@@ -28,7 +29,27 @@ func (k *Keys) open(rec *idemstore.Record) string {
 		}
 		rec.Request = part.Request
 	}
+	if idemstore.IsSealedLabel(rec.ScopeLabel) {
+		label, err := k.openLabel(rec.Key, rec.ScopeLabel)
+		if err != nil {
+			notes = append(notes, "scope label: "+err.Error())
+		}
+		rec.ScopeLabel = label
+	}
 	return strings.Join(notes, "; ")
+}
+
+// openLabel opens a sealed scope label, or returns "" and why not.
+func (k *Keys) openLabel(key idemstore.Key, sealed string) (string, error) {
+	ls, ok := k.Sealer.(idemstore.LabelSealer)
+	if !ok {
+		return "", fmt.Errorf("%w: its scope label is sealed, and no key to open it is configured", idemstore.ErrSealed)
+	}
+	label, err := ls.OpenLabel(key, sealed)
+	if err != nil {
+		return "", err
+	}
+	return label, nil
 }
 
 // item is newItem of rec, opened.

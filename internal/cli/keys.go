@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,33 +33,66 @@ is an error.
 
 Keys that need review are settled with 'idem review resolve'.`,
 	}
-	cmd.AddCommand(newKeysListCmd(), newKeysGetCmd(), newKeysDeleteCmd())
+	cmd.AddCommand(newKeysListCmd(), newKeysGetCmd(), newKeysDeleteCmd(), newKeysCountsCmd())
 	return cmd
 }
 
 func newKeysListCmd() *cobra.Command {
 	var (
-		src              keySource
-		state, operation string
-		limit            int
-		asJSON           bool
+		src    keySource
+		lf     listFlags
+		limit  int
+		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list (--admin-url URL | --store URL) [--state S] [--operation OP] [--limit N] [--json]",
-		Short: "List keys, by state and operation",
-		Example: `  idem keys list --admin-url http://127.0.0.1:9090 --admin-token-file admin.token --state completed
-  idem keys list --store sqlite:///var/lib/idem/idem.db --operation 'POST /payments' --json`,
+		Use:   "list (--admin-url URL | --store URL) [--key K | --key-prefix P] [--state S] [--operation OP] [--older-than D] [--reason TEXT] [--label L] [--order O] [--limit N] [--json]",
+		Short: "List keys, oldest first, or find one by its value",
+		Long: `list prints keys oldest first, with a short id that every command takes in
+place of the id (the key, '~' and six hex digits), the scope label, the
+request, the state, its age and the reason.
+
+--key finds a key by the value the client sent, in every scope and operation:
+support has the Idempotency-Key, never the scope. --key-prefix finds the keys
+starting with a value. --state, --operation, --older-than, --reason (part of
+it, any case) and --label (exactly) narrow what is listed. Searching needs a
+store that can (SQLite, PostgreSQL, MySQL, memory).`,
+		Example: `  idem keys list --admin-url http://127.0.0.1:9090 --admin-token-file admin.token --key order-1001
+  idem keys list --store sqlite:///var/lib/idem/idem.db --state needs_review --older-than 1h --reason timeout
+  idem keys list --store sqlite:///var/lib/idem/idem.db --label acct_8842 --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return listKeys(cmd, &src, idemadmin.ListQuery{State: state, Operation: operation}, limit, asJSON, "No keys.")
+			return listKeys(cmd, &src, lf.query(), limit, asJSON, "No keys.")
 		},
 	}
 	src.flags(cmd.Flags())
-	cmd.Flags().StringVar(&state, "state", "", "needs_review, pending or completed (default: every state)")
-	cmd.Flags().StringVar(&operation, "operation", "", "only this operation, e.g. 'POST /payments'")
+	lf.flags(cmd.Flags(), true)
 	cmd.Flags().IntVar(&limit, "limit", 100, "the most keys to list")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of keys instead of a table")
 	return cmd
+}
+
+// listFlags are the filters of a listing.
+type listFlags struct {
+	state, operation, key, keyPrefix, reason, label, order string
+	olderThan                                              time.Duration
+}
+
+func (l *listFlags) flags(fl *pflag.FlagSet, state bool) {
+	if state {
+		fl.StringVar(&l.state, "state", "", "needs_review, pending or completed (default: every state)")
+	}
+	fl.StringVar(&l.operation, "operation", "", "only this operation, e.g. 'POST /payments'")
+	fl.StringVar(&l.key, "key", "", "only keys of exactly this value (the Idempotency-Key), in every scope and operation")
+	fl.StringVar(&l.keyPrefix, "key-prefix", "", "only keys whose value starts with this")
+	fl.DurationVar(&l.olderThan, "older-than", 0, "only keys created at least this long ago, e.g. 30m or 48h")
+	fl.StringVar(&l.reason, "reason", "", "only keys whose reason contains this, in any case")
+	fl.StringVar(&l.label, "label", "", "only keys whose scope label is exactly this")
+	fl.StringVar(&l.order, "order", "", "oldest (created first, first; the default), newest, or key")
+}
+
+func (l *listFlags) query() idemadmin.ListQuery {
+	return idemadmin.ListQuery{State: l.state, Operation: l.operation, Key: l.key, KeyPrefix: l.keyPrefix,
+		OlderThan: l.olderThan, Reason: l.reason, Label: l.label, Order: l.order}
 }
 
 // listKeys pages through keys up to limit and prints them.
@@ -71,6 +105,17 @@ func listKeys(cmd *cobra.Command, src *keySource, q idemadmin.ListQuery, limit i
 	default:
 		return usageError{fmt.Errorf("--state %q must be needs_review, pending or completed", q.State)}
 	}
+	asked := q.Order != ""
+	switch q.Order {
+	case "":
+		q.Order = "oldest"
+	case "oldest", "newest", "key":
+	default:
+		return usageError{fmt.Errorf("--order %q must be oldest, newest or key", q.Order)}
+	}
+	if q.OlderThan < 0 {
+		return usageError{fmt.Errorf("--older-than %v is negative", q.OlderThan)}
+	}
 	svc, closeFn, err := src.open(cmd)
 	if err != nil {
 		return err
@@ -80,6 +125,13 @@ func listKeys(cmd *cobra.Command, src *keySource, q idemadmin.ListQuery, limit i
 	for len(items) < limit {
 		q.Limit = min(limit-len(items), 1000)
 		page, err := svc.List(cmd.Context(), q)
+		var e *idemadmin.Error
+		if !asked && q.Order != "key" && errors.As(err, &e) && e.Code == idemadmin.CodeNotSupported && !searches(q) {
+			// A store that cannot list by age lists in key order.
+			fmt.Fprintln(cmd.ErrOrStderr(), "(this store cannot list keys by age: they are in key order)")
+			q.Order = "key"
+			page, err = svc.List(cmd.Context(), q)
+		}
 		if err != nil {
 			return err
 		}
@@ -97,15 +149,82 @@ func listKeys(cmd *cobra.Command, src *keySource, q idemadmin.ListQuery, limit i
 		return nil
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tREQUEST\tSTATE\tAGE\tREASON\tATTEMPT\tID")
+	fmt.Fprintln(tw, "ID\tLABEL\tREQUEST\tSTATE\tAGE\tREASON\tATTEMPT")
 	for _, it := range items {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", idemadmin.Visible(it.Key), requestLine(it), it.State,
-			idemadmin.HumanDuration(it.Age()), idemadmin.Visible(cutText(it.Reason, 72)), idemadmin.Visible(it.Attempt), it.ID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", idemadmin.Visible(it.ShortID), orDash(idemadmin.Visible(cutText(it.ScopeLabel, 40))),
+			requestLine(it), it.State, idemadmin.HumanDuration(it.Age()), idemadmin.Visible(cutText(it.Reason, 72)), idemadmin.Visible(it.Attempt))
 	}
 	if q.Cursor != "" {
 		fmt.Fprintf(tw, "(more keys: raise --limit)\n")
 	}
 	return tw.Flush()
+}
+
+// searches reports whether q asks for more than a state and an operation.
+func searches(q idemadmin.ListQuery) bool {
+	return q.Key != "" || q.KeyPrefix != "" || q.OlderThan != 0 || q.Reason != "" || q.Label != ""
+}
+
+func newKeysCountsCmd() *cobra.Command {
+	var (
+		src    keySource
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "counts (--admin-url URL | --store URL) [--json]",
+		Short: "Count keys by state and operation, and show the one waiting longest in review",
+		Example: `  idem keys counts --admin-url http://127.0.0.1:9090 --admin-token-file admin.token
+  idem keys counts --store 'postgres://idem:secret@db:5432/idem' --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			svc, closeFn, err := src.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			c, err := svc.Counts(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), c)
+			}
+			printCounts(cmd.OutOrStdout(), c)
+			return nil
+		},
+	}
+	src.flags(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// printCounts writes an overview of the keys for a person.
+func printCounts(w io.Writer, c idemadmin.Counts) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	review := strconv.FormatInt(c.NeedsReview, 10)
+	if it := c.OldestNeedsReview; it != nil {
+		review += fmt.Sprintf("  (longest: %s, %s in review)", idemadmin.Visible(it.ShortID), idemadmin.HumanDuration(it.Age()))
+	}
+	completed := strconv.FormatInt(c.Completed, 10)
+	if c.CompletedEstimated {
+		completed = "about " + completed + " (an estimate from the store's statistics)"
+	}
+	fmt.Fprintf(tw, "needs_review\t%s\npending\t%d\ncompleted\t%s\n", review, c.Pending, completed)
+	if len(c.Operations) > 0 {
+		fmt.Fprintf(tw, "\nOPERATION\tPENDING\tNEEDS_REVIEW\n")
+		for _, o := range c.Operations {
+			fmt.Fprintf(tw, "%s\t%d\t%d\n", idemadmin.Visible(o.Operation), o.Pending, o.NeedsReview)
+		}
+	}
+	tw.Flush()
+}
+
+// orDash is s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // requestLine is what was asked: method, path and query, printable.
@@ -173,6 +292,7 @@ func printItem(w io.Writer, it idemadmin.Item) {
 	row("request", requestLine(it))
 	row("operation", v(it.Operation))
 	row("scope", v(it.Scope))
+	row("scope label", orDash(v(it.ScopeLabel)))
 	row("reason", v(it.Reason))
 	row("created", stamp(it.CreatedAt))
 	row("last change", stamp(it.UpdatedAt))
@@ -184,7 +304,11 @@ func printItem(w io.Writer, it idemadmin.Item) {
 	}
 	row("fingerprint", v(it.Fingerprint))
 	row("attempt", v(it.Attempt))
+	row("short id", v(it.ShortID))
 	row("id", it.ID)
+	if it.Sealed != "" {
+		row("not opened", v(it.Sealed))
+	}
 	tw.Flush()
 	if it.Request != nil {
 		switch {

@@ -25,6 +25,7 @@ type keyService interface {
 	Get(ctx context.Context, id string) (idemadmin.Item, error)
 	Resolve(ctx context.Context, id string, req idemadmin.ResolveRequest) (idemadmin.Result, error)
 	Delete(ctx context.Context, id string, req idemadmin.DeleteRequest) (idemadmin.Result, error)
+	Counts(ctx context.Context) (idemadmin.Counts, error)
 }
 
 // storeKeys is keyService on a store opened directly; changes are made in
@@ -44,6 +45,10 @@ func (s storeKeys) Get(ctx context.Context, id string) (idemadmin.Item, error) {
 
 func (s storeKeys) Resolve(ctx context.Context, id string, req idemadmin.ResolveRequest) (idemadmin.Result, error) {
 	return s.keys.Resolve(ctx, id, s.who, req)
+}
+
+func (s storeKeys) Counts(ctx context.Context) (idemadmin.Counts, error) {
+	return s.keys.Counts(ctx)
 }
 
 func (s storeKeys) Delete(ctx context.Context, id string, req idemadmin.DeleteRequest) (idemadmin.Result, error) {
@@ -179,7 +184,7 @@ type keyFlags struct {
 }
 
 func (k *keyFlags) flags(fl *pflag.FlagSet) {
-	fl.StringVar(&k.id, "id", "", "the key's id, as listings show it")
+	fl.StringVar(&k.id, "id", "", "the key's id or short id, as listings show them")
 	fl.StringVar(&k.scope, "scope", "", "the key's scope (with --operation and --key, instead of an id)")
 	fl.StringVar(&k.operation, "operation", "", "the key's operation, e.g. 'POST /payments'")
 	fl.StringVar(&k.key, "key", "", "the Idempotency-Key")
@@ -199,12 +204,15 @@ func (k *keyFlags) resolveID(args []string) (string, error) {
 	case id != "" && parts:
 		return "", usageError{errors.New("give an id or --scope, --operation and --key, not both")}
 	case id != "":
+		if idemadmin.IsShortID(id) {
+			return id, nil // the store finds it by its key
+		}
 		if _, err := idemadmin.ParseKeyID(id); err != nil {
 			return "", usageError{err}
 		}
 		return id, nil
 	case k.scope == "" || k.operation == "" || k.key == "":
-		return "", usageError{errors.New("name the key: its id (from a listing), or --scope, --operation and --key")}
+		return "", usageError{errors.New("name the key: its id or short id (from a listing), or --scope, --operation and --key")}
 	}
 	return idemadmin.KeyID(idemstore.Key{Scope: k.scope, Operation: k.operation, Key: k.key}), nil
 }

@@ -38,23 +38,25 @@ admin URL does the same in a browser.`,
 
 func newReviewListCmd() *cobra.Command {
 	var (
-		src       keySource
-		operation string
-		limit     int
-		asJSON    bool
+		src    keySource
+		lf     listFlags
+		limit  int
+		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "list (--admin-url URL | --store URL) [--operation OP] [--limit N] [--json]",
-		Short: "List the keys that need review",
+		Use:   "list (--admin-url URL | --store URL) [--key K | --key-prefix P] [--operation OP] [--older-than D] [--reason TEXT] [--label L] [--limit N] [--json]",
+		Short: "List the keys that need review, the one waiting longest first",
 		Example: `  idem review list --admin-url http://127.0.0.1:9090 --admin-token-file admin.token
-  idem review list --store sqlite:///var/lib/idem/idem.db --json`,
+  idem review list --store sqlite:///var/lib/idem/idem.db --older-than 1h --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return listKeys(cmd, &src, idemadmin.ListQuery{State: "needs_review", Operation: operation}, limit, asJSON, "No keys need review.")
+			q := lf.query()
+			q.State = "needs_review"
+			return listKeys(cmd, &src, q, limit, asJSON, "No keys need review.")
 		},
 	}
 	src.flags(cmd.Flags())
-	cmd.Flags().StringVar(&operation, "operation", "", "only this operation, e.g. 'POST /payments'")
+	lf.flags(cmd.Flags(), false)
 	cmd.Flags().IntVar(&limit, "limit", 100, "the most keys to list")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print a JSON array of keys instead of a table")
 	return cmd
