@@ -172,13 +172,15 @@ func reserveArrays(ops []*groupcommit.Op) []any {
 		fingerprints, tokens     = make([]string, len(ops)), make([]string, len(ops))
 		leases                   = make([]time.Duration, len(ops))
 		requests                 = make([][]byte, len(ops))
+		labels, labelIndexes     = make([]string, len(ops)), make([]string, len(ops))
 	)
 	for i, op := range ops {
 		scopes[i], operations[i], keys[i] = op.Key.Scope, op.Key.Operation, op.Key.Key
 		fingerprints[i], tokens[i], leases[i] = op.Fingerprint, op.Token, op.Lease
 		requests[i] = idemstore.EncodeRequest(op.Request)
+		labels[i], labelIndexes[i] = op.ScopeLabel, idemstore.ScopeLabelIndex(op.ScopeLabel)
 	}
-	return []any{scopes, operations, keys, fingerprints, tokens, leases, requests}
+	return []any{scopes, operations, keys, fingerprints, tokens, leases, requests, labels, labelIndexes}
 }
 
 // completeArrays returns completeMany's arguments for ops, with the
@@ -241,7 +243,7 @@ func readReserved(br pgx.BatchResults, ops []*groupcommit.Op) error {
 		return err
 	}
 	defer rows.Close()
-	dest := make([]any, 15)
+	dest := make([]any, 1+recordColumnCount)
 	for i, op := range ops {
 		if !rows.Next() {
 			if err := rows.Err(); err != nil {

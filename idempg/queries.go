@@ -17,7 +17,10 @@ import (
 // The last column is the server's clock at the read (Record.ReadAt).
 const recordColumns = `r.scope, r.operation, r.key, r.fingerprint, r.state, r.token,
 COALESCE(l.lease_until, r.lease_until) AS lease_until, r.response, r.reason, r.created_at,
-GREATEST(COALESCE(r.updated_at, r.created_at), l.updated_at), r.expires_at, r.request, statement_timestamp()`
+GREATEST(COALESCE(r.updated_at, r.created_at), l.updated_at), r.expires_at, r.request, r.scope_label, statement_timestamp()`
+
+// recordColumnCount is the number of columns of recordColumns.
+const recordColumnCount = 15
 
 // heartbeatJoin matches a record r with the heartbeat l of its current
 // lease, if it is pending and has one.
@@ -56,6 +59,7 @@ type queries struct {
 	lock, releaseExpired, escalateExpired, takeover  string
 	resolveComplete, resolveRelease, deleteCompleted string
 	markWaiting, list, expired, purge                string
+	countOpen, countCompleted                        string
 }
 
 // buildQueries fills in the statements for the tables of schema. With
@@ -111,8 +115,8 @@ WHERE {fence}` + returning
 WHERE {fence}%s` + returning
 	cond := func(sql, extra string) string { return strings.Replace(sql, "%s", extra, 1) }
 	return queries{
-		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
-VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7)
+		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request, scope_label, label_index)
+VALUES ($1, $2, $3, $4, 'pending', $5, {now} + $6::interval, {now}, {now}, $7, NULLIF($8, ''), NULLIF($9, ''))
 ON CONFLICT (scope, operation, key) DO NOTHING`),
 		// reserveMany is reserve for a round of a batch (calls on distinct
 		// keys), in one statement: parallel arrays of the calls' values,
@@ -122,10 +126,10 @@ ON CONFLICT (scope, operation, key) DO NOTHING`),
 		// or was committed after the statement's snapshot: the caller then
 		// tries again). A second round trip to read a conflicting record
 		// would cost the whole batch a wait.
-		reserveMany: r.Replace(`WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[], $7::bytea[])
-    WITH ORDINALITY AS i(scope, operation, key, fingerprint, token, lease, request, n)),
-ins AS (INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
-    SELECT scope, operation, key, fingerprint, 'pending', token, {now} + lease, {now}, {now}, request FROM i ORDER BY n
+		reserveMany: r.Replace(`WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[], $7::bytea[], $8::text[], $9::text[])
+    WITH ORDINALITY AS i(scope, operation, key, fingerprint, token, lease, request, scope_label, label_index, n)),
+ins AS (INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request, scope_label, label_index)
+    SELECT scope, operation, key, fingerprint, 'pending', token, {now} + lease, {now}, {now}, request, NULLIF(scope_label, ''), NULLIF(label_index, '') FROM i ORDER BY n
     ON CONFLICT (scope, operation, key) DO NOTHING RETURNING scope, operation, key)
 SELECT ins.key IS NOT NULL, rec.* FROM i
 LEFT JOIN ins ON ins.scope = i.scope AND ins.operation = i.operation AND ins.key = i.key
@@ -194,6 +198,14 @@ SELECT count(*) FROM d`),
 i AS (INSERT INTO {w} (scope, operation, key) SELECT scope, operation, key FROM r ON CONFLICT DO NOTHING)
 SELECT count(*) FROM r`),
 		list: r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE `),
+		countOpen: r.Replace(`SELECT state, operation, count(*), min(created_at) FROM {t}
+WHERE state IN ('pending', 'needs_review') GROUP BY state, operation ORDER BY operation`),
+		// The completed records, counted up to $1, and the table's row
+		// estimate, which pg_class.reltuples keeps (-1 before the first
+		// ANALYZE).
+		countCompleted: r.Replace(`SELECT statement_timestamp(),
+    (SELECT count(*) FROM (SELECT FROM {t} WHERE state = 'completed' LIMIT $1) c),
+    COALESCE((SELECT reltuples FROM pg_class WHERE oid = to_regclass($2)), -1)::float8`),
 		// Expired leases: records past their own deadline whose heartbeat,
 		// if any, is past too; and records whose heartbeat shortened the
 		// lease to a deadline that has passed.
@@ -225,12 +237,16 @@ func scanRecord(row pgx.Row) (*idemstore.Record, error) {
 		response  []byte
 		request   []byte
 		expiresAt *time.Time
+		label     *string
 	)
 	err := row.Scan(&rec.Key.Scope, &rec.Key.Operation, &rec.Key.Key, &rec.Fingerprint, &state,
 		&rec.Token, &rec.LeaseUntil, &response, &rec.Reason, &rec.CreatedAt, &rec.UpdatedAt, &expiresAt,
-		&request, &rec.ReadAt)
+		&request, &label, &rec.ReadAt)
 	if err != nil {
 		return nil, err
+	}
+	if label != nil {
+		rec.ScopeLabel = *label
 	}
 	rec.State = idemstore.State(state)
 	rec.LeaseUntil = rec.LeaseUntil.UTC()

@@ -56,7 +56,8 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 	k := p.Key
 	var b pgx.Batch
 	b.Queue("BEGIN")
-	b.Queue(s.q.reserve, k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.Lease, idemstore.EncodeRequest(p.Request))
+	b.Queue(s.q.reserve, k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.Lease, idemstore.EncodeRequest(p.Request),
+		p.ScopeLabel, idemstore.ScopeLabelIndex(p.ScopeLabel))
 	br := conn.SendBatch(ctx, &b)
 	_, err = br.Exec()
 	var tag pgconn.CommandTag

@@ -154,7 +154,7 @@ func (s *Store) BatchStats() (stats idemstore.BatchStats, ok bool) { return s.ba
 // Capabilities reports that the store offers CompleteTx and, unless
 // Config.DisableNotify is set, LISTEN/NOTIFY wake-ups.
 func (s *Store) Capabilities() idemstore.Capabilities {
-	return idemstore.Capabilities{TransactionalComplete: true, Notify: !s.cfg.DisableNotify}
+	return idemstore.Capabilities{TransactionalComplete: true, Notify: !s.cfg.DisableNotify, Search: true}
 }
 
 // Close stops the listening connection, if Subscribe started one, and wakes
