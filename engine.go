@@ -249,6 +249,16 @@ type Request struct {
 	// what was asked (method, path, query, and the body where a route
 	// allows it).
 	Info *idemstore.Request
+	// ScopeLabel, when set, is kept on a new record for operators: a
+	// label that tells them whose key it is (an account or user ID the
+	// caller trusts), which they can search by and read, since a keyed
+	// scope cannot be read. It never decides anything, isolation least of
+	// all: Key.Scope does. It is cleaned (idemstore.CleanScopeLabel: no
+	// control characters, at most idemstore.MaxScopeLabelLength bytes)
+	// and sealed with EngineConfig.Sealer; a Sealer that cannot seal
+	// labels (idemstore.LabelSealer) drops it. Keep secrets and personal
+	// data out of it: operators see it for the record's whole retention.
+	ScopeLabel string
 }
 
 func (r *Request) leaseDuration(e *Engine) time.Duration {
@@ -341,6 +351,7 @@ func (e *Engine) Begin(ctx context.Context, req Request) (Result, error) {
 		return Result{}, err
 	}
 	req.Info = info
+	req.ScopeLabel = e.sealLabel(ctx, req.Key, req.ScopeLabel)
 	var deadline time.Time
 	if req.Wait > 0 {
 		deadline = e.cfg.Now().Add(req.Wait)
@@ -383,6 +394,7 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 			Token:       token,
 			Lease:       d,
 			Request:     req.Info,
+			ScopeLabel:  req.ScopeLabel,
 		})
 		if err != nil {
 			// The insert may have committed before the error (a lost reply,

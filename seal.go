@@ -51,6 +51,28 @@ func (e *Engine) sealRequest(key Key, req *idemstore.Request) (*idemstore.Reques
 	return e.cfg.Sealer.SealRequest(key, req)
 }
 
+// sealLabel returns a scope label as the store should keep it: cleaned,
+// and sealed when the engine seals. A Sealer that cannot seal labels, or
+// that fails to, drops it rather than keep it in clear beside sealed
+// answers: a label only ever helps an operator.
+func (e *Engine) sealLabel(ctx context.Context, key Key, label string) string {
+	label = idemstore.CleanScopeLabel(label)
+	if e.cfg.Sealer == nil || label == "" {
+		return label
+	}
+	ls, ok := e.cfg.Sealer.(idemstore.LabelSealer)
+	if !ok {
+		return ""
+	}
+	sealed, err := ls.SealLabel(key, label)
+	if err != nil {
+		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: a scope label could not be sealed; the record is kept without it",
+			slog.String("key", redact(key)), slog.Any("error", err))
+		return ""
+	}
+	return sealed
+}
+
 // open opens rec's sealed parts in place, and logs a record that does not
 // open: an operator must restore the key that sealed it.
 func (e *Engine) open(ctx context.Context, rec *idemstore.Record) error {
