@@ -20,11 +20,21 @@ import (
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := h.m
+	opReq := r // the request the operation is named after
+	class := methodProtected
 	if !slices.Contains(m.cfg.Methods, r.Method) {
-		h.next.ServeHTTP(w, r)
-		return
+		var canonical string
+		if class, canonical = m.classify(r.Method); class == methodUnprotected {
+			h.next.ServeHTTP(w, r)
+			return
+		}
+		if canonical != "" {
+			c := *r
+			c.Method = canonical
+			opReq = &c
+		}
 	}
-	op := m.cfg.Operation(r)
+	op := m.cfg.Operation(opReq)
 	pol := &m.policy
 	if p, ok := m.routes[op]; ok {
 		pol = p
@@ -46,6 +56,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ev.Duration = time.Since(start)
 			m.cfg.OnOutcome(ev)
 		}()
+	}
+
+	if class == methodMisspelt || class == methodInvalid {
+		if pol.Observe {
+			h.observed(w, r, &ev, FindingWouldRefuse)
+			return
+		}
+		ev.Outcome, ev.Status = m.problem(w, SituationInvalidMethod.ProblemDoc(methodDetail(class, r.Method), ""))
+		return
 	}
 
 	key, err := ParseKeyHeader(r.Header[HeaderName]) // HeaderName is canonical

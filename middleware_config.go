@@ -173,7 +173,10 @@ type Config struct {
 	// without it. Use GlobalScope to choose a single scope deliberately.
 	Scope ScopeFunc
 
-	// Methods are the protected methods. Defaults to POST and PATCH.
+	// Methods are the protected methods, each a token compared byte for
+	// byte. HEAD is protected with GET, and a protected method spelt in
+	// another case ("post") is refused with 400, never passed on
+	// unprotected (see SituationInvalidMethod). Defaults to POST and PATCH.
 	Methods []string
 
 	// Operation names the operation of a request. Defaults to the method and
@@ -255,6 +258,9 @@ func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, erro
 	}
 	if cfg.Methods == nil {
 		cfg.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if err := checkMethods(cfg.Methods); err != nil {
+		return nil, err
 	}
 	if cfg.Operation == nil {
 		cfg.Operation = DefaultOperation

@@ -41,6 +41,7 @@ var (
 	SituationObserved       = Situation{Name: "observed"}
 	SituationMissingKey     = Situation{Name: "missing_key", Status: http.StatusBadRequest, Problem: ProblemMissingKey, Title: "Idempotency-Key required"}
 	SituationInvalidKey     = Situation{Name: "invalid_key", Status: http.StatusBadRequest, Problem: ProblemInvalidKey, Title: "Invalid Idempotency-Key"}
+	SituationInvalidMethod  = Situation{Name: "invalid_method", Status: http.StatusBadRequest, Problem: ProblemInvalidMethod, Title: "Method not accepted"}
 	SituationMismatch       = Situation{Name: "mismatch", Status: http.StatusUnprocessableEntity, Problem: ProblemMismatch, Title: "Idempotency-Key reused"}
 	SituationInFlight       = Situation{Name: "in_flight", Status: http.StatusConflict, Problem: ProblemInFlight, Title: "Request in progress"}
 	SituationNeedsReview    = Situation{Name: "needs_review", Status: http.StatusConflict, Problem: ProblemNeedsReview, Title: "Request outcome under review"}
@@ -64,7 +65,7 @@ var (
 func Situations() []Situation {
 	return []Situation{
 		SituationAcquired, SituationReplayed, SituationNoKey, SituationFailOpen, SituationCanceled, SituationObserved,
-		SituationMissingKey, SituationInvalidKey, SituationMismatch, SituationInFlight, SituationNeedsReview,
+		SituationMissingKey, SituationInvalidKey, SituationInvalidMethod, SituationMismatch, SituationInFlight, SituationNeedsReview,
 		SituationNotReplayable, SituationTooLong, SituationBodyTooLarge, SituationBodyUnreadable,
 		SituationScopeDenied, SituationScopeMissing, SituationUnavailable, SituationSealed,
 		SituationUpstreamUnreachable, SituationUpstreamFailed, SituationUpstreamTimeout, SituationShuttingDown,

@@ -26,6 +26,7 @@ const (
 	ProblemTooLong        = ProblemTypeBase + "too-long"
 	ProblemBodyUnreadable = ProblemTypeBase + "body-unreadable"
 	ProblemSealed         = ProblemTypeBase + "answer-sealed"
+	ProblemInvalidMethod  = ProblemTypeBase + "invalid-method"
 
 	// Answers only idem serve gives.
 	ProblemUpstreamUnreachable = ProblemTypeBase + "upstream-unreachable"
