@@ -21,6 +21,7 @@ const bulkKeyTimeout = 10 * time.Second
 // BulkKey is one key of a bulk action: its ID, and the attempt the
 // operator looked at.
 type BulkKey struct {
+	// ID is the key's ID, or its short ID (on a store that searches).
 	ID      string `json:"id"`
 	Attempt string `json:"attempt"`
 }
@@ -96,7 +97,7 @@ func (k *Keys) Bulk(ctx context.Context, who string, req BulkRequest) (BulkResul
 	stop := ""
 	for _, bk := range req.Keys {
 		item := BulkItem{ID: bk.ID, Attempt: bk.Attempt}
-		key, err := ParseKeyID(bk.ID)
+		id, key, err := k.lookup(ctx, bk.ID) // an ID, or a short ID
 		if err == nil {
 			item.Key, item.Operation = key.Key, key.Operation
 			if seen[key] {
@@ -109,12 +110,16 @@ func (k *Keys) Bulk(ctx context.Context, who string, req BulkRequest) (BulkResul
 		case stop != "":
 			item.Outcome, item.Detail = OutcomeNotAttempted, stop
 		case err != nil:
-			item.Outcome, item.Detail = CodeBadRequest, asError(err).Detail
+			e := asError(err)
+			item.Outcome, item.Detail = e.Code, e.Detail
+			if e.Code == CodeUnavailable {
+				stop = "not attempted: the store was unavailable for a key before it"
+			}
 		case bk.Attempt == AnyAttempt:
 			item.Outcome, item.Detail = CodeBadRequest, fmt.Sprintf("a bulk action applies to the attempt named for each key; %q is not accepted here", AnyAttempt)
 		default:
 			kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bulkKeyTimeout)
-			res, err := k.Resolve(kctx, bk.ID, who, ResolveRequest{Action: req.Action, Answer: req.Answer, Note: req.Note, Attempt: bk.Attempt})
+			res, err := k.Resolve(kctx, id, who, ResolveRequest{Action: req.Action, Answer: req.Answer, Note: req.Note, Attempt: bk.Attempt})
 			cancel()
 			if err != nil {
 				e := asError(err)

@@ -187,6 +187,20 @@ func TestAPIBulkRefuses(t *testing.T) {
 		}
 	}
 
+	// A short ID names a key as its ID does: the same key named both ways
+	// settles once.
+	k5 := key("order-5")
+	id5 := f.review(k5)
+	body, _ = json.Marshal(map[string]any{"action": "release", "keys": []idemadmin.BulkKey{
+		{ID: idemadmin.ShortID(k5), Attempt: f.attempt(k5)}, {ID: id5, Attempt: f.attempt(k5)}}})
+	a = f.api("POST", "/api/v1/keys/bulk", opsToken, string(body))
+	wantStatus(t, "short IDs", a, 200)
+	res = idemadmin.BulkResult{}
+	a.decode(t, &res)
+	if got := outcomes(res); got != "order-5=settled order-5=duplicate" {
+		t.Fatalf("a short ID and its ID: %s", got)
+	}
+
 	// The endpoint takes the Bearer token only: a signed-in browser's
 	// cookie (what a forged cross-site form would carry) is refused.
 	b := f.browser()

@@ -37,6 +37,10 @@ type Config struct {
 	// one in the store (see SessionScope).
 	MaxSessions int
 
+	// RefreshEvery is how often the review page, with script on,
+	// refreshes its lists and counts. Defaults to 10s.
+	RefreshEvery time.Duration
+
 	// SignInFailures is how many failed sign-ins (a wrong token on the
 	// page's form or in the API's Authorization header) a client address
 	// may make in a row; it then regains one try every SignInRegain, and
@@ -79,6 +83,9 @@ func (c Config) withDefaults() Config {
 	if c.SessionTTL == 0 {
 		c.SessionTTL = 8 * time.Hour
 	}
+	if c.RefreshEvery == 0 {
+		c.RefreshEvery = 10 * time.Second
+	}
 	if c.SignInFailures == 0 {
 		c.SignInFailures = 10
 	}
@@ -106,6 +113,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("idemadmin: Config.Retention %v is under a second", c.Retention)
 	case c.SessionTTL < time.Minute:
 		return fmt.Errorf("idemadmin: Config.SessionTTL %v is under a minute", c.SessionTTL)
+	case c.RefreshEvery < time.Second:
+		return fmt.Errorf("idemadmin: Config.RefreshEvery %v is under a second", c.RefreshEvery)
 	case c.SignInFailures < 1:
 		return fmt.Errorf("idemadmin: Config.SignInFailures %d must be positive", c.SignInFailures)
 	case c.SignInRegain < time.Second:

@@ -16,7 +16,7 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-//go:embed templates/*.html static/style.css
+//go:embed templates/*.html static/style.css static/admin.js
 var assets embed.FS
 
 // maxFormBody bounds a form posted to the review page.
@@ -27,14 +27,24 @@ const queuePageSize = 50
 
 func parsePages() (map[string]*template.Template, error) {
 	funcs := template.FuncMap{
-		"vis":   visibleHTML,
-		"age":   func(it Item) string { return HumanDuration(it.Age()) },
-		"ts":    formatTime,
-		"scope": shortScope,
-		"deref": func(s *string) string { return *s },
+		"vis":    visibleHTML,
+		"text":   Visible,
+		"lines":  visibleLinesHTML,
+		"age":    func(it Item) string { return HumanDuration(it.Age()) },
+		"ts":     formatTime,
+		"scope":  shortScope,
+		"deref":  func(s *string) string { return *s },
+		"short":  shortScope,
+		"pretty": prettyJSON,
+		"clock":  func(t time.Time) string { return t.UTC().Format("15:04:05") },
+		"req":    requestText,
+		"bodyOf": func(text *string, b64 string, n int) bodyView { return bodyView{Text: text, Base64: b64, Bytes: n} },
+		"opurl": func(op string) string {
+			return "/?" + url.Values{"state": {string(idemstore.StateNeedsReview)}, "operation": {op}}.Encode()
+		},
 	}
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "queue", "detail", "confirm", "error"} {
+	for _, name := range []string{"login", "queue", "detail", "confirm", "error", "bulk"} {
 		t, err := template.New(name).Funcs(funcs).ParseFS(assets, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("idemadmin: page %s: %w", name, err)
@@ -52,11 +62,23 @@ type view struct {
 	Flash string
 	Error string
 
-	// The queue.
-	State  string
-	States []stateTab
-	Items  []Item
-	Next   string
+	// The queue, or a search.
+	State     string
+	States    []stateTab
+	Items     []Item
+	Next      string
+	Order     string
+	Search    searchForm
+	Searching bool
+	// Now is when the page was made, by this server's clock.
+	Now time.Time
+	// Refresh is how often the page refreshes, in milliseconds.
+	Refresh int64
+	// Overview is what the review queue's first page opens on.
+	Overview *overview
+
+	// A bulk action.
+	Bulk *bulkView
 
 	// A key, and the settle form as it was filled in.
 	Item *Item
@@ -64,6 +86,13 @@ type view struct {
 
 	// The confirmation of a change.
 	Confirm *confirmation
+}
+
+// bodyView is a request or response body as the page shows it.
+type bodyView struct {
+	Text   *string
+	Base64 string
+	Bytes  int
 }
 
 type stateTab struct {
@@ -86,6 +115,9 @@ func (h *Handler) pageRoutes() http.Handler {
 	mux.HandleFunc("GET /static/style.css", func(w http.ResponseWriter, r *http.Request) {
 		http.ServeFileFS(w, r, assets, "static/style.css")
 	})
+	mux.HandleFunc("GET /static/admin.js", func(w http.ResponseWriter, r *http.Request) {
+		http.ServeFileFS(w, r, assets, "static/admin.js")
+	})
 	mux.HandleFunc("GET /login", h.loginPage)
 	mux.HandleFunc("POST /login", h.login)
 	mux.HandleFunc("POST /logout", h.signedIn(h.logout))
@@ -93,6 +125,7 @@ func (h *Handler) pageRoutes() http.Handler {
 	mux.HandleFunc("GET /keys/{id}", h.signedIn(h.detail))
 	mux.HandleFunc("POST /keys/{id}/resolve", h.signedIn(h.resolve))
 	mux.HandleFunc("POST /keys/{id}/delete", h.signedIn(h.deleteKey))
+	mux.HandleFunc("POST /bulk", h.signedIn(h.bulk))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		h.render(w, http.StatusNotFound, "error", &view{Title: "Not found", Error: "There is no page at " + r.URL.Path + "."})
 	})
@@ -157,10 +190,12 @@ func (h *Handler) session(r *http.Request) (*session, error) {
 // base is the view of a page for sess, with the message a redirect left
 // for it (which it then clears).
 func (h *Handler) base(w http.ResponseWriter, r *http.Request, sess *session, title, errMsg string) *view {
-	v := &view{Title: title, Error: errMsg}
+	v := &view{Title: title, Error: errMsg, Now: h.cfg.Now().UTC(), Refresh: h.cfg.RefreshEvery.Milliseconds()}
 	if sess != nil {
 		v.Who, v.CSRF = sess.name, sess.csrf
-		v.Flash = h.takeFlash(w, r, sess)
+		if r.Header.Get("X-Idem-Refresh") == "" { // a page's own refresh leaves the message for the page
+			v.Flash = h.takeFlash(w, r, sess)
+		}
 	}
 	return v
 }
@@ -227,38 +262,6 @@ func (h *Handler) logout(w http.ResponseWriter, r *http.Request, sess *session) 
 	}
 	h.cfg.Logger.Info("admin: signed out", "by", sess.name)
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
-}
-
-var stateLabels = []struct{ state, label string }{
-	{string(idemstore.StateNeedsReview), "Needs review"},
-	{string(idemstore.StatePending), "In flight"},
-	{string(idemstore.StateCompleted), "Completed"},
-}
-
-func (h *Handler) queue(w http.ResponseWriter, r *http.Request, sess *session) {
-	q := r.URL.Query()
-	state := q.Get("state")
-	if state == "" {
-		state = string(idemstore.StateNeedsReview)
-	}
-	v := h.base(w, r, sess, "Keys", "")
-	v.State = state
-	for _, s := range stateLabels {
-		v.States = append(v.States, stateTab{Label: s.label, URL: "/?state=" + s.state, Current: s.state == state})
-		if s.state == state {
-			v.Title = s.label
-		}
-	}
-	page, err := h.keys.List(r.Context(), ListQuery{State: state, Cursor: q.Get("cursor"), Limit: queuePageSize})
-	if err != nil {
-		h.fail(w, v, err)
-		return
-	}
-	v.Items = page.Items
-	if page.NextCursor != "" {
-		v.Next = "/?" + url.Values{"state": {state}, "cursor": {page.NextCursor}}.Encode()
-	}
-	h.render(w, http.StatusOK, "queue", v)
 }
 
 func (h *Handler) detail(w http.ResponseWriter, r *http.Request, sess *session) {

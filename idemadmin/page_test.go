@@ -148,8 +148,11 @@ func TestPageSignIn(t *testing.T) {
 			t.Errorf("%s = %q, want %q", name, p.header.Get(name), want)
 		}
 	}
-	if strings.Contains(p.body, "<script") {
-		t.Error("the page has a script")
+	if strings.Count(p.body, "<script") != 1 || !strings.Contains(p.body, pageScript) {
+		t.Error("the page has a script of its own, not only static/admin.js")
+	}
+	if csp := p.header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self';") || strings.Contains(csp, "unsafe") {
+		t.Errorf("the CSP %q allows more scripts than the page's own file", csp)
 	}
 	wantPage(t, "style sheet", b.get("/static/style.css"), 200, "prefers-color-scheme")
 	wantPage(t, "signed in, /login goes to the queue", b.get("/login"), 303)
