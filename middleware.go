@@ -134,7 +134,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		over, err := readLimited(&st.reqBuf, r.Body, pol.MaxRequestBody)
+		over, err := readLimited(&st.reqBuf, r.Body, r.ContentLength, pol.MaxRequestBody)
 		if err != nil && pol.Observe {
 			// Forward what was read, then the same error, as the client sent it.
 			r.Body = &readCloser{io.MultiReader(bytes.NewReader(st.reqBuf.Bytes()), errReader{err}), r.Body}
@@ -322,13 +322,23 @@ func (st *reqState) requestInfo(r *http.Request, pol *Policy, body []byte) *idem
 }
 
 // readLimited reads body into buf, up to limit bytes. over reports a body
-// longer than limit.
-func readLimited(buf *bytes.Buffer, body io.Reader, limit int64) (over bool, err error) {
+// longer than limit. size is the body's announced length (Content-Length),
+// or -1: a body that announces its length gets a buffer of that size (and
+// a byte to see its end), allocated once, instead of one grown by doubling,
+// which holds up to twice the body and leaves the smaller copies as
+// garbage.
+func readLimited(buf *bytes.Buffer, body io.Reader, size, limit int64) (over bool, err error) {
+	sized := size > 0 && size <= limit
+	if sized {
+		buf.Grow(int(size) + 1)
+	}
 	for {
 		if int64(buf.Len()) > limit {
 			return true, nil
 		}
-		buf.Grow(512)
+		if !sized || buf.Available() == 0 {
+			buf.Grow(512)
+		}
 		b := buf.AvailableBuffer()
 		b = b[:min(int64(cap(b)), limit+1-int64(buf.Len()))]
 		n, err := body.Read(b)
