@@ -7,7 +7,8 @@
 # The servers run interleaved, ROUNDS times, each fresh in each round. For
 # every run it prints calls/s, the server's CPU time per call (user + system,
 # from /proc/<pid>/stat: what the server spends, which other processes' load
-# on the machine changes far less than calls/s), and what the server counted
+# on the machine changes far less than calls/s), ghz's own CPU time per call
+# (it shares the machine's cores with the server), and what the server counted
 # at exit: handler runs, records (equal to the calls answered OK: no key was
 # used twice), and for PostgreSQL how many calls each group-commit
 # transaction carried. Then the medians, and their ratios to the bare
@@ -36,28 +37,33 @@ stores="none mem"
 [ -n "${IDEM_TEST_POSTGRES_URL:-}" ] && { export IDEM_TEST_POSTGRES_URL; stores="$stores pg"; }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
-# run STORE ROUND: prints "calls/s cpu-us/call ok calls | what the server counted"
+# run STORE ROUND: prints "calls/s cpu-us/call ok calls ghz-cpu-us/call | what the server counted"
 run() {
-	local prof=() log
+	local prof=() log gt
 	[ -n "$PROFILE" ] && prof=(-cpuprofile "$PROFILE/$1-$2.cpu")
 	log=$(mktemp)
+	gt=$(mktemp)
 	.tmp/bin/grpc-benchserver -addr "$ADDR" -store "$1" "${prof[@]}" >/dev/null 2>"$log" &
 	local pid=$!
 	for _ in $(seq 100); do (exec 3<>"/dev/tcp/${ADDR%:*}/${ADDR#*:}") 2>/dev/null && break; sleep 0.1; done
 	local t0 t1 out
 	t0=$(ticks $pid)
-	out=$(.tmp/bin/ghz --insecure --proto internal/rpctest/testpb/payments.proto --import-paths /usr/include,internal/rpctest/testpb \
+	local timed=()
+	[ -x /usr/bin/time ] && timed=(/usr/bin/time -o "$gt" -f "%U %S") # Debian's time package
+	out=$("${timed[@]}" .tmp/bin/ghz --insecure --proto internal/rpctest/testpb/payments.proto --import-paths /usr/include,internal/rpctest/testpb \
 		--call idem.test.v1.Payments.Charge -d '{"account":"acc","amount":5,"request_id":"{{newUUID}}"}' \
 		-c "$CONC" -z "$DUR" --connections 4 -O json "$ADDR" 2>/dev/null)
 	t1=$(ticks $pid)
 	kill -TERM $pid 2>/dev/null || true
 	wait $pid 2>/dev/null || true
 	python3 -c 'import json,sys
-r=json.load(sys.stdin); ok=r["statusCodeDistribution"].get("OK",0)
-print("%.0f %.1f %d %d" % (r["rps"], (int(sys.argv[1])*1e6/int(sys.argv[2]))/max(r["count"],1), ok, r["count"]), end="")' \
-		$((t1 - t0)) "$(getconf CLK_TCK)" <<<"$out"
+r=json.load(sys.stdin); ok=r["statusCodeDistribution"].get("OK",0); n=max(r["count"],1)
+g=open(sys.argv[3]).read().split()
+g="%.1f" % (sum(map(float,g))*1e6/n) if g else "-"
+print("%.0f %.1f %d %d %s" % (r["rps"], (int(sys.argv[1])*1e6/int(sys.argv[2]))/n, ok, r["count"], g), end="")' \
+		$((t1 - t0)) "$(getconf CLK_TCK)" "$gt" <<<"$out"
 	echo " | $(tr -d '\n' <"$log")"
-	rm -f "$log"
+	rm -f "$log" "$gt"
 }
 
 echo "# $(date -u +%FT%TZ) ghz -c $CONC -z $DUR --connections 4, $ROUNDS rounds; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -65,10 +71,10 @@ declare -A rps cpu
 for r in $(seq "$ROUNDS"); do
 	for s in $stores; do
 		line=$(run "$s" "$r")
-		read -r c u ok n _ <<<"$line"
+		read -r c u ok n g _ <<<"$line"
 		rps[$s]+="$c "
 		cpu[$s]+="$u "
-		printf 'round %d %-4s %6s calls/s  %6s cpu-us/call  %s of %s OK  (%s)\n' "$r" "$s" "$c" "$u" "$ok" "$n" "${line#*| }"
+		printf 'round %d %-4s %6s calls/s  %6s cpu-us/call  ghz %6s cpu-us/call  %s of %s OK  (%s)\n' "$r" "$s" "$c" "$u" "$g" "$ok" "$n" "${line#*| }"
 	done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
