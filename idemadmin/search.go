@@ -72,7 +72,7 @@ func (k *Keys) lookup(ctx context.Context, id string) (string, idemstore.Key, er
 	}
 	var matches []idemstore.Key
 	p := idemstore.ListParams{Key: value, Limit: 1000}
-	for seen := 0; seen < maxShortIDMatches; {
+	for seen := 0; ; {
 		page, err := k.Store.List(ctx, p)
 		if err != nil {
 			return "", idemstore.Key{}, asError(err)
@@ -85,6 +85,11 @@ func (k *Keys) lookup(ctx context.Context, id string) (string, idemstore.Key, er
 		seen += len(page.Records)
 		if p.Cursor = page.NextCursor; p.Cursor == "" {
 			break
+		}
+		if seen >= maxShortIDMatches {
+			// A key value many clients use ("1"): looking further costs
+			// more than the short id saves.
+			return "", idemstore.Key{}, badRequest("more than %d keys have the value %s, in as many scopes or operations; give the id of the one you mean", maxShortIDMatches, quote(value, 300))
 		}
 	}
 	switch len(matches) {

@@ -331,3 +331,28 @@ func TestKeysCounts(t *testing.T) {
 		}
 	})
 }
+
+// TestShortIDOfACommonKey: a short id whose key value more than
+// maxShortIDMatches records share is refused, saying to use the id,
+// rather than looked for at length or reported missing.
+func TestShortIDOfACommonKey(t *testing.T) {
+	t.Parallel()
+	s := idemmem.MustNew(idemmem.Config{MaxRecords: -1})
+	ctx := context.Background()
+	var last idemstore.Key
+	for i := range 5001 {
+		last = idemstore.Key{Scope: fmt.Sprintf("s%05d", i), Operation: "POST /x", Key: "1"}
+		if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: last, Fingerprint: "f", Token: "t", Lease: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k := &idemadmin.Keys{Store: s, Logger: slog.New(slog.DiscardHandler)}
+	_, err := k.Get(ctx, idemadmin.ShortID(last))
+	requireCode(t, err, idemadmin.CodeBadRequest)
+	if !strings.Contains(err.Error(), "give the id") {
+		t.Fatalf("error %v", err)
+	}
+	if _, err := k.Get(ctx, idemadmin.KeyID(last)); err != nil {
+		t.Fatalf("by its id: %v", err)
+	}
+}
