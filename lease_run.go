@@ -16,7 +16,8 @@ import (
 //
 //   - fn returns an answer: it is stored with Complete and returned. If fn
 //     called a store's CompleteTx instead, what its transaction did is read
-//     back (CheckTx): committed returns the answer it stored; rolled back
+//     back (CheckTx): committed returns the answer stored (the one that
+//     committed, if fn called CompleteTx more than once); rolled back
 //     settles the key as a failure.
 //   - fn returns an error: the key is settled as Do settles it (Retryable
 //     releases, Ambiguous escalates, any other error is escalated when the
@@ -51,6 +52,14 @@ func (l *Lease) Run(ctx context.Context, fn func(ctx context.Context) (*Response
 	})
 	switch s := l.State(); {
 	case s == LeaseTxPrepared:
+		// What committed is read back: fn may have called CompleteTx more
+		// than once, and only the record knows which one committed.
+		if outcome, stored, cerr := l.CheckTx(ctx); cerr == nil && outcome == TxCommitted {
+			if stored == nil { // sealed, and it does not open (logged)
+				stored, _ = l.PreparedTx()
+			}
+			return stored, nil
+		}
 		committed, serr := e.settleTx(ctx, l, l.kind, err, "")
 		if !committed {
 			return nil, serr

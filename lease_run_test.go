@@ -153,3 +153,38 @@ func TestLeaseRunCompleteTx(t *testing.T) {
 		})
 	}
 }
+
+// fn completes the lease in a transaction that commits, then calls
+// CompleteTx again with another answer, in a second transaction that fails
+// (a retry after a commit whose acknowledgement was lost, say): Run
+// returns what committed, the answer every later call replays, not the
+// last one fn tried to store.
+func TestLeaseRunCompleteTxReturnsWhatCommitted(t *testing.T) {
+	t.Parallel()
+	db, store, cleanup := openSQLite()
+	t.Cleanup(cleanup)
+	e, err := idem.NewEngine(store, quiet(idem.EngineConfig{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	complete := func(ctx context.Context, body string) error {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		if err := store.CompleteTx(ctx, tx, idem.LeaseFrom(ctx), answer(body)); err != nil {
+			return err
+		}
+		return tx.Commit()
+	}
+	lease, resp, err := runLease(t, e, "k", idem.Transactional, func(ctx context.Context) (*idem.Response, error) {
+		if err := complete(ctx, "committed"); err != nil {
+			return nil, err
+		}
+		return nil, complete(ctx, "tried again")
+	})
+	if err != nil || resp == nil || string(resp.Body) != "committed" || lease.State() != idem.LeaseCompleted {
+		t.Fatalf("Run = %+v, %v (lease %v); want the answer that committed", resp, err, lease.State())
+	}
+}

@@ -3,11 +3,13 @@ package idemwatermill_test
 import (
 	"database/sql"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemsqlite"
@@ -118,5 +120,49 @@ func TestCompleteTxOverTheLimitEmitsWhatItReturned(t *testing.T) {
 	}
 	if _, err := h(delivery("m-1", "x")); !errors.Is(err, idem.ErrNotReplayable) || !idemwatermill.IsPoison(err) || runs != 1 {
 		t.Fatalf("redelivery: %v after %d runs; want not replayable, poison, one run", err, runs)
+	}
+}
+
+// A handler whose commit succeeded but reported an error (its
+// acknowledgement lost), retried by Watermill's Retry inside the
+// middleware: the retry stores another receipt with CompleteTx, which
+// cannot commit. What the delivery emits is the receipt that committed,
+// the one every redelivery emits, under the same UUID.
+func TestCompleteTxRetriedAfterCommitEmitsWhatCommitted(t *testing.T) {
+	t.Parallel()
+	db, store, e := sqliteEngine(t)
+	attempt := 0
+	h := func(msg *message.Message) ([]*message.Message, error) {
+		attempt++
+		ctx := msg.Context()
+		receipt := message.NewMessage(fmt.Sprintf("receipt-%d", attempt), []byte("paid"))
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		defer tx.Rollback()
+		if err := idemwatermill.CompleteTx[*sql.Tx](ctx, store, tx, receipt); err != nil {
+			return nil, err
+		}
+		if err := tx.Commit(); err != nil {
+			return nil, err
+		}
+		if attempt == 1 {
+			return nil, errors.New("connection reset after COMMIT")
+		}
+		return []*message.Message{receipt}, nil
+	}
+	retry := middleware.Retry{MaxRetries: 2}.Middleware
+	protected := protect(t, e, idemwatermill.Config{Kind: idem.Transactional}, retry(h))
+	first, err := protected(delivery("m-1", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := protected(delivery("m-1", "x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(first) != 1 || len(again) != 1 || first[0].UUID != "receipt-1" || again[0].UUID != "receipt-1" {
+		t.Fatalf("emitted %v, then on redelivery %v; want receipt-1 both times", first, again)
 	}
 }
