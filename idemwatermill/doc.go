@@ -21,8 +21,9 @@
 //     produced messages are stored as the answer, and returned;
 //   - a completed key returns the stored messages without running the
 //     handler: the router publishes them again, with their UUIDs, and acks;
-//   - a key still held by a running handler returns an *Error the router
-//     nacks, after a delay (Config.NackDelay), so the message comes back;
+//   - a key still held by a running handler, or a store that failed,
+//     returns an *Error the router nacks, after a delay (Config.NackDelay),
+//     so the message comes back;
 //   - a key used with another payload, a key in review, a message without a
 //     usable key: an *Error that IsPoison matches, for Watermill's
 //     PoisonQueueWithFilter; the handler does not run;
