@@ -2,7 +2,9 @@ package idem
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -131,10 +133,16 @@ func parsePointerOf(kind, p string) ([]string, error) {
 // c.folds[fold:foldEnd]. dropped members are excluded ones, written with the
 // value null.
 type member struct {
-	start, keyEnd, end int
-	fold, foldEnd      int
+	prefix             uint64 // the first 8 bytes of the folded name, for a quick order
+	start, keyEnd, end int32
+	fold, foldEnd      int32
 	dropped            bool
 }
+
+// maxJSONLen bounds the canonical form, at most three times as long as the
+// JSON text ("\t" is written "\u0009"), so that offsets into it fit a
+// member's int32 fields. A longer text is not canonicalised.
+const maxJSONLen = math.MaxInt32
 
 type canonicalizer struct {
 	src         []byte
@@ -190,6 +198,9 @@ func (c *canonicalizer) skipSpace() {
 }
 
 func (c *canonicalizer) value(dst []byte, depth int) ([]byte, error) {
+	if depth == 0 && len(dst)+3*len(c.src) > maxJSONLen {
+		return dst, c.fail("JSON text too long to canonicalise")
+	}
 	if depth > maxJSONDepth {
 		return dst, c.fail("JSON nested too deeply")
 	}
@@ -279,7 +290,8 @@ func (c *canonicalizer) object(dst []byte, depth int) ([]byte, error) {
 			rewrite = true
 			fallthrough
 		default:
-			c.members = append(c.members, member{start: start, keyEnd: keyEnd, end: len(dst), fold: fold, foldEnd: len(c.folds), dropped: dropped})
+			c.members = append(c.members, member{prefix: foldPrefix(c.folds[fold:]), start: int32(start), keyEnd: int32(keyEnd), end: int32(len(dst)),
+				fold: int32(fold), foldEnd: int32(len(c.folds)), dropped: dropped})
 		}
 		done, err := c.separator('}', "an object")
 		if err != nil {
@@ -311,7 +323,7 @@ func (c *canonicalizer) rewrite(dst []byte, region int, ms []member, dropped boo
 			if i > 0 {
 				dst = append(dst, ',')
 			}
-			dst = append(dst, c.scratch[m.start-region:m.end-region]...)
+			dst = append(dst, c.scratch[int(m.start)-region:int(m.end)-region]...)
 		}
 		return dst
 	}
@@ -329,7 +341,7 @@ func (c *canonicalizer) rewrite(dst []byte, region int, ms []member, dropped boo
 				dst = append(dst, ',')
 			}
 			first = false
-			dst = append(dst, c.scratch[m.start-region:m.end-region]...)
+			dst = append(dst, c.scratch[int(m.start)-region:int(m.end)-region]...)
 		}
 		i = j
 	}
@@ -356,10 +368,16 @@ func (c *canonicalizer) order(buf []byte, ms []member) (moved bool) {
 	// Members that fold alike keep their order: they are told apart by
 	// where they start, which follows the order they came in.
 	cmp := func(a, b member) int {
+		if a.prefix != b.prefix {
+			if a.prefix < b.prefix {
+				return -1
+			}
+			return 1
+		}
 		if r := bytes.Compare(c.folds[a.fold:a.foldEnd], c.folds[b.fold:b.foldEnd]); r != 0 {
 			return r
 		}
-		return a.start - b.start
+		return int(a.start - b.start)
 	}
 	if moved = !slices.IsSortedFunc(ms, cmp); moved {
 		slices.SortFunc(ms, cmp)
@@ -373,6 +391,14 @@ func (c *canonicalizer) order(buf []byte, ms []member) (moved bool) {
 		}
 	}
 	return moved
+}
+
+// foldPrefix returns the first 8 bytes of a folded name, big-endian and
+// padded with zeros, which order as the names do where they differ.
+func foldPrefix(f []byte) uint64 {
+	var p [8]byte
+	copy(p[:], f)
+	return binary.BigEndian.Uint64(p[:])
 }
 
 // foldName is appendFoldedName of a decoded name.
