@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/idem-dev/idem/internal/urlpath"
 )
 
 // ScopeFunc says whose key a request carries: a user ID, a tenant, a hash
@@ -321,8 +323,12 @@ func (p Policy) validate() error {
 }
 
 // DefaultOperation is the default Config.Operation: the method and route
-// pattern, or the method and path (as escaped on the wire, so that /a%2Fb
-// and /a/b differ) when the request was not routed by a pattern.
+// pattern, or the method and path when the request was not routed by a
+// pattern. The path is the escaped one, normalised as a server reads it
+// (RFC 3986 §6.2.2): escapes of unreserved characters decoded ("/%70ay"
+// is "/pay"), runs of '/' merged and dot segments removed, as ServeMux
+// does before it routes; %2F stays apart from '/', so that /a%2Fb and /a/b
+// differ.
 func DefaultOperation(r *http.Request) string {
 	if r.Pattern != "" {
 		// A pattern may already start with its method ("POST /payments").
@@ -331,7 +337,7 @@ func DefaultOperation(r *http.Request) string {
 		}
 		return r.Method + " " + r.Pattern
 	}
-	return r.Method + " " + r.URL.EscapedPath()
+	return r.Method + " " + urlpath.Normalize(r.URL.EscapedPath(), urlpath.Options{MergeSlashes: true})
 }
 
 type middleware struct {
