@@ -30,6 +30,16 @@ type forwarder struct {
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	lease := idem.LeaseFrom(r.Context())
 	if lease == nil {
+		if f.observe && r.Body != nil && r.Body != http.NoBody {
+			// An observe-mode finding passes on the body the middleware
+			// read, which goes back to its pool when the handler returns,
+			// while the transport may still be sending it (after an early
+			// answer): guarded as a protected request's is.
+			gb := &guardedBody{r: r.Body}
+			defer gb.end()
+			r = r.WithContext(r.Context())
+			r.Body = gb
+		}
 		f.rp.ServeHTTP(w, r)
 		return
 	}
