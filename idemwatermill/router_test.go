@@ -248,3 +248,63 @@ func TestRouterPoisonQueueAndReplay(t *testing.T) {
 		t.Fatalf("the handler ran %d times", c.runs.Load())
 	}
 }
+
+// Two handlers consume one topic (two consumer groups) through one idem
+// store with the default Scope and Operation, their handlers' names: a
+// message's UUID keys each handler's run separately, and neither gets
+// the other's answer.
+func TestTwoHandlersOneUUID(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	ps := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	router.AddMiddleware(idemwatermill.Middleware(e, idemwatermill.Config{}))
+	ran := make(chan string, 4)
+	for _, name := range []string{"billing", "shipping"} {
+		router.AddHandler(name, "orders", ps, name+".out", ps, func(m *message.Message) ([]*message.Message, error) {
+			ran <- name
+			return []*message.Message{message.NewMessage(name+"-receipt", nil)}, nil
+		})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := router.Run(ctx); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		router.Close()
+		ps.Close()
+	})
+	<-router.Running()
+	outs := map[string]<-chan *message.Message{}
+	for _, name := range []string{"billing", "shipping"} {
+		if outs[name], err = ps.Subscribe(context.Background(), name+".out"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ps.Publish("orders", message.NewMessage("order-1", []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range outs { // each handler emits, having run or replayed
+		select {
+		case m := <-out:
+			m.Ack()
+			if m.UUID != name+"-receipt" {
+				t.Errorf("%s emitted %s, not its own receipt", name, m.UUID)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("%s emitted nothing within a minute", name)
+		}
+	}
+	if n := len(ran); n != 2 {
+		t.Fatalf("%d handlers ran; want both", n)
+	}
+}
