@@ -110,7 +110,7 @@ func TestReviewPageInChromium(t *testing.T) {
 	step(t, ctx, "opening the key", chromedp.EmulateViewport(1280, 900),
 		chromedp.Click(`//a[@class="key"][contains(., "order-42")]`), chromedp.WaitVisible(chromedp.ID("release-note")))
 	detail := text(t, ctx, "main")
-	for _, s := range []string{"order-42", `{"amount":4200}`, "needs_review", "It did not happen", "It happened"} {
+	for _, s := range []string{"order-42", `"amount": 4200`, "needs_review", "It did not happen", "It happened"} { // the JSON body, indented
 		if !strings.Contains(detail, s) {
 			t.Errorf("the detail lacks %q:\n%s", s, detail)
 		}
