@@ -58,6 +58,8 @@ var (
 	SituationUpstreamFailed      = Situation{Name: "upstream_failed", Status: http.StatusBadGateway, Problem: ProblemUpstreamFailed, Title: "Upstream failed", ProxyOnly: true}
 	SituationUpstreamTimeout     = Situation{Name: "upstream_timeout", Status: http.StatusGatewayTimeout, Problem: ProblemUpstreamTimeout, Title: "Upstream timeout", ProxyOnly: true}
 	SituationShuttingDown        = Situation{Name: "shutting_down", Status: http.StatusServiceUnavailable, Problem: ProblemShuttingDown, Title: "Proxy shutting down", ProxyOnly: true}
+	SituationInvalidPath         = Situation{Name: "invalid_path", Status: http.StatusBadRequest, Problem: ProblemInvalidPath, Title: "Request path not accepted", ProxyOnly: true}
+	SituationBusy                = Situation{Name: "busy", Status: http.StatusServiceUnavailable, Problem: ProblemBusy, Title: "Proxy busy", ProxyOnly: true}
 )
 
 // Situations returns every situation, in the order docs/problems.md lists
@@ -69,6 +71,7 @@ func Situations() []Situation {
 		SituationNotReplayable, SituationTooLong, SituationBodyTooLarge, SituationBodyUnreadable,
 		SituationScopeDenied, SituationScopeMissing, SituationUnavailable, SituationSealed,
 		SituationUpstreamUnreachable, SituationUpstreamFailed, SituationUpstreamTimeout, SituationShuttingDown,
+		SituationInvalidPath, SituationBusy,
 	}
 }
 

@@ -33,6 +33,8 @@ const (
 	ProblemUpstreamFailed      = ProblemTypeBase + "upstream-failed"
 	ProblemUpstreamTimeout     = ProblemTypeBase + "upstream-timeout"
 	ProblemShuttingDown        = ProblemTypeBase + "shutting-down"
+	ProblemInvalidPath         = ProblemTypeBase + "invalid-path"
+	ProblemBusy                = ProblemTypeBase + "busy"
 )
 
 // Problem is an RFC 9457 problem document.

@@ -97,6 +97,39 @@ type Config struct {
 	// MaxHeaderBytes limits the size of a request's headers; larger get 431.
 	// Defaults to 64 KiB.
 	MaxHeaderBytes int `yaml:"max_header_bytes"`
+	// ClientWriteTimeout bounds each write of an answer to a client: a
+	// client that does not take a write within it is cut off, and the
+	// upstream's answer is read to its end without it (the key completes,
+	// as not replayable when it was passing through). Defaults to 30s.
+	ClientWriteTimeout Duration `yaml:"client_write_timeout"`
+	// MaxBodyMemory bounds the bytes of protected request bodies held in
+	// memory at once, across all requests: a body with a Content-Length
+	// counts for its length, a chunked one for its route's max_body, while
+	// its request is in flight. A request that would go over it gets 503
+	// with Retry-After (busy), unread. It must be at least every route's
+	// max_body. Defaults to 64 MiB.
+	MaxBodyMemory int64 `yaml:"max_body_memory"`
+	// MaxConnections bounds the client connections open at once; more
+	// wait in the listen queue until one closes. Defaults to 0: no limit.
+	MaxConnections int `yaml:"max_connections"`
+
+	// MergeSlashes makes runs of '/' in a request's path one ("//pay" is
+	// "/pay"), for the operation and for the upstream, as nginx and Go's
+	// ServeMux read paths. Set it to false for an upstream to which "//"
+	// means something. Defaults to true.
+	MergeSlashes *bool `yaml:"merge_slashes"`
+	// EscapedSlashes is what an encoded slash (%2F) in a path does: "keep"
+	// it encoded, apart from '/', as RFC 3986 says; "decode" it to '/',
+	// for upstreams that decode it before they route (most WSGI servers);
+	// or "reject" protected requests that carry one (400). Defaults to
+	// keep.
+	EscapedSlashes EscapedSlashes `yaml:"escaped_slashes"`
+	// PathParams is what a ';' in a path does (a matrix or path parameter,
+	// "/pay;jsessionid=1"): "reject" protected requests that carry one
+	// (400); "strip" each segment's parameters, as Java servlet containers
+	// do before they route; or "keep" them as part of the path. Defaults
+	// to reject.
+	PathParams PathParams `yaml:"path_params"`
 
 	// Settings are the defaults of every route.
 	Settings `yaml:",inline"`
@@ -170,6 +203,14 @@ type Settings struct {
 	// StoreRequest keeps the request body on the record (up to 64 KiB),
 	// for the operator who settles a key in review. Defaults to false.
 	StoreRequest *bool `yaml:"store_request"`
+	// MethodOverride is what the method-override headers
+	// (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override) do on
+	// requests whose own method routes them here: "protect" takes the
+	// method they name as the request's, for protection, when it is
+	// protected (the request is forwarded unchanged, override included);
+	// "strip" removes them before forwarding; "refuse" answers 400.
+	// Defaults to protect.
+	MethodOverride MethodOverride `yaml:"method_override"`
 }
 
 // Route is the settings of the requests matching one ServeMux pattern.
@@ -198,6 +239,10 @@ const (
 	DefaultIdleTimeout       = 120 * time.Second
 	DefaultMaxHeaderBytes    = 64 << 10
 	DefaultMaxBody           = 1 << 20
+	// DefaultClientWriteTimeout is Config.ClientWriteTimeout's default.
+	DefaultClientWriteTimeout = 30 * time.Second
+	// DefaultMaxBodyMemory is Config.MaxBodyMemory's default.
+	DefaultMaxBodyMemory = 64 << 20
 	// DefaultUpstreamDeadline is Settings.UpstreamDeadline's default.
 	DefaultUpstreamDeadline = 5 * time.Minute
 )
@@ -252,6 +297,24 @@ func (c Config) WithDefaults() Config {
 	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = DefaultMaxHeaderBytes
 	}
+	if c.ClientWriteTimeout == 0 {
+		c.ClientWriteTimeout = Duration(DefaultClientWriteTimeout)
+	}
+	if c.MaxBodyMemory == 0 {
+		c.MaxBodyMemory = DefaultMaxBodyMemory
+	}
+	if c.MergeSlashes == nil {
+		c.MergeSlashes = new(true)
+	}
+	if c.EscapedSlashes == "" {
+		c.EscapedSlashes = EscapedSlashesKeep
+	}
+	if c.PathParams == "" {
+		c.PathParams = PathParamsReject
+	}
+	if c.MethodOverride == "" {
+		c.MethodOverride = OverrideProtect
+	}
 	return c
 }
 
@@ -288,6 +351,21 @@ func (c Config) Validate() error {
 	if c.MaxHeaderBytes < 0 {
 		return fmt.Errorf("max_header_bytes %d is negative", c.MaxHeaderBytes)
 	}
+	if c.ClientWriteTimeout < 0 {
+		return fmt.Errorf("client_write_timeout %v is negative", c.ClientWriteTimeout)
+	}
+	if c.MaxConnections < 0 {
+		return fmt.Errorf("max_connections %d is negative", c.MaxConnections)
+	}
+	if err := c.checkBodyMemory(); err != nil {
+		return err
+	}
+	if err := c.EscapedSlashes.check(); err != nil {
+		return err
+	}
+	if err := c.PathParams.check(); err != nil {
+		return err
+	}
 	if err := c.Settings.validate(); err != nil {
 		return err
 	}
@@ -308,6 +386,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("line %d: a route needs match: (a ServeMux pattern such as \"POST /payments\")", r.Match.Line)
 		}
 		if err := r.Settings.validate(); err != nil {
+			return fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
+		}
+		if err := checkRouteMethod(r.Match.Pattern); err != nil {
 			return fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
 		}
 	}
@@ -361,6 +442,11 @@ func (s Settings) validate() error {
 	}
 	if s.Retention != nil && *s.Retention != 0 && time.Duration(*s.Retention) < time.Second {
 		return fmt.Errorf("retention %v is under a second", time.Duration(*s.Retention))
+	}
+	if s.MethodOverride != "" {
+		if _, err := ParseMethodOverride(string(s.MethodOverride)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -417,6 +503,9 @@ func (s Settings) merge(parent Settings) Settings {
 	}
 	if s.StoreRequest == nil {
 		s.StoreRequest = parent.StoreRequest
+	}
+	if s.MethodOverride == "" {
+		s.MethodOverride = parent.MethodOverride
 	}
 	return s
 }
@@ -583,6 +672,9 @@ func (p *Pattern) UnmarshalYAML(n *yaml.Node) error {
 func checkPattern(pattern string) error {
 	if pattern == "" {
 		return errors.New("empty pattern")
+	}
+	if err := checkRouteMethod(pattern); err != nil {
+		return err
 	}
 	return handle(http.NewServeMux(), pattern, http.NotFoundHandler())
 }

@@ -12,7 +12,15 @@
 //   - the scope: a digest of the values of the scope headers and cookies
 //     (NewScope), keyed with HMAC-SHA-256 when a secret is set, never the
 //     credential itself; a request without any of them gets 401;
-//   - the operation: method and path;
+//   - the operation: method and path, the path normalised as the upstream
+//     reads it and forwarded so (path.go); a protected method in another
+//     case, or named by an override header, is refused or protected, never
+//     passed on unprotected (route.go, override.go), and a protected
+//     request never becomes a tunnel;
+//   - the client's edges: writes to a slow client are bounded, and one that
+//     does not take its answer is cut off rather than let hold a key; the
+//     request bodies held in memory, and the connections, are bounded
+//     (clientwrite.go, budget.go);
 //   - upstream failures, which the forwarder settles itself: a request that
 //     never left (a dial, DNS or TLS error, or no byte of it reached the
 //     connection, as traced with httptrace) gets 502 and its key is

@@ -31,17 +31,21 @@ type exchange struct {
 	rtErr        error // the round trip failed: no answer
 	bodyErr      error // the answer's body could not be read whole
 
-	// One allocation for the request's wrappers.
+	// One allocation for the request's wrappers and its deadline.
 	out      heldWriter
 	reqBody  guardedBody
 	respBody upstreamBody
+	deadline callDeadline
 }
 
 type exchangeKey struct{}
 
-// newExchange returns an exchange and ctx carrying it and its trace.
-func newExchange(ctx context.Context) (*exchange, context.Context) {
+// newExchange returns an exchange and ctx carrying it and its trace, and
+// ending at the call's deadline d (see callDeadline; client is the client's
+// writer, or nil). Stop the deadline with x.deadline.stop.
+func newExchange(ctx context.Context, d, grace time.Duration, cause error, client *clientWriter) (*exchange, context.Context) {
 	x := &exchange{}
+	ctx = x.deadline.start(ctx, d, grace, cause, client)
 	x.trace = httptrace.ClientTrace{GetConn: x.getConn, GotConn: x.tookConn, WroteHeaders: x.wroteAllHeaders}
 	return x, httptrace.WithClientTrace(context.WithValue(ctx, exchangeKey{}, x), &x.trace)
 }

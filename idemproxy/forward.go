@@ -49,11 +49,11 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// Detached from the client's cancellation, so that a client hanging up
 	// does not abort a call whose answer will be stored; bounded by the
-	// route's deadline instead.
+	// route's deadline instead, which counts against the upstream only
+	// (see callDeadline).
 	cause := deadlineCause{f.deadline}
-	ctx, cancel := context.WithTimeoutCause(context.WithoutCancel(r.Context()), f.deadline, cause)
-	defer cancel()
-	x, ctx := newExchange(ctx)
+	x, ctx := newExchange(context.WithoutCancel(r.Context()), f.deadline, f.p.clientGrace(), cause, clientOf(w))
+	defer x.deadline.stop()
 	defer x.endBody()
 	hw := &x.out
 	hw.w = w
@@ -211,6 +211,9 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(f.p.upstream)
 	pr.SetXForwarded()
+	if m, ok := pr.In.Context().Value(sentMethodKey{}).(string); ok {
+		pr.Out.Method = m // protected as its override's method, sent as it came
+	}
 	x := exchangeFrom(pr.Out.Context())
 	switch {
 	case x == nil:

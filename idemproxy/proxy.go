@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -60,12 +61,10 @@ type Proxy struct {
 	findings  *findingLog
 	// problemBase is Config.ProblemBaseURL, fixed at New.
 	problemBase string
-}
-
-// routes is the handler of one configuration.
-type routes struct {
-	h   http.Handler
-	cfg Config
+	// writeTimeout is Config.ClientWriteTimeout, fixed at New.
+	writeTimeout time.Duration
+	// bodies bounds the request bodies held at once (Config.MaxBodyMemory).
+	bodies *bodyBudget
 }
 
 // New returns a proxy for cfg (defaults filled, validated) over engine.
@@ -93,14 +92,24 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		upstream: up, log: opts.Logger, metrics: opts.Metrics,
 		engine: engine, opts: opts, transport: watchBodies{opts.Transport}, pool: newBufferPool(),
 		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
-		problemBase: cfg.ProblemBaseURL,
+		problemBase: cfg.ProblemBaseURL, writeTimeout: cfg.ClientWriteTimeout.d(),
+		bodies: &bodyBudget{max: cfg.MaxBodyMemory},
 	}
-	h, err := p.build(cfg)
+	rs, err := p.build(cfg)
 	if err != nil {
 		return nil, err
 	}
-	p.handler.Store(&routes{h: h, cfg: cfg})
+	p.handler.Store(rs)
 	return p, nil
+}
+
+// clientGrace is how long the upstream may still take to deliver its
+// answer once a client that did not take it was cut off at the deadline.
+func (p *Proxy) clientGrace() time.Duration {
+	if p.writeTimeout > 0 {
+		return p.writeTimeout
+	}
+	return DefaultClientWriteTimeout
 }
 
 // onOutcome is the middleware's OnOutcome for the requests of route.
@@ -129,17 +138,19 @@ func (p *Proxy) onOutcome(route string) func(idem.Event) {
 }
 
 // build returns the handler of cfg's routes.
-func (p *Proxy) build(cfg Config) (http.Handler, error) {
-	def, err := p.buildRoute(DefaultRouteLabel, cfg.Settings, nil, false)
+func (p *Proxy) build(cfg Config) (*routes, error) {
+	rs := &routes{cfg: cfg, paths: cfg.pathOptions()}
+	def, err := p.buildRoute(DefaultRouteLabel, cfg.Settings, nil, false, rs.paths)
 	if err != nil {
 		return nil, err
 	}
+	rs.def = def
 	if len(cfg.Routes) == 0 {
-		return def, nil
+		return rs, nil
 	}
 	mux := http.NewServeMux()
 	for _, r := range cfg.Routes {
-		h, err := p.buildRoute(r.Match.Pattern, r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled)
+		h, err := p.buildRoute(r.Match.Pattern, r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled, rs.paths)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
 		}
@@ -151,12 +162,14 @@ func (p *Proxy) build(cfg Config) (http.Handler, error) {
 	// only beside a route that matches every request ("/", " /",
 	// "/{rest...}"), which leaves the default nothing to take.
 	_ = handle(mux, "/", def)
-	return mux, nil
+	rs.mux = mux
+	return rs, nil
 }
 
 // buildRoute returns the handler of one route: the middleware with s's
-// policy around a forwarder, or the forwarder alone when disabled.
-func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool) (http.Handler, error) {
+// policy around a forwarder, or the forwarder alone when disabled, behind
+// the route's edges.
+func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool, paths pathOptions) (*route, error) {
 	fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline(), observe: s.Mode == ModeObserve}
 	fwd.rp = &httputil.ReverseProxy{
 		Rewrite:      fwd.rewrite,
@@ -165,8 +178,12 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ErrorHandler: fwd.upstreamError,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
+	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, maxBody: s.maxBody(), paths: paths, next: fwd}
+	if rt.override == "" {
+		rt.override = OverrideProtect
+	}
 	if disabled {
-		return fwd, nil
+		return rt, nil
 	}
 	pol := s.policy()
 	if pol.Observe && p.metrics != nil {
@@ -186,7 +203,8 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 	if err != nil {
 		return nil, err
 	}
-	return mw(fwd), nil
+	rt.next = mw(fwd)
+	return rt, nil
 }
 
 // patternMethods returns the method a ServeMux pattern names, or nil (the
@@ -207,11 +225,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// Continue the client's trace, if it sent one.
 		r = r.WithContext(w3c.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 	}
+	w = newClientWriter(w, p.writeTimeout)
 	if o := corsFor(rt.cfg.CORSOrigins, r); o != "" {
 		preflight := r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != ""
 		w = &corsWriter{ResponseWriter: w, origin: o, preflight: preflight}
 	}
-	rt.h.ServeHTTP(w, r)
+	rt.serve(w, r)
 }
 
 // BeginShutdown makes the proxy refuse to forward protected requests that

@@ -80,11 +80,11 @@ func (p *Proxy) Reload(cfg Config) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	h, err := p.build(cfg)
+	rs, err := p.build(cfg)
 	if err != nil {
 		return err
 	}
-	p.handler.Store(&routes{h: h, cfg: cfg})
+	p.handler.Store(rs)
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/netutil"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemseal"
@@ -126,6 +127,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	ln = limitConnections(ln, cfg.MaxConnections)
 	srv := &http.Server{
 		Handler:           proxy,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout.d(),
@@ -223,6 +225,15 @@ func (s *Server) Run(ctx context.Context) error {
 		return runErr
 	}
 	return nil
+}
+
+// limitConnections bounds the connections ln has open at once to n (none
+// when n is 0): past it, new connections wait in the listen queue.
+func limitConnections(ln net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return ln
+	}
+	return netutil.LimitListener(ln, n)
 }
 
 // AdminAddr is the address the admin listener binds for addr: addr itself

@@ -1,0 +1,235 @@
+package idemproxy
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/urlpath"
+)
+
+// routes is the handler of one configuration: a route for every request,
+// found by a ServeMux (nil when there are no routes: def takes them all).
+type routes struct {
+	cfg   Config
+	mux   *http.ServeMux
+	def   *route
+	paths pathOptions
+}
+
+// route is one route's handler: it decides whether a request is
+// protected, and what the proxy's edges do to it (refused paths and
+// overrides, upgrades, the body budget), before idem's middleware.
+type route struct {
+	p        *Proxy
+	methods  []string // protected methods; nil: POST and PATCH
+	disabled bool
+	override MethodOverride
+	maxBody  int64
+	paths    pathOptions
+	next     http.Handler // the middleware around the forwarder, or the forwarder alone
+}
+
+// protects reports whether the route protects method (see idem's method
+// rule: HEAD goes with GET).
+func (rt *route) protects(method string) bool {
+	if rt.disabled {
+		return false
+	}
+	ms := rt.methods
+	if ms == nil {
+		return method == http.MethodPost || method == http.MethodPatch
+	}
+	return slices.Contains(ms, method) || (method == http.MethodHead && slices.Contains(ms, http.MethodGet))
+}
+
+// lookup returns the route that serves r as method, or nil when the mux
+// answers r itself (a redirect to the path with a trailing slash).
+func (rs *routes) lookup(r *http.Request, method string) *route {
+	if rs.mux == nil {
+		return rs.def
+	}
+	merge := !rs.paths.mergeSlashes && strings.Contains(r.URL.Path, "//")
+	if method == r.Method && !merge {
+		h, _ := rs.mux.Handler(r)
+		rt, _ := h.(*route)
+		return rt
+	}
+	probe := *r
+	probe.Method = method
+	if merge {
+		// ServeMux would redirect to the merged path: route as it would,
+		// and serve the path the upstream reads apart.
+		u := *r.URL
+		u.Path, u.RawPath = cleanSlashes(u.Path), ""
+		probe.URL = &u
+	}
+	h, _ := rs.mux.Handler(&probe)
+	rt, _ := h.(*route)
+	return rt
+}
+
+func cleanSlashes(p string) string { return string(urlpath.MergeSlashes([]byte(p))) }
+
+// serve routes r: its path normalised, its method checked, its overrides
+// applied, then to its route (or to the mux's own answer).
+func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
+	p := rs.def.p
+	switch path := r.URL.EscapedPath(); {
+	case r.Method == http.MethodConnect: // authority-form, passed on as it was
+	case path == "":
+		r = withPath(r, "/") // absolute-form without a path
+	case path[0] != '/':
+		p.refuse(w, r, idem.SituationInvalidPath, "The request-target is not a path (only OPTIONS may use \"*\"); it was not forwarded.")
+		return
+	default:
+		r = withPath(r, normalizePath(path, rs.paths))
+	}
+	// The route is found by the method as sent, or, for a spelling of
+	// another method (see idem's method rule), by that method upper-cased,
+	// as an upstream that upper-cases it routes it; the route serves the
+	// request as sent.
+	method := r.Method
+	if !upperToken(method) {
+		if !validToken(method) {
+			p.refuse(w, r, idem.SituationInvalidMethod, "The request's method is not an HTTP token (RFC 9110), so idem cannot tell whether it names a protected method; it was not forwarded.")
+			return
+		}
+		method = strings.ToUpper(method)
+		if rt := rs.lookup(r, method); rt != nil && rt.protects(method) {
+			p.refuse(w, r, idem.SituationInvalidMethod, "HTTP methods are case-sensitive: send "+method+". The request was not forwarded.")
+			return
+		}
+	}
+	if _, ok := r.Header["Upgrade"]; ok && httpUpgrade(r.Header) {
+		// A tunnel that speaks HTTP would carry requests past idem.
+		dropUpgrade(r.Header)
+	}
+	if ov, present, err := overrideOf(r.Header); present {
+		mode := rs.cfg.MethodOverride
+		if rt := rs.lookup(r, method); rt != nil {
+			mode = rt.override
+		}
+		switch {
+		case mode == OverrideStrip:
+			stripOverrides(r.Header)
+		case mode == OverrideRefuse:
+			p.refuse(w, r, idem.SituationInvalidMethod, "This route refuses method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override); send the method itself.")
+			return
+		case err != nil:
+			p.refuse(w, r, idem.SituationInvalidMethod, "The request's method-override headers cannot be read: "+err.Error()+".")
+			return
+		case ov != "" && ov != method:
+			if b := rs.lookup(r, ov); b != nil && b.protects(ov) {
+				// Protected as the method the upstream may run it as;
+				// forwarded as sent.
+				r = r.WithContext(context.WithValue(r.Context(), sentMethodKey{}, r.Method))
+				r.Method, method = ov, ov
+			}
+		}
+	}
+	if rt := rs.lookup(r, method); rt != nil {
+		rt.ServeHTTP(w, r)
+		return
+	}
+	rs.mux.ServeHTTP(w, r) // the mux's own answer
+}
+
+// httpUpgrade reports whether h asks to upgrade to HTTP itself (h2c, or
+// any HTTP/ version), a protocol in which requests would pass unseen.
+func httpUpgrade(h http.Header) bool {
+	for _, v := range h["Upgrade"] {
+		for f := range strings.SplitSeq(v, ",") {
+			f = strings.ToLower(strings.TrimSpace(f))
+			if f == "h2c" || f == "h2" || strings.HasPrefix(f, "http/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// sentMethodKey is the context key of the method a request was sent with,
+// when the proxy protects it as the method its override names.
+type sentMethodKey struct{}
+
+// upperToken reports whether m is a token without lower-case letters: the
+// usual spelling of a method, checked first.
+func upperToken(m string) bool {
+	for i := 0; i < len(m); i++ {
+		if c := m[i]; c < 'A' || c > 'Z' {
+			return validToken(m) && strings.ToUpper(m) == m
+		}
+	}
+	return m != ""
+}
+
+// ServeHTTP applies the route's edges to r, then passes it on.
+func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !rt.protects(r.Method) {
+		rt.next.ServeHTTP(w, r)
+		return
+	}
+	if why := rt.paths.pathRefusal(r.URL.EscapedPath()); why != "" {
+		rt.p.refuse(w, r, idem.SituationInvalidPath, why)
+		return
+	}
+	// A protected request never becomes a tunnel: an upgrade is hop by
+	// hop, and a server may ignore it (RFC 9110 §7.8), so it is dropped.
+	if _, ok := r.Header["Upgrade"]; ok {
+		dropUpgrade(r.Header)
+	}
+	if n := rt.bodyCost(r); n > 0 {
+		if !rt.p.bodies.acquire(n) {
+			w.Header().Set("Retry-After", "1")
+			rt.p.refuse(w, r, idem.SituationBusy, "The proxy holds as many request bodies as it may; this one was not read. Retry with the same key.")
+			return
+		}
+		defer rt.p.bodies.release(n)
+	}
+	rt.next.ServeHTTP(w, r)
+}
+
+// bodyCost is what reading r's body for its fingerprint may hold in memory:
+// its length, or the route's limit when it is chunked; 0 for none, and for
+// a body over the limit, which the middleware refuses unread.
+func (rt *route) bodyCost(r *http.Request) int64 {
+	switch {
+	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ContentLength > rt.maxBody:
+		return 0
+	case r.ContentLength < 0:
+		return rt.maxBody + 1
+	}
+	return r.ContentLength + 1
+}
+
+// dropUpgrade removes an upgrade from h, and "upgrade" from its Connection.
+func dropUpgrade(h http.Header) {
+	delete(h, "Upgrade")
+	var keep []string
+	for _, v := range h["Connection"] {
+		for f := range strings.SplitSeq(v, ",") {
+			if f = strings.TrimSpace(f); f != "" && !strings.EqualFold(f, "upgrade") {
+				keep = append(keep, f)
+			}
+		}
+	}
+	if keep == nil {
+		delete(h, "Connection")
+		return
+	}
+	h["Connection"] = []string{strings.Join(keep, ", ")}
+}
+
+// refuse answers r with s's problem document: a request the proxy's edges
+// refuse, before any key is read or reserved.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, s idem.Situation, detail string) {
+	p.count(s, "")
+	key, err := idem.ParseKeyHeader(r.Header[idem.HeaderName])
+	if err != nil {
+		key = ""
+	}
+	p.writeProblem(w, s, detail, key)
+}
