@@ -49,7 +49,7 @@ func listQuery(p idemstore.ListParams, cur *idemstore.ListCursor, now time.Time)
 		where(`state = 'completed'`)
 	default:
 		// The literal term lets SQLite use the partial index of records
-		// not completed, in key order.
+		// not completed, in order of age within a state.
 		where(`state = ? AND state <> 'completed'`, string(p.State))
 	}
 	if p.Operation != "" {
@@ -114,8 +114,10 @@ func anys(ss []string) []any {
 }
 
 // Counts counts the pending and needs_review records, by operation, from
-// the partial index of records not completed, and the completed ones from
-// the partial index of their expiry times, exactly.
+// the partial index of records not completed, and the completed ones
+// exactly up to idemstore.ExactCountLimit; past it, it estimates them
+// from the range of row IDs (new rows take the next one, and the purge
+// deletes the oldest first), less the open records.
 func (s *Store) Counts(ctx context.Context) (idemstore.Counts, error) {
 	now := s.now()
 	c := idemstore.Counts{ReadAt: now.UTC().Truncate(time.Millisecond)}
@@ -138,8 +140,14 @@ func (s *Store) Counts(ctx context.Context) (idemstore.Counts, error) {
 	if err := rows.Err(); err != nil {
 		return c, interpretError(ctx, err)
 	}
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM idem_records WHERE state = 'completed'`).Scan(&c.Completed); err != nil {
+	var rows64 int64
+	if err := s.db.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM (SELECT 1 FROM idem_records WHERE state = 'completed' LIMIT ?)),
+		COALESCE((SELECT max(rowid) FROM idem_records) - (SELECT min(rowid) FROM idem_records) + 1, 0)`,
+		idemstore.ExactCountLimit+1).Scan(&c.Completed, &rows64); err != nil {
 		return c, interpretError(ctx, err)
+	}
+	if c.Completed > idemstore.ExactCountLimit {
+		c.Completed, c.CompletedEstimated = max(rows64-c.Pending-c.NeedsReview, c.Completed), true
 	}
 	return c, nil
 }

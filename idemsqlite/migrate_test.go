@@ -25,15 +25,15 @@ func TestMigrateIsIdempotentAndVersioned(t *testing.T) {
 	if err := db.QueryRow("SELECT count(*), max(version) FROM idem_schema_migrations").Scan(&n, &version); err != nil {
 		t.Fatal(err)
 	}
-	if n != 4 || version != 4 {
-		t.Fatalf("idem_schema_migrations has %d rows, max version %d; want 4 rows, version 4", n, version)
+	if n != 5 || version != 5 {
+		t.Fatalf("idem_schema_migrations has %d rows, max version %d; want 5 rows, version 5", n, version)
 	}
 	var indexes string
 	if err := db.QueryRow(`SELECT group_concat(name, ' ') FROM (SELECT name FROM sqlite_schema
 		WHERE type = 'index' AND tbl_name = 'idem_records' AND name LIKE 'idem_records_%' ORDER BY name)`).Scan(&indexes); err != nil {
 		t.Fatal(err)
 	}
-	if want := "idem_records_completed_expiry idem_records_created idem_records_key_value idem_records_label idem_records_open_key idem_records_pending_lease"; indexes != want {
+	if want := "idem_records_completed_expiry idem_records_created idem_records_key_value idem_records_label idem_records_open_created idem_records_pending_lease"; indexes != want {
 		t.Fatalf("idem_records has the named indexes %q, want %q", indexes, want)
 	}
 }
@@ -54,20 +54,23 @@ func TestQueryPlans(t *testing.T) {
 	}{
 		{"expired leases", idemsqlite.ExpiredLeasesQuery, []any{0, 10}, "idem_records_pending_lease", false},
 		{"purge", idemsqlite.PurgeQuery, []any{0, 10}, "idem_records_completed_expiry", false},
-		{"list needs_review", "", nil, "idem_records_open_key", false},
+		{"list needs_review", "", nil, "idem_records_open_created", true},
 		// SQLite sorts the last term of the order here, although the
 		// index gives it; the rows it sorts are pending ones of one
 		// operation only.
-		{"list pending of an operation after a key", "", nil, "idem_records_open_key", true},
+		{"list pending of an operation after a key", "", nil, "idem_records_open_created", true},
 		{"list completed", "", nil, "sqlite_autoindex_idem_records_1", false},
 		{"list all after a key", "", nil, "sqlite_autoindex_idem_records_1", false},
 		// Searches: on the indexes made for them.
 		{"search a key after a key", "", nil, "idem_records_key_value", false},
 		{"search a key prefix", "", nil, "idem_records_key_value", false},
-		{"search a key in review, oldest first", "", nil, "idem_records_key_value", true},
+		{"search a key in review, oldest first", "", nil, "idem_records_open_created", false},
 		{"search labels", "", nil, "idem_records_label", true},
 		{"list all oldest first after a record", "", nil, "idem_records_created", true},
 		{"list all newest first", "", nil, "idem_records_created", true},
+		// The review queue by age: its few records, sorted, never a walk
+		// of every record by age.
+		{"list needs_review oldest first", "", nil, "idem_records_open_created", false},
 	} {
 		switch tc.name {
 		case "list needs_review":
@@ -88,6 +91,8 @@ func TestQueryPlans(t *testing.T) {
 			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{ScopeLabels: []string{"a", "b"}}, nil)
 		case "list all oldest first after a record":
 			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{Order: idemstore.OrderOldest}, after)
+		case "list needs_review oldest first":
+			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{State: idemstore.StateNeedsReview, Order: idemstore.OrderOldest, Limit: 50}, after)
 		case "list all newest first":
 			tc.query, tc.args = idemsqlite.ListQuery(idemstore.ListParams{Order: idemstore.OrderNewest, Reason: "timeout"}, nil)
 		}
