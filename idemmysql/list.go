@@ -105,6 +105,14 @@ func listQuery(p idemstore.ListParams, cur *idemstore.ListCursor) (string, []any
 		cond, condArgs := afterKey(cur.Key, p.Operation)
 		where(cond, condArgs...)
 	}
+	if p.Order != idemstore.OrderKey && (p.State == idemstore.StatePending || p.State == idemstore.StateNeedsReview) {
+		// Pending and needs_review records are few: read them through
+		// idem_records_state and sort them, whatever their ages. Ordered by
+		// created_at itself, the optimizer may walk idem_records_created
+		// instead, through every completed record older than the first one
+		// in review.
+		order = strings.Replace(order, "created_at", "created_at + 0", 1)
+	}
 	query += " ORDER BY " + order + " LIMIT ?"
 	args = append(args, p.Limit+1)
 	return query, args

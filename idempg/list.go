@@ -103,7 +103,20 @@ func listQuery(prefix string, p idemstore.ListParams, cur *idemstore.ListCursor)
 	if len(conds) > 0 {
 		where = strings.Join(conds, " AND ")
 	}
+	if p.Order != idemstore.OrderKey && openState(p.State) {
+		// Pending and needs_review records are few: read them through the
+		// index of states and sort them, whatever their ages. Ordered by
+		// created_at itself, the planner may walk the index of creation
+		// times instead, through every completed record older than the
+		// first one in review.
+		cols = strings.Replace(cols, "r.created_at", "(r.created_at + interval '0 s')", 1)
+	}
 	return prefix + where + " ORDER BY " + strings.ReplaceAll(cols, ",", desc+",") + desc + " LIMIT " + arg(p.Limit+1), args
+}
+
+// openState reports whether st is pending or needs_review.
+func openState(st idemstore.State) bool {
+	return st == idemstore.StatePending || st == idemstore.StateNeedsReview
 }
 
 // Counts counts the pending and needs_review records of each operation
