@@ -65,7 +65,7 @@ func TestCompleteAckLost(t *testing.T) {
 func TestLargeMetadata(t *testing.T) {
 	t.Parallel()
 	const limit = 64 << 10
-	ev := newEnv(t, idemgrpc.Config{}, envOptions{engine: idem.EngineConfig{MaxResponseBody: limit}})
+	ev := newEnv(t, idemgrpc.Config{Methods: map[string]idemgrpc.Policy{refundMethod: {}}}, envOptions{engine: idem.EngineConfig{MaxResponseBody: limit}})
 	ev.svc.charge = func(ctx context.Context, req *testpb.ChargeRequest, run int64) (*testpb.Payment, error) {
 		size := limit - 200
 		if req.Account == "big" {
@@ -88,11 +88,13 @@ func TestLargeMetadata(t *testing.T) {
 	wantCode(t, err, codes.AlreadyExists, idemgrpc.ReasonNotReplayable)
 
 	// A client's large metadata: the call runs once, and a retry without it
-	// replays.
-	junk := as("alice")
-	junk = metadata.AppendToOutgoingContext(junk, "x-junk", strings.Repeat("j", 4<<20))
+	// replays, without it.
+	junk := metadata.AppendToOutgoingContext(as("alice", "refund-1"), "x-junk", strings.Repeat("j", 1<<20))
 	if p, err := ev.client.Refund(junk, &testpb.RefundRequest{Charge: "c"}); err != nil || p.Run != 3 {
 		t.Fatalf("refund: %v %v", p, err)
+	}
+	if p, err := ev.client.Refund(as("alice", "refund-1"), &testpb.RefundRequest{Charge: "c"}, grpc.Header(&h)); err != nil || p.Run != 3 || !idemgrpc.Replayed(h) || len(h.Get("x-junk")) != 0 {
+		t.Fatalf("refund, retried: %v %v %v", p, err, len(h.Get("x-junk")))
 	}
 	if n := ev.svc.runs.Load(); n != 3 {
 		t.Fatalf("runs %d, want 3", n)
