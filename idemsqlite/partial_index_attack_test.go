@@ -241,7 +241,6 @@ func queryColumn[T any](t *testing.T, db *sql.DB, q string) []T {
 
 var (
 	piaV2Indexes = []string{"idem_records_expiry", "idem_records_lease", "idem_records_state_key"}
-	piaV3Indexes = []string{"idem_records_completed_expiry", "idem_records_open_key", "idem_records_pending_lease"}
 	// The schema this build migrates to: its versions and named indexes.
 	piaLatest        = []int{1, 2, 3, 4, 5}
 	piaLatestIndexes = []string{"idem_records_completed_expiry", "idem_records_created", "idem_records_key_value",
