@@ -39,6 +39,11 @@ type serveFlags struct {
 	storeRequest                                     bool
 	mode, problemBaseURL                             string
 	corsOrigins                                      []string
+	clientWriteTimeout                               time.Duration
+	maxBodyMemory                                    int64
+	maxConnections                                   int
+	mergeSlashes                                     bool
+	escapedSlashes, pathParams, methodOverride       string
 }
 
 func newServeCmd() *cobra.Command {
@@ -147,6 +152,13 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.DurationVar(&f.timeout, "upstream-timeout", 60*time.Second, "longest wait for the upstream's response headers (then 504, key needs review)")
 	fl.DurationVar(&f.upstreamDeadline, "upstream-deadline", idemproxy.DefaultUpstreamDeadline, "longest protected upstream call, answer body included (then 504, key needs review)")
 	fl.DurationVar(&f.upstreamIdleTimeout, "upstream-idle-timeout", idemproxy.DefaultUpstreamIdleTimeout, "how long idle keep-alive connections to the upstream are kept; keep it below the upstream's own")
+	fl.DurationVar(&f.clientWriteTimeout, "client-write-timeout", idemproxy.DefaultClientWriteTimeout, "longest a client may take to accept 32 KiB of its answer; then it is cut off and the key completes without it")
+	fl.Int64Var(&f.maxBodyMemory, "max-body-memory", idemproxy.DefaultMaxBodyMemory, "bytes of protected request bodies held in memory at once (a chunked one counts as --max-body); past it, 503 busy")
+	fl.IntVar(&f.maxConnections, "max-connections", 0, "client connections open at once; more wait in the listen queue (default 0: no limit)")
+	fl.BoolVar(&f.mergeSlashes, "merge-slashes", true, "read runs of '/' in paths as one (//pay is /pay); --merge-slashes=false for upstreams to which // means something")
+	fl.StringVar(&f.escapedSlashes, "escaped-slashes", string(idemproxy.EscapedSlashesKeep), "%2F in paths: keep (apart from /), decode (to /, as WSGI servers do) or reject (400 on protected requests)")
+	fl.StringVar(&f.pathParams, "path-params", string(idemproxy.PathParamsReject), "';' parameters in paths: reject (400 on protected requests), strip (as servlet containers do) or keep")
+	fl.StringVar(&f.methodOverride, "method-override", string(idemproxy.OverrideProtect), "X-HTTP-Method-Override and its kin: protect (as the method they name), strip, or refuse (400); method_override: per route in --config")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug (one line per protected request), info, warn or error")
 	return cmd
@@ -255,6 +267,31 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if set("upstream-idle-timeout") {
 		cfg.UpstreamIdleTimeout = idemproxy.Duration(f.upstreamIdleTimeout)
+	}
+	if set("client-write-timeout") {
+		cfg.ClientWriteTimeout = idemproxy.Duration(f.clientWriteTimeout)
+	}
+	if set("max-body-memory") {
+		cfg.MaxBodyMemory = f.maxBodyMemory
+	}
+	if set("max-connections") {
+		cfg.MaxConnections = f.maxConnections
+	}
+	if set("merge-slashes") {
+		cfg.MergeSlashes = &f.mergeSlashes
+	}
+	if set("escaped-slashes") {
+		cfg.EscapedSlashes = idemproxy.EscapedSlashes(f.escapedSlashes)
+	}
+	if set("path-params") {
+		cfg.PathParams = idemproxy.PathParams(f.pathParams)
+	}
+	if set("method-override") {
+		m, err := idemproxy.ParseMethodOverride(f.methodOverride)
+		if err != nil {
+			return cfg, fmt.Errorf("--method-override: %w", err)
+		}
+		cfg.MethodOverride = m
 	}
 	if set("log-format") {
 		cfg.LogFormat = f.logFormat
