@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -134,5 +135,30 @@ func TestBoundedRefs(t *testing.T) {
 		if _, err := Load(t.Context(), p, Options{MaxNodes: 4000}); !errors.Is(err, yamlevents.ErrTooManyNodes) {
 			t.Fatalf("%s: the referred file over what the budget leaves: %v", ext, err)
 		}
+	}
+}
+
+// TestJSONAtTheNodeLimitStaysSmall: a JSON document just under the node
+// limit, all of it small flow objects (the costliest shape per node for a
+// YAML parser, which holds a flow mapping's content as tokens until the
+// entry ends), is read with a few hundred MB allocated in all, not the
+// gigabyte kin-openapi's YAML path takes. Not parallel: it counts the
+// bytes the whole process allocates while it runs.
+func TestJSONAtTheNodeLimitStaysSmall(t *testing.T) {
+	objects := (DefaultMaxNodes - 100) / 3 // {"a":"b"}: a mapping, a key, a value
+	doc := `{"openapi": "3.1.0", "info": {"title": "t", "version": "1"}, "paths": {}, "x-junk": [` +
+		strings.TrimSuffix(strings.Repeat(`{"a":"b"},`, objects), ",") + `]}`
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	if _, err := Parse(t.Context(), []byte(doc), "flow objects", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	runtime.ReadMemStats(&after)
+	const limit = 400 << 20
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > limit {
+		t.Errorf("parsing %d bytes of JSON (%d objects) allocated %d MB in all; want at most %d MB", len(doc), objects, alloc>>20, limit>>20)
+	} else {
+		t.Logf("%d objects: %d MB allocated", objects, alloc>>20)
 	}
 }
