@@ -67,7 +67,7 @@ func (e *Engine) sealLabel(ctx context.Context, key Key, label string) string {
 	sealed, err := ls.SealLabel(key, label)
 	if err != nil {
 		e.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: a scope label could not be sealed; the record is kept without it",
-			slog.String("key", redact(key)), slog.Any("error", err))
+			digestAttr(key), slog.Any("error", err))
 		return ""
 	}
 	return sealed
