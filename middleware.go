@@ -170,6 +170,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(err)
 	}
 
+	var label string
+	if m.cfg.ScopeLabel != nil {
+		label = m.cfg.ScopeLabel(r)
+	}
 	wait := pol.Wait
 	if pol.Observe {
 		wait = 0 // a duplicate in flight is forwarded at once
@@ -177,7 +181,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res, err := m.e.Begin(r.Context(), Request{
 		Key: Key{Scope: scope, Operation: op, Key: key}, Fingerprint: fp, FingerprintSource: &st.fp,
 		Kind: pol.Kind, Wait: wait, Lease: pol.Lease, Retention: pol.Retention,
-		Info: st.requestInfo(r, pol, buf.Bytes()),
+		Info: st.requestInfo(r, pol, buf.Bytes()), ScopeLabel: label,
 	})
 	if err != nil {
 		if r.Context().Err() != nil {

@@ -175,6 +175,19 @@ type Config struct {
 	// without it. Use GlobalScope to choose a single scope deliberately.
 	Scope ScopeFunc
 
+	// ScopeLabel, if set, labels each new key for operators: it is called
+	// once the request's scope is known, and its result is kept on the
+	// record as Request.ScopeLabel (cleaned of control characters and
+	// invalid UTF-8, cut to idemstore.MaxScopeLabelLength bytes, sealed
+	// with EngineConfig.Sealer). It tells operators whose key it is, which
+	// a keyed scope cannot; they see it on the review page and in idem
+	// keys, and search by it. It never decides anything: it is not part of
+	// the scope nor of the key, a retry with another label is the same key
+	// (the record keeps the first request's), and no label fails a
+	// request. HeaderScopeLabel reads one from a header. Keep secrets and
+	// personal data out of it. Defaults to none.
+	ScopeLabel func(*http.Request) string
+
 	// Methods are the protected methods, each a token compared byte for
 	// byte. HEAD is protected with GET, and a protected method spelt in
 	// another case ("post") is refused with 400, never passed on
@@ -257,6 +270,9 @@ func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, erro
 	}
 	if cfg.Scope == nil {
 		return nil, errors.New("idem: Config.Scope is required (use idem.GlobalScope to put every request in one scope deliberately)")
+	}
+	if err := checkScopeLabel(cfg.ScopeLabel); err != nil {
+		return nil, err
 	}
 	if cfg.Methods == nil {
 		cfg.Methods = []string{http.MethodPost, http.MethodPatch}
