@@ -77,3 +77,16 @@ func (o pathOptions) pathRefusal(p string) string {
 	}
 	return ""
 }
+
+// otherReading returns the normalised path p as read by the upstreams
+// that o's reject policies guard against: its ';' parameters stripped
+// (path_params: reject) and its %2F decoded (escaped_slashes: reject);
+// "" when p carries neither.
+func (o pathOptions) otherReading(p string) string {
+	strip := o.params == PathParamsReject && strings.IndexByte(p, ';') >= 0
+	decode := o.slashes == EscapedSlashesReject && strings.Contains(p, "%2F")
+	if !strip && !decode {
+		return ""
+	}
+	return urlpath.Normalize(p, urlpath.Options{MergeSlashes: o.mergeSlashes, DecodeSlashes: decode, StripParams: strip})
+}

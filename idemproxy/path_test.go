@@ -120,3 +120,41 @@ func TestRoutesSeeTheNormalisedPath(t *testing.T) {
 		t.Fatalf("record POST /pay: %s", st)
 	}
 }
+
+// TestRefusedPathsOnEveryRoute: a path that path_params or
+// escaped_slashes: reject refuse is refused when the route of any reading
+// of it protects the method: the servlet that strips ";a=1" runs
+// "PUT /items;a=1/5" as "PUT /items/5", and a WSGI server "PUT /items%2F5"
+// so, though ServeMux gives both to the route of everything else (here a
+// disabled one, or the default's, which leaves PUT alone). The misspelt
+// method and the override on such a path are refused too; a request no
+// reading protects passes with its ';'.
+func TestRefusedPathsOnEveryRoute(t *testing.T) {
+	t.Parallel()
+	e := newEdgeRig(t, routesConfig(t, `
+escaped_slashes: reject
+routes:
+  - match: PUT /items/{id}
+  - match: POST /pay
+  - match: /{rest...}
+    disabled: true
+`))
+	for _, tc := range []struct{ req, want string }{
+		{post("PUT", "/items;a=1/5", "k", `{}`), "invalid_path"},
+		{post("PUT", "/items%2F5", "k", `{}`), "invalid_path"},
+		{post("PUT", "/x/..;/items/5", "k", `{}`), "invalid_path"},
+		{post("POST", "/pay;x=1", "k", `{}`), "invalid_path"},
+		{post("put", "/items;a=1/5", "k", `{}`), "invalid_method"},
+		{post("GET", "/pay;x=1", "k", `{}`, "X-HTTP-Method-Override", "POST"), "invalid_path"},
+	} {
+		if a := e.raw(t, tc.req, 1); len(a) != 1 || a[0].Status != http.StatusBadRequest || a[0].Header.Get("Idempotency-Outcome") != tc.want {
+			t.Fatalf("%q: %v; want 400 %s", tc.req, a, tc.want)
+		}
+	}
+	if a := e.raw(t, post("GET", "/items;a=1/5", "", ""), 1); len(a) != 1 || a[0].Status != http.StatusCreated {
+		t.Fatalf("GET /items;a=1/5: %v; want it passed", a)
+	}
+	if got := e.up.requests(); len(got) != 1 || got[0].Target != "/items;a=1/5" {
+		t.Fatalf("the upstream ran %+v; want only the GET", got)
+	}
+}

@@ -140,7 +140,7 @@ func (p *Proxy) onOutcome(route string) func(idem.Event) {
 // build returns the handler of cfg's routes.
 func (p *Proxy) build(cfg Config) (*routes, error) {
 	rs := &routes{cfg: cfg, paths: cfg.pathOptions()}
-	def, err := p.buildRoute(DefaultRouteLabel, cfg.Settings, nil, false, rs.paths)
+	def, err := p.buildRoute(DefaultRouteLabel, cfg.Settings, nil, false)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +150,7 @@ func (p *Proxy) build(cfg Config) (*routes, error) {
 	}
 	mux := http.NewServeMux()
 	for _, r := range cfg.Routes {
-		h, err := p.buildRoute(r.Match.Pattern, r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled, rs.paths)
+		h, err := p.buildRoute(r.Match.Pattern, r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled)
 		if err != nil {
 			return nil, fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
 		}
@@ -169,7 +169,7 @@ func (p *Proxy) build(cfg Config) (*routes, error) {
 // buildRoute returns the handler of one route: the middleware with s's
 // policy around a forwarder, or the forwarder alone when disabled, behind
 // the route's edges.
-func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool, paths pathOptions) (*route, error) {
+func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool) (*route, error) {
 	fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline(), observe: s.Mode == ModeObserve}
 	fwd.rp = &httputil.ReverseProxy{
 		Rewrite:      fwd.rewrite,
@@ -178,7 +178,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ErrorHandler: fwd.upstreamError,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, maxBody: s.maxBody(), paths: paths, next: fwd}
+	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, maxBody: s.maxBody(), next: fwd}
 	if rt.override == "" {
 		rt.override = OverrideProtect
 	}

@@ -28,7 +28,6 @@ type route struct {
 	disabled bool
 	override MethodOverride
 	maxBody  int64
-	paths    pathOptions
 	next     http.Handler // the middleware around the forwarder, or the forwarder alone
 }
 
@@ -98,7 +97,7 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		method = strings.ToUpper(method)
-		if rt := rs.lookup(r, method); rt != nil && rt.protects(method) {
+		if rs.protects(r, method) {
 			p.refuse(w, r, idem.SituationInvalidMethod, "HTTP methods are case-sensitive: send "+method+". The request was not forwarded.")
 			return
 		}
@@ -122,7 +121,7 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 			p.refuse(w, r, idem.SituationInvalidMethod, "The request's method-override headers cannot be read: "+err.Error()+".")
 			return
 		case ov != "" && ov != method:
-			if b := rs.lookup(r, ov); b != nil && b.protects(ov) {
+			if rs.protects(r, ov) {
 				// Protected as the method the upstream may run it as;
 				// forwarded as sent.
 				r = r.WithContext(context.WithValue(r.Context(), sentMethodKey{}, r.Method))
@@ -130,11 +129,30 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
+	if why := rs.paths.pathRefusal(r.URL.EscapedPath()); why != "" && rs.protects(r, method) {
+		p.refuse(w, r, idem.SituationInvalidPath, why)
+		return
+	}
 	if rt := rs.lookup(r, method); rt != nil {
 		rt.ServeHTTP(w, r)
 		return
 	}
 	rs.mux.ServeHTTP(w, r) // the mux's own answer
+}
+
+// protects reports whether r is protected as method: on its route, or,
+// when its path carries what path_params or escaped_slashes reject, on
+// the route of the path as an upstream that strips the parameters or
+// decodes %2F reads it ("PUT /items;x/5" is a servlet's "PUT /items/5").
+func (rs *routes) protects(r *http.Request, method string) bool {
+	if rt := rs.lookup(r, method); rt != nil && rt.protects(method) {
+		return true
+	}
+	if alt := rs.paths.otherReading(r.URL.EscapedPath()); alt != "" {
+		rt := rs.lookup(withPath(r, alt), method)
+		return rt != nil && rt.protects(method)
+	}
+	return false
 }
 
 // httpUpgrade reports whether h asks to upgrade to HTTP itself (h2c, or
@@ -170,10 +188,6 @@ func upperToken(m string) bool {
 func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !rt.protects(r.Method) {
 		rt.next.ServeHTTP(w, r)
-		return
-	}
-	if why := rt.paths.pathRefusal(r.URL.EscapedPath()); why != "" {
-		rt.p.refuse(w, r, idem.SituationInvalidPath, why)
 		return
 	}
 	// A protected request never becomes a tunnel: an upgrade is hop by
