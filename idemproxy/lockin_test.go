@@ -150,7 +150,7 @@ func TestLockInKeysAndCredentials(t *testing.T) {
 
 // TestLockInRequestTargets: an absolute-form target is its path's
 // operation, forwarded to the upstream as that path; "*" is no path and
-// is refused; CONNECT, never protected, reaches the upstream as it would
+// is refused, as is a scheme followed by no "//" nor "/" ("http:pay"); CONNECT, never protected, reaches the upstream as it would
 // without idem, once.
 func TestLockInRequestTargets(t *testing.T) {
 	t.Parallel()
@@ -164,6 +164,9 @@ func TestLockInRequestTargets(t *testing.T) {
 		{"the same as origin-form", post("POST", "/pay", "k", "{}"), http.StatusCreated, "replayed"},
 		{"absolute-form, another host", post("POST", "https://other.example:8443/p%61y", "k", "{}"), http.StatusCreated, "replayed"},
 		{"POST *", post("POST", "*", "k2", "{}"), http.StatusBadRequest, "invalid_path"},
+		// Opaque: the upstream would get "pay", keyed as "/" before.
+		{"an opaque target", post("POST", "http:pay", "k4", "{}"), http.StatusBadRequest, "invalid_path"},
+		{"an opaque target, another scheme", post("POST", "x:%2Fpay", "k4", "{}"), http.StatusBadRequest, "invalid_path"},
 		{"PRI *", "PRI * HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", http.StatusBadRequest, "invalid_path"},
 		{"the HTTP/2 preface (h2c prior knowledge)", "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", http.StatusBadRequest, "invalid_path"},
 		{"CONNECT", "CONNECT upstream.example:443 HTTP/1.1\r\nHost: upstream.example:443\r\nIdempotency-Key: k3\r\nConnection: close\r\n\r\n", http.StatusCreated, ""},

@@ -78,9 +78,9 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 	p := rs.def.p
 	switch path := r.URL.EscapedPath(); {
 	case r.Method == http.MethodConnect: // authority-form, passed on as it was
-	case path == "":
+	case path == "" && r.URL.Opaque == "":
 		r = withPath(r, "/") // absolute-form without a path
-	case path[0] != '/':
+	case path == "" || path[0] != '/': // "*", or opaque ("http:pay"), which goes out as it came
 		p.refuse(w, r, idem.SituationInvalidPath, "The request-target is not a path (only OPTIONS may use \"*\"); it was not forwarded.")
 		return
 	default:
