@@ -21,6 +21,7 @@ type exchange struct {
 
 	mu           sync.Mutex
 	called       bool // the request reached the transport
+	answered     bool // the transport returned the upstream's answer
 	traced       bool // the transport reports to httptrace
 	gotConn      bool
 	multiplexed  bool // HTTP/2: the connection carries other streams
@@ -86,7 +87,8 @@ func (x *exchange) wroteAllHeaders() {
 }
 
 // sent reports whether the failed round trip may have reached the upstream.
-// It did not when the error says so (NotSent), when the transport never
+// It did when the upstream answered (ReverseProxy failed on the answer, a
+// 101 that nobody asked for). It did not when the error says so (NotSent), when the transport never
 // got a connection or never wrote the request's headers, or when it wrote
 // them into its buffer but not a byte of them reached the connection (a
 // reused connection that the upstream had closed fails the first write).
@@ -101,6 +103,8 @@ func (x *exchange) sent(err error) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	switch {
+	case x.answered:
+		return true // failed after the answer came (a 101 it did not ask for)
 	case !x.called:
 		return false // refused before any round trip (ReverseProxy's own checks)
 	case !x.traced:
@@ -211,6 +215,13 @@ func (t watchBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 		x.mu.Unlock()
 	}
 	resp, err := t.next.RoundTrip(r)
+	if x != nil && err == nil {
+		// The upstream answered: it had the request, though the transport
+		// may not have counted the bytes it wrote yet.
+		x.mu.Lock()
+		x.answered = true
+		x.mu.Unlock()
+	}
 	if err != nil || resp.StatusCode < 200 { // a 101's body is the upgraded connection: left alone
 		return resp, err
 	}
