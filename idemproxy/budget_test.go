@@ -111,3 +111,42 @@ func TestBodyMemoryMustFitEveryBody(t *testing.T) {
 		}
 	}
 }
+
+// TestChunkedBodyCountsItsBuffer: a chunked body is read into a buffer
+// grown by doubling, which ends up to twice its route's max_body (a body
+// of 1 MiB − 1 byte in a 2 MiB buffer): it holds that much of
+// max_body_memory, or all of it when that is less, so chunked bodies
+// cannot hold twice the memory the setting allows.
+func TestChunkedBodyCountsItsBuffer(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		tr := memUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			w.WriteHeader(http.StatusCreated)
+		}))
+		cfg, err := idemproxy.ParseConfig([]byte("upstream: http://upstream.invalid\nmax_body: 1000\nmax_body_memory: 2002\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := newRig(t, cfg, idemproxy.Options{Transport: tr})
+		dial := memFront(t, r.proxy)
+		stalled := dial()
+		defer stalled.Close()
+		go io.WriteString(stalled, "POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n")
+		synctest.Wait()
+		c := dial()
+		defer c.Close()
+		go io.WriteString(c, fmt.Sprintf("POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: b\r\nContent-Length: 1000\r\n\r\n%s", strings.Repeat("x", 1000)))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Idempotency-Outcome") != "busy" {
+			t.Errorf("a body beside a chunked one that holds all of max_body_memory: %d %s; want 503 busy", resp.StatusCode, resp.Header.Get("Idempotency-Outcome"))
+		}
+		stalled.Close()
+		synctest.Wait()
+		outlastHeartbeat()
+	})
+}

@@ -104,8 +104,9 @@ type Config struct {
 	ClientWriteTimeout Duration `yaml:"client_write_timeout"`
 	// MaxBodyMemory bounds the bytes of protected request bodies held in
 	// memory at once, across all requests: a body with a Content-Length
-	// counts for its length, a chunked one for its route's max_body, while
-	// its request is in flight. A request that would go over it gets 503
+	// counts for its length, a chunked one for twice its route's max_body
+	// (its buffer grows by doubling; at most MaxBodyMemory), while its
+	// request is in flight. A request that would go over it gets 503
 	// with Retry-After (busy), unread. It must be at least every route's
 	// max_body. Defaults to 64 MiB.
 	MaxBodyMemory int64 `yaml:"max_body_memory"`

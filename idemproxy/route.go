@@ -207,14 +207,16 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // bodyCost is what reading r's body for its fingerprint may hold in memory:
-// its length, or the route's limit when it is chunked; 0 for none, and for
-// a body over the limit, which the middleware refuses unread.
+// its length; 0 for none, and for a body over the limit, which the
+// middleware refuses unread. A chunked body is read into a buffer grown by
+// doubling, which holds up to twice the route's limit: it counts for that,
+// or for the whole budget when that is less.
 func (rt *route) bodyCost(r *http.Request) int64 {
 	switch {
 	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ContentLength > rt.maxBody:
 		return 0
 	case r.ContentLength < 0:
-		return rt.maxBody + 1
+		return min(2*(rt.maxBody+1), rt.p.bodies.max)
 	}
 	return r.ContentLength + 1
 }
