@@ -163,11 +163,11 @@ func TestAttackJSONListsEscapeTerminalControls(t *testing.T) {
 }
 
 // TestAttackAnonymousClientFillsReview: any client, without credentials
-// and without the upstream failing, sends a request that ReverseProxy
-// refuses to forward (an Upgrade value with a tab). Nothing reached the
-// upstream, so the key must be released: not parked in review, where each
-// such request would page an operator through the log, the gauge and the
-// webhook.
+// and without the upstream failing, sends a protected request with an
+// Upgrade value that ReverseProxy refuses to forward (a tab in it). The
+// proxy drops a protected request's Upgrade, so each runs once, as a plain
+// request, and none is parked in review, where each such request would
+// page an operator through the log, the gauge and the webhook.
 func TestAttackAnonymousClientFillsReview(t *testing.T) {
 	t.Parallel()
 	up := newUpstream(t)
@@ -175,7 +175,11 @@ func TestAttackAnonymousClientFillsReview(t *testing.T) {
 	for _, k := range []string{"spam-1", "spam-2", "spam-3"} {
 		do(t, "POST", "http://"+p.addr+"/pay", k, `{}`, "Connection", "Upgrade", "Upgrade", "x\ty")
 	}
-	want(t, "upstream runs", up.runs("/pay"), 0)
+	want(t, "upstream runs, one per key", up.runs("/pay"), 3)
+	for _, k := range []string{"spam-1", "spam-2", "spam-3"} {
+		want(t, "retry of "+k, do(t, "POST", "http://"+p.addr+"/pay", k, `{}`, "Connection", "Upgrade", "Upgrade", "x\ty").header.Get("Idempotent-Replayed"), "true")
+	}
+	want(t, "upstream runs after the retries", up.runs("/pay"), 3)
 	if items := reviewList(t, p); len(items) != 0 {
 		t.Fatalf("%d keys in review from requests that never reached the upstream: %s (%s)", len(items), items[0].Key, items[0].Reason)
 	}
