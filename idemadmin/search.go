@@ -255,10 +255,13 @@ type OperationCounts struct {
 // review. It needs a store that counts (idemstore.Counter).
 func (k *Keys) Counts(ctx context.Context) (Counts, error) {
 	c, ok := k.Store.(idemstore.Counter)
-	if !ok {
+	if !ok || !k.Store.Capabilities().Search {
 		return Counts{}, errUnsupported("counting keys")
 	}
 	n, err := c.Counts(ctx)
+	if errors.Is(err, idemstore.ErrSearchUnsupported) {
+		return Counts{}, errUnsupported("counting keys")
+	}
 	if err != nil {
 		return Counts{}, asError(err)
 	}

@@ -3,6 +3,7 @@ package idemproxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -274,6 +275,17 @@ func (is *instrumentedStore) Purge(ctx context.Context, p idemstore.PurgeParams)
 }
 
 func (is *instrumentedStore) Capabilities() idemstore.Capabilities { return is.s.Capabilities() }
+
+// Counts forwards to a store that counts (idemstore.Counter), for the
+// admin API's counts; another store's answer wraps
+// idemstore.ErrSearchUnsupported.
+func (is *instrumentedStore) Counts(ctx context.Context) (idemstore.Counts, error) {
+	c, ok := is.s.(idemstore.Counter)
+	if !ok {
+		return idemstore.Counts{}, fmt.Errorf("%w: the store does not count keys", idemstore.ErrSearchUnsupported)
+	}
+	return c.Counts(ctx)
+}
 
 type instrumentedNotifier struct {
 	*instrumentedStore

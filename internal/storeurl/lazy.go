@@ -217,6 +217,21 @@ func (l *lazy) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) 
 	return s.Purge(ctx, p)
 }
 
+// Counts forwards to the connected store when it counts
+// (idemstore.Counter); another store's answer wraps
+// idemstore.ErrSearchUnsupported.
+func (l *lazy) Counts(ctx context.Context) (idemstore.Counts, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return idemstore.Counts{}, err
+	}
+	c, ok := s.(idemstore.Counter)
+	if !ok {
+		return idemstore.Counts{}, fmt.Errorf("%w: store %s does not count keys", idemstore.ErrSearchUnsupported, l.t.Redacted)
+	}
+	return c.Counts(ctx)
+}
+
 // Capabilities reports what the named store can do, known from the URL, so
 // that the engine can rely on it before the store connects.
 func (l *lazy) Capabilities() idemstore.Capabilities { return l.t.Capabilities() }

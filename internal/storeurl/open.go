@@ -153,15 +153,17 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 }
 
 // Capabilities returns what the store t names can do, known without
-// connecting.
+// connecting: what the store itself reports once open.
 func (t *Target) Capabilities() idemstore.Capabilities {
 	switch t.Kind {
-	case KindMemory, KindRedis, KindRedisCluster:
+	case KindRedis, KindRedisCluster:
 		return idemstore.Capabilities{Notify: true}
+	case KindMemory:
+		return idemstore.Capabilities{Notify: true, Search: true}
 	case KindPostgres:
-		return idemstore.Capabilities{TransactionalComplete: true, Notify: true}
+		return idemstore.Capabilities{TransactionalComplete: true, Notify: true, Search: true}
 	default:
-		return idemstore.Capabilities{TransactionalComplete: true}
+		return idemstore.Capabilities{TransactionalComplete: true, Search: true}
 	}
 }
 

@@ -357,3 +357,59 @@ func TestParseSize(t *testing.T) {
 		}
 	}
 }
+
+// TestCapabilitiesAreTheStores: what a URL says its store can do, before
+// connecting, is what the store reports once open, searching included,
+// and a lazy store searches and counts through its wrapper.
+func TestCapabilitiesAreTheStores(t *testing.T) {
+	t.Parallel()
+	for _, u := range []string{"memory://", "sqlite://" + filepath.Join(t.TempDir(), "idem.db")} {
+		tg, err := Parse(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, closeFn, err := Open(context.Background(), u, Options{Migrate: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := tg.Capabilities(), s.Capabilities(); got != want {
+			t.Errorf("%s: the URL says %+v, the store %+v", tg.Kind, got, want)
+		}
+		closeFn()
+	}
+	for _, u := range []string{"postgres://u@h/db", "mysql://u:p@tcp(h:3306)/db"} {
+		if tg, err := Parse(u); err != nil || !tg.Capabilities().Search {
+			t.Errorf("%s: %v; want Search", u, err)
+		}
+	}
+	for _, u := range []string{"redis://h:6379/0", "redis+cluster://h1:1,h2:2"} {
+		if tg, err := Parse(u); err != nil || tg.Capabilities().Search {
+			t.Errorf("%s: %v; want no Search", u, err)
+		}
+	}
+
+	s, closeFn, err := Open(context.Background(), "sqlite://"+filepath.Join(t.TempDir(), "lazy.db"), Options{Lazy: true, Migrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFn()
+	key := idemstore.Key{Scope: "s", Operation: "o", Key: "order-1001"}
+	// A local SQLite file connects before Open returns.
+	if _, _, err := s.Reserve(context.Background(), idemstore.ReserveParams{Key: key, Fingerprint: "f", Token: "t", Lease: time.Minute, ScopeLabel: "acct_1"}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Capabilities().Search {
+		t.Fatal("a lazy SQLite store does not report Search")
+	}
+	page, err := s.List(context.Background(), idemstore.ListParams{Key: "order-1001", ScopeLabels: []string{"acct_1"}})
+	if err != nil || len(page.Records) != 1 {
+		t.Fatalf("a search through the lazy store: %d records, %v", len(page.Records), err)
+	}
+	c, ok := s.(idemstore.Counter)
+	if !ok {
+		t.Fatal("a lazy store does not count")
+	}
+	if n, err := c.Counts(context.Background()); err != nil || n.Pending != 1 {
+		t.Fatalf("Counts = %+v, %v", n, err)
+	}
+}
