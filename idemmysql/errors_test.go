@@ -91,11 +91,11 @@ func TestSplitStatements(t *testing.T) {
 		t.Fatalf("splitStatements = %q", got)
 	}
 	ms, err := migrations.Load(migrationFS, "migrations")
-	if err != nil || len(ms) != 2 || ms[0].Version != 1 || ms[1].Version != 2 {
+	if err != nil || len(ms) != 3 || ms[0].Version != 1 || ms[1].Version != 2 || ms[2].Version != 3 {
 		t.Fatalf("migrations.Load = %+v, %v", ms, err)
 	}
-	// 002: the instant column change and the online index build apart.
-	for i, n := range []int{1, 2} {
+	// 002 and 003: the instant column change and each online index build apart.
+	for i, n := range []int{1, 2, 4} {
 		if got := splitStatements(ms[i].SQL); len(got) != n {
 			t.Errorf("%s splits into %q, want %d statements", ms[i].Name, got, n)
 		}
