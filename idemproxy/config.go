@@ -157,6 +157,17 @@ type Settings struct {
 	// ScopeCookie names the cookies whose values scope keys (one name or a
 	// list), after the headers. Defaults to none.
 	ScopeCookie Names `yaml:"scope_cookie"`
+	// ScopeLabelHeader names a request header whose values (joined with
+	// ", ") label each new key for operators, as its scope label: shown by
+	// the admin API, the review page and idem keys, and searched by
+	// (label=), while the scope stays a digest nobody can read. It decides
+	// nothing: a retry with another label is the same key, which keeps the
+	// first one. Name a header your gateway sets, after it authenticated
+	// the caller, to an opaque ID of theirs (X-Account-Id): clients can
+	// send any value in it. Authorization, Proxy-Authorization, Cookie and
+	// the scope headers are refused. A route that sets it replaces the
+	// global one. Defaults to none: no label.
+	ScopeLabelHeader string `yaml:"scope_label_header"`
 	// Anonymous is what happens to a protected request that carries none of
 	// the scope headers and cookies: "reject" (401, scope-missing) or
 	// "shared" (one scope for all of them). Defaults to reject.
@@ -370,6 +381,9 @@ func (c Config) Validate() error {
 	if err := c.Settings.validate(); err != nil {
 		return err
 	}
+	if err := c.Settings.checkLabelNotScope(); err != nil {
+		return err
+	}
 	if err := checkHookURL("review_webhook", c.ReviewWebhook); err != nil {
 		return err
 	}
@@ -392,6 +406,9 @@ func (c Config) Validate() error {
 		if err := checkRouteMethod(r.Match.Pattern); err != nil {
 			return fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
 		}
+		if err := r.Settings.merge(c.Settings).checkLabelNotScope(); err != nil {
+			return fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
+		}
 	}
 	return checkRoutes(c.Routes)
 }
@@ -403,6 +420,9 @@ func (s Settings) validate() error {
 				return fmt.Errorf("%q is not a header or cookie name", n)
 			}
 		}
+	}
+	if err := checkScopeLabelHeader(s.ScopeLabelHeader); err != nil {
+		return err
 	}
 	if s.Anonymous != "" {
 		if _, err := ParseAnonymous(string(s.Anonymous)); err != nil {
@@ -463,6 +483,9 @@ func (s Settings) merge(parent Settings) Settings {
 	if len(s.ScopeHeader) == 0 && len(s.ScopeCookie) == 0 {
 		s.ScopeHeader, s.ScopeCookie = parent.ScopeHeader, parent.ScopeCookie
 	}
+	if s.ScopeLabelHeader == "" {
+		s.ScopeLabelHeader = parent.ScopeLabelHeader
+	}
 	if s.Anonymous == "" {
 		s.Anonymous = parent.Anonymous
 	}
@@ -517,6 +540,52 @@ func (s Settings) upstreamDeadline() time.Duration {
 		return DefaultUpstreamDeadline
 	}
 	return s.UpstreamDeadline.d()
+}
+
+// checkScopeLabelHeader refuses a scope label header that is not a header
+// name, or that carries credentials: a label is shown to operators in
+// clear, and kept for the record's whole retention.
+func checkScopeLabelHeader(name string) error {
+	if name == "" {
+		return nil
+	}
+	if !validToken(name) {
+		return fmt.Errorf("scope_label_header (--scope-label-header): %q is not a header name", name)
+	}
+	switch canon := http.CanonicalHeaderKey(name); canon {
+	case "Authorization", "Proxy-Authorization", "Cookie":
+		return fmt.Errorf("scope_label_header (--scope-label-header): %s carries credentials, and a scope label is shown to operators in clear; name a header your gateway sets to an opaque ID of the caller, such as X-Account-Id", canon)
+	}
+	return nil
+}
+
+// checkLabelNotScope refuses, in merged settings, a scope label header
+// that is one of the scope headers: its value is the credential that
+// scopes keys, which the scope keeps only as a digest.
+func (s Settings) checkLabelNotScope() error {
+	if s.ScopeLabelHeader == "" {
+		return nil
+	}
+	canon := http.CanonicalHeaderKey(s.ScopeLabelHeader)
+	headers := s.ScopeHeader
+	if len(headers) == 0 && len(s.ScopeCookie) == 0 {
+		headers = Names{DefaultScopeHeader}
+	}
+	for _, h := range headers {
+		if http.CanonicalHeaderKey(h) == canon {
+			return fmt.Errorf("scope_label_header (--scope-label-header): %s is a scope header: its value is the credential that scopes keys, kept only as a digest, and a scope label is shown to operators in clear; name a header your gateway sets to an opaque ID of the caller", canon)
+		}
+	}
+	return nil
+}
+
+// scopeLabel is the merged settings' idem.Config.ScopeLabel, nil without a
+// scope label header.
+func (s Settings) scopeLabel() func(*http.Request) string {
+	if s.ScopeLabelHeader == "" {
+		return nil
+	}
+	return idem.HeaderScopeLabel(s.ScopeLabelHeader)
 }
 
 // scopeSources is the merged settings' scope sources.

@@ -191,6 +191,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 	}
 	mw, err := idem.NewMiddleware(p.engine, idem.Config{
 		Scope:          NewScope(s.scopeSources(), p.opts.ScopeSecret, s.Anonymous),
+		ScopeLabel:     s.scopeLabel(),
 		FingerprintKey: p.fpKey,
 		Methods:        methods,
 		Operation:      operation,

@@ -31,6 +31,7 @@ type serveFlags struct {
 	optionalKey                                      bool
 	logFormat, logLevel                              string
 	scopeHeaders, scopeCookies                       []string
+	scopeLabelHeader                                 string
 	anonymous, scopeSecretFile, encryptionKeyFile    string
 	readHeaderTimeout, readTimeout, idleTimeout      time.Duration
 	maxHeaderBytes                                   int
@@ -140,6 +141,7 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.BoolVar(&f.optionalKey, "optional-key", false, "let protected requests without a key through instead of 400")
 	fl.StringArrayVar(&f.scopeHeaders, "scope-header", nil, "header whose value scopes keys (repeatable; default Authorization unless --scope-cookie is set)")
 	fl.StringArrayVar(&f.scopeCookies, "scope-cookie", nil, "cookie whose value scopes keys (repeatable), after the scope headers")
+	fl.StringVar(&f.scopeLabelHeader, "scope-label-header", "", "header whose value labels each new key for operators (an account ID your gateway sets): shown and searchable in the admin API, never part of the scope")
 	fl.StringVar(&f.anonymous, "anonymous", string(idemproxy.AnonymousReject), "a protected request with no scope header or cookie: reject (401) or shared (one scope for all such requests)")
 	fl.StringVar(&f.scopeSecretFile, "scope-secret-file", "", "file holding the secret (16+ bytes) that keys scopes and fingerprints with HMAC; or IDEM_SCOPE_SECRET")
 	fl.StringVar(&f.encryptionKeyFile, "encryption-key-file", "", "file of AES-256 keys ([ID:]SECRET per line, the first sealing) that seal stored answers at rest; or IDEM_ENCRYPTION_KEY")
@@ -230,6 +232,9 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if fl.Changed("scope-header") || fl.Changed("scope-cookie") {
 		cfg.ScopeHeader, cfg.ScopeCookie = f.scopeHeaders, f.scopeCookies
+	}
+	if set("scope-label-header") {
+		cfg.ScopeLabelHeader = f.scopeLabelHeader
 	}
 	if set("anonymous") {
 		a, err := idemproxy.ParseAnonymous(f.anonymous)
