@@ -199,7 +199,8 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 }
 
 // rewrite points the request at the upstream, and guards a protected
-// request's body (guardedBody).
+// request's body (guardedBody). A protected request's key goes out even
+// when the client's Connection header names it.
 //
 // http.Transport re-sends a bodiless request that carries an
 // Idempotency-Key (or X-Idempotency-Key) after a broken keep-alive
@@ -215,6 +216,13 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Method = m // protected as its override's method, sent as it came
 	}
 	x := exchangeFrom(pr.Out.Context())
+	if x != nil && pr.Out.Header[idem.HeaderName] == nil {
+		// The key is end to end: naming it in Connection, which made
+		// ReverseProxy drop it, does not keep it from the upstream.
+		if v := pr.In.Header[idem.HeaderName]; v != nil {
+			pr.Out.Header[idem.HeaderName] = v
+		}
+	}
 	switch {
 	case x == nil:
 	case pr.Out.Body == nil || pr.Out.Body == http.NoBody:

@@ -201,3 +201,23 @@ func describe(reqs []seen, hdr string) string {
 	}
 	return strings.Join(out, " | ")
 }
+
+// TestKeyIsNeverHopByHop: a protected request's key reaches the upstream
+// even when the client's Connection header names it (which makes a header
+// hop by hop, and ReverseProxy drop it): a route with ambiguous: release
+// relies on the upstream deduplicating by the forwarded key.
+func TestKeyIsNeverHopByHop(t *testing.T) {
+	t.Parallel()
+	e := newEdgeRig(t, routesConfig(t, "ambiguous: release\n"))
+	for _, req := range []string{
+		post("POST", "/pay", "k1", `{}`, "Connection", "Idempotency-Key"),
+		post("POST", "/pay", "k2", ``, "Connection", "idempotency-key, X-Trace"),
+	} {
+		if a := e.raw(t, req, 1); len(a) != 1 || a[0].Status != http.StatusCreated {
+			t.Fatalf("%q: %v", req, a)
+		}
+	}
+	if got := describe(e.up.requests(), "Idempotency-Key"); got != "POST /pay {} Idempotency-Key=k1 | POST /pay  Idempotency-Key=k2" {
+		t.Fatalf("the upstream ran %q", got)
+	}
+}
