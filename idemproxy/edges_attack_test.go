@@ -115,3 +115,30 @@ func TestAttackBodyBudgetComesBack(t *testing.T) {
 		outlastHeartbeat()
 	})
 }
+
+// TestLockInOverrideEdges: an override onto a disabled route's method
+// passes, as that method would; one naming CONNECT or TRACE, which no
+// route protects, passes as sent; blanks around the method, and a name
+// that mixes '-' and '_', still name a protected method, which then needs
+// a key.
+func TestLockInOverrideEdges(t *testing.T) {
+	t.Parallel()
+	e := newEdgeRig(t, routesConfig(t, "routes:\n  - match: POST /off\n    disabled: true\n"))
+	for i, tc := range []struct {
+		req  string
+		want int
+	}{
+		{post("GET", "/off", "", "{}", "X-HTTP-Method-Override", "POST"), http.StatusCreated},
+		{post("GET", "/pay", "", "{}", "X-HTTP-Method-Override", "CONNECT"), http.StatusCreated},
+		{post("GET", "/pay", "", "{}", "X-HTTP-Method", "TRACE"), http.StatusCreated},
+		{post("GET", "/pay", "", "{}", "X-HTTP-Method-Override", "\tpost "), http.StatusBadRequest},
+		{post("GET", "/pay", "", "{}", "x-method_override", "PATCH"), http.StatusBadRequest},
+	} {
+		if a := e.raw(t, tc.req, 1); len(a) != 1 || a[0].Status != tc.want {
+			t.Fatalf("%d: %v; want %d", i, a, tc.want)
+		}
+	}
+	if n := len(e.up.requests()); n != 3 {
+		t.Fatalf("the upstream ran %d requests, want 3", n)
+	}
+}
