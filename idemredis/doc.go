@@ -37,8 +37,8 @@
 //
 //   - rueidis connects in NewClient, and fails there if the server cannot
 //     be reached; go-redis connects on first use.
-//   - rueidis retries read-only commands (the SCAN and HMGET of the
-//     listings, not the scripts: see Lost replies) until ctx ends, unless
+//   - rueidis retries read-only commands (the SCAN, GETRANGE and GET of
+//     the listings, not the scripts: see Lost replies) until ctx ends, unless
 //     ClientOption.DisableRetry is set or ClientOption.RetryDelay returns a
 //     negative delay after a number of attempts.
 //   - rueidis finds out whether a single address is a Cluster member; set
@@ -57,24 +57,40 @@
 //
 // # Layout
 //
-// A record is one hash, "<prefix>:{<tag>}:r". The hash tag is the hex
+// A record is one string, "<prefix>:{<tag>}:r". The hash tag is the hex
 // SHA-256 of the length-prefixed scope, operation and key, so client strings
 // containing '|', '{' or '}' can neither collide nor break the tag, and a
-// Cluster spreads records evenly over its slots. The original scope,
-// operation and key are kept as fields (and checked whenever a record is
-// read by key), beside the fingerprint, state, token, deadlines, the stored
-// answer, the encoded request (idemstore.EncodeRequest) and the time of the
-// last change. The record's notification channel, "<prefix>:{<tag>}:n", and
-// its short-lived tombstone, "<prefix>:{<tag>}:g" (see Errors below), share
-// the tag and therefore the slot, so nothing the store does ever crosses
-// slots.
+// Cluster spreads records evenly over its slots. The string holds, in a
+// compact binary layout (record.go), a fixed head (state, lease deadline,
+// the times, the id of the last call that changed it), the token, the
+// original scope, operation and key (checked whenever a record is read by
+// key), the fingerprint, the encoded request (idemstore.EncodeRequest), the
+// review reason and the stored answer. The record's notification channel,
+// "<prefix>:{<tag>}:n", and its short-lived tombstone, "<prefix>:{<tag>}:g"
+// (see Errors below), share the tag and therefore the slot, so nothing the
+// store does ever crosses slots.
 //
 // Each read by key and each state change (reserve, get, complete, release,
 // escalate, extend, takeover, resolve, delete) is one Lua script, sent with
 // EVALSHA (EVAL when the node does not know it yet): one round trip,
-// atomic, fenced by the token. Reserve creates the hash only if the key is
-// absent and otherwise returns the existing record from the same script, so
-// the contract's retry loop is never needed.
+// atomic, fenced by the token. Reserve creates the record only if the key
+// is absent (SET NX) and otherwise returns the existing record from the
+// same script, so the contract's retry loop is never needed.
+//
+// # Upgrading from hash records
+//
+// Earlier versions kept each record as a hash with one field per part.
+// This version reads those records for as long as they exist, in every
+// script and listing, so an upgrade in place needs no migration: a pending
+// or needs_review hash is rewritten in the new layout by the first change
+// this version makes to it, and a completed hash stays until its TTL or
+// Purge removes it. While processes of both versions share a Redis (a
+// rolling upgrade), a process of the earlier version fails on records in
+// the new layout before it changes anything (a retry of such a key gets an
+// error from it instead of running; its listings, Purge and recovery,
+// which SCAN only hashes, pass them by), and a process of this version
+// never rewrites a hash that an earlier process may still settle (see
+// legacy.go). Recover expired leases and purge from upgraded processes.
 //
 // # Time
 //
@@ -102,27 +118,36 @@
 // SQL stores do until their Purge runs. Pending and needs_review records
 // never expire on their own.
 //
-// Records written before updated_at and the request were kept read with
-// UpdatedAt equal to CreatedAt and no Request; Redis needs no migration.
+// Hash records written before updated_at and the request were kept read
+// with UpdatedAt equal to CreatedAt and no Request.
 //
-// A reserve and a complete are two round trips and two scripts. rueidis
-// pipelines the scripts that concurrent requests send at the same moment
-// into one write and one read per connection, which spares the server (and
-// the client) most of the system calls a round trip costs; see
-// BENCHMARKS.md and scripts/bench-redis.sh for the pair rate against
-// redis-benchmark's SET NX on the same servers. A lone request pays one
-// round trip per script, as without pipelining.
+// A reserve and a complete are two round trips and two scripts: Reserve
+// runs TIME and SET NX, Complete TIME, GETRANGE (the record's head) and
+// SET, with PUBLISH only when someone waits (see Notifications). The
+// server's cost of a script is mostly the call itself and the bytes that
+// pass through Lua, so the scripts take few arguments and never copy a
+// large answer or stored request twice (see scripts.go). rueidis pipelines
+// the scripts that concurrent requests send at the same moment into one
+// write and one read per connection, which spares the server (and the
+// client) most of the system calls a round trip costs; its
+// ClientOption.MaxFlushDelay (idem serve sets 20µs) lets a busy client
+// gather more of them per write. See BENCHMARKS.md and
+// scripts/bench-redis.sh for the pair rate against redis-benchmark's SET
+// NX on the same servers and the server's CPU time per pair. A lone
+// request pays one round trip per script, as without pipelining.
 //
 // # Listing and its cost
 //
 // List, ListExpiredLeases and Purge SCAN every master (on a Cluster, the
 // masters that CLUSTER SLOTS names, each through the client's own
-// connection to it) with MATCH "<prefix>:{*}:r" and TYPE hash. The listings read each
+// connection to it) with MATCH "<prefix>:{*}:r". The listings read each
 // batch's states, lease deadlines and operations (the filters) with one
-// pipelined HMGET per key after the node's TIME, and whole records
-// (responses and requests included) only for those they return; Purge
-// sends one conditional-delete script per scanned key, pipelined in
-// BatchSize chunks.
+// pipelined GETRANGE of a record's first 512 bytes per key after the
+// node's TIME (HMGET for a hash of an earlier version, GET for a record
+// whose operation ends further on), and whole records (responses and
+// requests included) only for those they return; Purge sends one
+// conditional-delete script per scanned key, which reads only the
+// record's head, pipelined in BatchSize chunks.
 // There is no index: an index key cannot share the slot of every record, so
 // keeping one would need a second round trip per state change and could
 // drift from the records after a crash. The cost falls on the listing side
@@ -150,7 +175,10 @@
 // channel with SPUBLISH (sharded pub/sub, Redis 7.0 or later), so on a
 // Cluster the message travels only within the shard that owns the record;
 // [Config.ClassicPubSub] switches to PUBLISH/SUBSCRIBE for older servers
-// (5.0 or later, see Time). Each subscription holds a dedicated
+// (5.0 or later, see Time). A subscription marks the pending record as
+// waited for, and the scripts that settle a pending record publish only
+// when it is marked, so the many records nobody waits for cost no publish
+// (Resolve and Delete always publish). Each subscription holds a dedicated
 // connection while it lasts; when that connection breaks, the subscription
 // ends and its channel is closed. A notification is a hint: waiters still
 // poll.
@@ -248,8 +276,8 @@
 // reply is lost and the script may or may not have run. The store sends it
 // again on a new connection, up to Config.Resends times (3 by default),
 // pausing 8ms and doubling up to 512ms between attempts, while ctx lasts;
-// rueidis itself retries only read-only commands (the SCAN and HMGET of
-// listings), and never a script. So a script can run twice for one call.
+// rueidis itself retries only read-only commands (the SCAN, GETRANGE and
+// GET of listings), and never a script. So a script can run twice for one call.
 // Every changing script recognises its own earlier run and reports success
 // instead of a lost lease or a missing record: Reserve by its unique token,
 // the others by a random call id that the script stores in the record

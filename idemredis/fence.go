@@ -20,26 +20,31 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 	if p.Response == nil {
 		return errNilResponse
 	}
-	return s.fenced(ctx, completeScript, p.Key, p.Token, false,
-		rueidis.BinaryString(idemstore.EncodeResponse(p.Response)), durMicros(p.Retention), s.ttlMillis(p.Retention))
+	names := s.keys(p.Key)
+	msg, err := s.run(ctx, s.scripts().complete, []string{names.record, names.tombstone, names.scratch}, s.fenceArgs(p.Token, false,
+		rueidis.BinaryString(idemstore.EncodeResponse(p.Response)), durMicros(p.Retention), s.ttlMillis(p.Retention)))
+	if err != nil {
+		return err
+	}
+	return fenceResult(msg)
 }
 
 // Release deletes the record if it is still pending under p.Token (and,
 // with p.IfExpired, its lease has expired by the server's TIME).
 func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
-	return s.fenced(ctx, releaseScript, p.Key, p.Token, p.IfExpired, tombstoneMillis)
+	return s.fenced(ctx, s.scripts().release, p.Key, p.Token, p.IfExpired, tombstoneMillis)
 }
 
 // Escalate moves a pending record to needs_review (with p.IfExpired, only
 // one whose lease has expired by the server's TIME).
 func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
-	return s.fenced(ctx, escalateScript, p.Key, p.Token, p.IfExpired, p.Reason)
+	return s.fenced(ctx, s.scripts().escalate, p.Key, p.Token, p.IfExpired, p.Reason)
 }
 
 // Extend moves the lease deadline of a pending record to the server's TIME
 // plus p.Lease, whether or not the lease has run out.
 func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
-	return s.fenced(ctx, extendScript, p.Key, p.Token, false, durMicros(p.Lease))
+	return s.fenced(ctx, s.scripts().extend, p.Key, p.Token, false, durMicros(p.Lease))
 }
 
 // Takeover gives a pending record whose lease expired by the server's TIME
@@ -52,8 +57,8 @@ func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error 
 		return err
 	}
 	names := s.keys(p.Key)
-	args := s.fenceArgs(names, p.OldToken, true, p.NewToken, durMicros(p.Lease))
-	msg, err := s.claim(ctx, takeoverScript, []string{names.record, names.tombstone}, args)
+	args := s.fenceArgs(p.OldToken, true, p.NewToken, durMicros(p.Lease))
+	msg, err := s.claim(ctx, s.scripts().takeover, []string{names.record, names.tombstone}, args)
 	if err != nil {
 		return err
 	}
@@ -64,22 +69,22 @@ func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error 
 // with a fresh call id and maps its 0 to ErrLeaseLost.
 func (s *Store) fenced(ctx context.Context, script *rueidis.Lua, key idemstore.Key, token string, ifExpired bool, args ...string) error {
 	names := s.keys(key)
-	msg, err := s.run(ctx, script, []string{names.record, names.tombstone}, s.fenceArgs(names, token, ifExpired, args...))
+	msg, err := s.run(ctx, script, []string{names.record, names.tombstone}, s.fenceArgs(token, ifExpired, args...))
 	if err != nil {
 		return err
 	}
 	return fenceResult(msg)
 }
 
-// fenceArgs returns the ARGV of a fenced script: the five that every one
+// fenceArgs returns the ARGV of a fenced script: the three that every one
 // takes (see fence in scripts.go), with a fresh call id, then args.
-func (s *Store) fenceArgs(names keys, token string, ifExpired bool, args ...string) []string {
+func (s *Store) fenceArgs(token string, ifExpired bool, args ...string) []string {
 	expired := ""
 	if ifExpired {
 		expired = "1"
 	}
-	argv := make([]string, 0, 5+len(args))
-	argv = append(argv, names.channel, s.publishCmd(), token, s.callID(), expired)
+	argv := make([]string, 0, 3+len(args))
+	argv = append(argv, token, s.callID(), expired)
 	return append(argv, args...)
 }
 
@@ -93,11 +98,4 @@ func fenceResult(msg rueidis.RedisMessage) error {
 		return fmt.Errorf("idemredis: %w", idemstore.ErrLeaseLost)
 	}
 	return nil
-}
-
-func (s *Store) publishCmd() string {
-	if s.cfg.ClassicPubSub {
-		return "PUBLISH"
-	}
-	return "SPUBLISH"
 }

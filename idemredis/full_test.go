@@ -140,13 +140,11 @@ func TestFullUnderNoEviction(t *testing.T) {
 	}))
 	// setLease moves the lease deadline of during (microseconds), lifting
 	// the limit for that one write; it stands for the time that passes.
-	setLease := func(lu string) {
+	setLease := func(lu int64) {
 		t.Helper()
 		key := s.recordKey(recordOf(t, s, "during").Key)
 		configSet(t, c, "maxmemory", "0")
-		if err := c.Do(ctx, c.B().Hset().Key(key).FieldValue().FieldValue("lu", lu).Build()).Error(); err != nil {
-			t.Fatal(err)
-		}
+		setLeaseUntil(t, c, key, lu)
 		configSet(t, c, "maxmemory", "1mb")
 	}
 
@@ -182,11 +180,11 @@ func TestFullUnderNoEviction(t *testing.T) {
 	if _, err := s.Get(ctx, released); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("after Release on the full server, Get: %v", err)
 	}
-	setLease("99999999999999999")
+	setLease(1 << 62)
 	if rec := post(h, "during"); rec.Code != 409 || !strings.Contains(rec.Body.String(), idem.ProblemInFlight) {
 		t.Fatalf("retry of during on the full server, leased: %d %s", rec.Code, rec.Body)
 	}
-	setLease("0")
+	setLease(0)
 	if rec := post(h, "during"); rec.Code != 503 || !strings.Contains(rec.Body.String(), idem.ProblemUnavailable) {
 		t.Fatalf("retry of during on the full server, lease expired: %d %s", rec.Code, rec.Body)
 	}

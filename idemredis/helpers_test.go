@@ -3,6 +3,7 @@ package idemredis
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"net"
 	"strings"
@@ -23,17 +24,29 @@ func requireEnv(t testing.TB, name string) string {
 // rueidis.ParseURL reads as go-redis's ParseURL would.
 func standaloneClient(t testing.TB) rueidis.Client {
 	t.Helper()
+	return newClient(t, standaloneOption(t))
+}
+
+// standaloneOption is the client option of standaloneClient.
+func standaloneOption(t testing.TB) rueidis.ClientOption {
+	t.Helper()
 	opt, err := rueidis.ParseURL(requireEnv(t, "IDEM_TEST_REDIS_URL"))
 	if err != nil {
 		t.Fatalf("IDEM_TEST_REDIS_URL: %v", err)
 	}
-	return newClient(t, opt)
+	return opt
 }
 
 // clusterClient connects to the Cluster seeds in IDEM_TEST_REDIS_CLUSTER.
 func clusterClient(t testing.TB) rueidis.Client {
 	t.Helper()
-	return newClient(t, rueidis.ClientOption{InitAddress: strings.Split(requireEnv(t, "IDEM_TEST_REDIS_CLUSTER"), ",")})
+	return newClient(t, clusterOption(t))
+}
+
+// clusterOption is the client option of clusterClient.
+func clusterOption(t testing.TB) rueidis.ClientOption {
+	t.Helper()
+	return rueidis.ClientOption{InitAddress: strings.Split(requireEnv(t, "IDEM_TEST_REDIS_CLUSTER"), ",")}
 }
 
 // newClient makes a client with opt, closed when the test ends.
@@ -123,4 +136,14 @@ func closedAddr(t testing.TB) string {
 	addr := l.Addr().String()
 	_ = l.Close()
 	return addr
+}
+
+// setLeaseUntil sets the lease deadline (Unix microseconds) of the record
+// at key in place, as time passing would make it expire or not.
+func setLeaseUntil(t testing.TB, c rueidis.Client, key string, lu int64) {
+	t.Helper()
+	b := binary.BigEndian.AppendUint64(nil, uint64(lu))
+	if err := c.Do(context.Background(), c.B().Setrange().Key(key).Offset(offLeaseUntil).Value(string(b)).Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -2,6 +2,7 @@ package idemredis
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"github.com/redis/rueidis"
@@ -15,6 +16,15 @@ import (
 // <prefix>:{<tag>}:n, with SPUBLISH (or PUBLISH with Config.ClassicPubSub),
 // so on a Cluster only the node that owns the record's slot carries the
 // message.
+//
+// Most records are never waited for, so the scripts that settle a pending
+// record (Complete, Release, Escalate, Takeover) publish only when its
+// flags say that someone subscribed: once the server has confirmed the
+// subscription, Subscribe marks the pending record (one more script), and a
+// settling script reads the mark in the same atomic step as its change.
+// When the record is missing or no longer pending at that moment, the
+// channel receives a value at once: it changed before the mark could be
+// set. Resolve and Delete always publish.
 //
 // The subscription holds a dedicated connection of its own (rueidis
 // Dedicate, to the master of the record's slot on a Cluster), taken from
@@ -58,11 +68,16 @@ func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct
 	if s.cfg.ClassicPubSub {
 		sub = dc.B().Subscribe().Channel(s.channel(key)).Build()
 	}
-	// The reply to SUBSCRIBE and SSUBSCRIBE is the server's confirmation.
-	if err := dc.Do(ctx, sub).Error(); err != nil {
+	// The reply to SUBSCRIBE and SSUBSCRIBE is the server's confirmation,
+	// so the mark is set after the server subscribed the connection.
+	pending, err := s.watch(ctx, dc, sub, key)
+	if err != nil {
 		dc.Close()
 		release()
-		return nil, nil, interpretError(ctx, err)
+		return nil, nil, err
+	}
+	if !pending {
+		out <- struct{}{} // changed before it could be marked
 	}
 	done := make(chan struct{})
 	stopped := make(chan struct{})
@@ -89,4 +104,21 @@ func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct
 		})
 	}
 	return out, cancel, nil
+}
+
+// watch subscribes dc with sub and then marks the record for key as waited
+// for. It reports whether the record was pending, and so marked.
+func (s *Store) watch(ctx context.Context, dc rueidis.DedicatedClient, sub rueidis.Completed, key idemstore.Key) (bool, error) {
+	if err := dc.Do(ctx, sub).Error(); err != nil {
+		return false, interpretError(ctx, err)
+	}
+	msg, err := s.run(ctx, s.scripts().watch, []string{s.recordKey(key)}, nil)
+	if err != nil {
+		return false, err
+	}
+	n, err := msg.AsInt64()
+	if err != nil {
+		return false, fmt.Errorf("idemredis: unexpected reply to a watch: %w", err)
+	}
+	return n == 1, nil
 }

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,4 +137,113 @@ func TestSubscribeEnds(t *testing.T) {
 			t.Fatal("channel closed instead of notifying")
 		}
 	})
+}
+
+// publishes returns how many times the server at c has run PUBLISH and
+// SPUBLISH, by its command statistics.
+func publishes(t *testing.T, c rueidis.Client) int64 {
+	t.Helper()
+	info, err := c.Do(t.Context(), c.B().Info().Section("commandstats").Build()).ToString()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for line := range strings.Lines(info) {
+		for _, cmd := range []string{"cmdstat_publish:calls=", "cmdstat_spublish:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				calls, _, _ := strings.Cut(rest, ",")
+				v, err := strconv.ParseInt(calls, 10, 64)
+				if err != nil {
+					t.Fatalf("commandstats: %q: %v", line, err)
+				}
+				n += v
+			}
+		}
+	}
+	return n
+}
+
+// TestPublishOnlyToWaiters checks that settling a record nobody waits for
+// publishes nothing, and that a subscription marks the record so that
+// every later change of it publishes, through an Extend and a takeover
+// (which keep the mark), for both publish commands. It runs on a server of
+// its own, whose command statistics count only this test's publishes.
+func TestPublishOnlyToWaiters(t *testing.T) {
+	t.Parallel()
+	c := singleClient(t, throwaway(t), rueidis.ClientOption{})
+	for _, classic := range []bool{false, true} {
+		s, err := New(c, Config{Prefix: testPrefix(), ClassicPubSub: classic})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := t.Context()
+		before := publishes(t, c)
+		for _, name := range []string{"unwatched-1", "unwatched-2"} {
+			k := reserve(t, s, name, "tok", time.Minute)
+			if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "tok", Response: &idemstore.Response{Status: 201}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		k := reserve(t, s, "unwatched-3", "tok", time.Minute)
+		if err := s.Release(ctx, idemstore.ReleaseParams{Key: k, Token: "tok"}); err != nil {
+			t.Fatal(err)
+		}
+		if n := publishes(t, c) - before; n != 0 {
+			t.Fatalf("classic %v: %d publishes for records nobody waited for, want 0", classic, n)
+		}
+
+		k = reserve(t, s, "watched", "tok", time.Minute)
+		ch, cancel, err := s.Subscribe(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Extend(ctx, idemstore.ExtendParams{Key: k, Token: "tok", Lease: -time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Takeover(ctx, idemstore.TakeoverParams{Key: k, OldToken: "tok", NewToken: "tok-2", Lease: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if !receive(t, ch) {
+			t.Fatal("channel closed instead of notifying the takeover")
+		}
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "tok-2", Response: &idemstore.Response{Status: 201}}); err != nil {
+			t.Fatal(err)
+		}
+		if !receive(t, ch) {
+			t.Fatal("channel closed instead of notifying the completion")
+		}
+		cancel()
+		if n := publishes(t, c) - before; n != 2 {
+			t.Fatalf("classic %v: %d publishes, want 2 (takeover, completion)", classic, n)
+		}
+	}
+}
+
+// TestSubscribeToSettledRecord checks that a subscription to a record that
+// is missing or no longer pending, which no script will publish for, gets
+// a value at once: the record changed before the subscription could mark
+// it.
+func TestSubscribeToSettledRecord(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, standaloneClient(t))
+	ctx := t.Context()
+	completed := reserve(t, s, "completed", "tok", time.Minute)
+	if err := s.Complete(ctx, idemstore.CompleteParams{Key: completed, Token: "tok", Response: &idemstore.Response{Status: 201}}); err != nil {
+		t.Fatal(err)
+	}
+	review := reserve(t, s, "review", "tok", time.Minute)
+	if err := s.Escalate(ctx, idemstore.EscalateParams{Key: review, Token: "tok", Reason: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	missing := idemstore.Key{Scope: "tenant", Operation: "POST /charges", Key: "missing"}
+	for _, k := range []idemstore.Key{completed, review, missing} {
+		ch, cancel, err := s.Subscribe(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !receive(t, ch) {
+			t.Fatalf("%s: channel closed, want a value", k.Key)
+		}
+		cancel()
+	}
 }

@@ -55,7 +55,7 @@ func (s *Store) purgeBatch(ctx context.Context, c rueidis.Client, keys []string)
 	}
 	deleted := 0
 	var firstErr error
-	for _, res := range purgeScript.ExecMulti(ctx, c, execs...) {
+	for _, res := range s.scripts().purge.ExecMulti(ctx, c, execs...) {
 		n, err := res.AsInt64()
 		switch {
 		case err == nil && n == 1:

@@ -1,6 +1,8 @@
 package idemredis
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -10,47 +12,217 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// A record is one hash, <prefix>:{<tag>}:r, with these fields:
+// A record is one string, <prefix>:{<tag>}:r, in this layout (integers
+// big-endian, times Unix microseconds by the server's TIME, 0 for none):
 //
-//	s, o, k  scope, operation and key as the client gave them
-//	fp       fingerprint
-//	st       state: pending, completed or needs_review
-//	tok      fencing token
-//	lu       lease deadline, Unix microseconds by the server's TIME (data, not a TTL)
-//	resp     idemstore.EncodeResponse of the stored answer
-//	rsn      review reason
-//	ca       created at, Unix microseconds
-//	ea       expires at, Unix microseconds (a completed record only)
-//	ua       updated at, Unix microseconds (absent in records written
-//	         before it existed: CreatedAt stands in)
-//	req      idemstore.EncodeRequest of the request that reserved the key
-//	         (absent when none was given)
-//	lc       call id of the last Complete, Escalate, Takeover or Resolve,
-//	         by which a resent script recognises its own change (see
-//	         resend.go); never decoded
+//	offset  size  field
+//	0       1     layout, 1 (recordLayout)
+//	1       1     state: 'p' pending, 'c' completed, 'r' needs_review
+//	2       1     flags: bit 0 set while someone waits for a change of the
+//	              pending record (see notify.go)
+//	3       8     lease deadline (data, not a TTL)
+//	11      8     created at
+//	19      8     expires at (a completed record only)
+//	27      8     updated at
+//	35      16    call id of the last Complete, Escalate, Takeover or
+//	              Resolve, by which a resent script recognises its own
+//	              change (see resend.go); zeros for none
+//	51      4+n   fencing token
+//	        4+n   operation, scope, key, fingerprint: each a 4-byte length
+//	              and the bytes, as the client gave them
+//	        4+n   idemstore.EncodeRequest of the request that reserved the
+//	              key (length 0 when none was given)
+//	        4+n   review reason
+//	        rest  idemstore.EncodeResponse of the stored answer, to the end
+//	              of the string (empty while there is none)
 //
-// Every time is the server's: the scripts read it with TIME.
+// The first 51 bytes have a fixed size, so the scripts that change only
+// them (Complete, Extend) read a prefix with GETRANGE and write the head
+// with SETRANGE, and Complete puts the answer after the record without
+// making the record a Lua string (SETRANGE and BITOP, see completeScript):
+// no script copies the stored request, and none copies an answer more than
+// once (Lua hashes every byte of each string it makes, see scripts.go).
+// Records of earlier versions are hashes (see legacy.go); every script
+// reads both.
 
-// Positions of the fields in fieldNames, the order in which Get, the
-// listing and the reserve script read them and decodeRecord expects them.
+// recordLayout is the first byte of a record in this layout. A later layout
+// gets another byte, and the scripts refuse a record they cannot read.
+const recordLayout = 1
+
+// Offsets in the layout above that the Go side reads.
 const (
-	fScope = iota
-	fOperation
-	fKey
-	fFingerprint
-	fState
-	fToken
-	fLeaseUntil
-	fResponse
-	fReason
-	fCreatedAt
-	fExpiresAt
-	fUpdatedAt
-	fRequest
-	numFields
+	offState      = 1
+	offLeaseUntil = 3
+	offCreatedAt  = 11
+	offExpiresAt  = 19
+	offUpdatedAt  = 27
+	fixedHead     = 51 // where the token's length starts
 )
 
-var fieldNames = [numFields]string{"s", "o", "k", "fp", "st", "tok", "lu", "resp", "rsn", "ca", "ea", "ua", "req"}
+// callIDLen is the size of a call id (see resend.go).
+const callIDLen = 16
+
+// stateBytes are the states as the layout keeps them.
+var stateBytes = map[byte]idemstore.State{
+	'p': idemstore.StatePending,
+	'c': idemstore.StateCompleted,
+	'r': idemstore.StateNeedsReview,
+}
+
+// pendingTail returns what follows the first 35 bytes of a new pending
+// record: no call id, then the token, the key's parts, the fingerprint
+// and the encoded request, and an empty reason. The reserve script puts
+// the layout byte, the state, the flags and the times in front of it.
+func pendingTail(k idemstore.Key, token, fp string, req []byte) []byte {
+	fields := [...]string{token, k.Operation, k.Scope, k.Key, fp}
+	size := callIDLen + 4*(len(fields)+2) + len(req)
+	for _, f := range fields {
+		size += len(f)
+	}
+	b := make([]byte, callIDLen, size)
+	for _, f := range fields {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f)))
+		b = append(b, f...)
+	}
+	b = binary.BigEndian.AppendUint32(b, uint32(len(req)))
+	b = append(b, req...)
+	return binary.BigEndian.AppendUint32(b, 0) // no reason
+}
+
+// errCorruptRecord is returned for bytes that are not a record in the
+// layout above.
+var errCorruptRecord = errors.New("idemredis: corrupt record")
+
+// reader takes a record apart field by field; the first short read makes
+// every later one fail.
+type reader struct {
+	b   string
+	err error
+}
+
+func (r *reader) next(n int) string {
+	if r.err != nil || n < 0 || n > len(r.b) {
+		r.err = errCorruptRecord
+		return ""
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+// field reads a 4-byte length and that many bytes.
+func (r *reader) field() string {
+	l := r.next(4)
+	if r.err != nil {
+		return ""
+	}
+	n := uint64(be32(l))
+	if n > uint64(len(r.b)) {
+		r.err = errCorruptRecord
+		return ""
+	}
+	return r.next(int(n))
+}
+
+// be32 and be64 read a big-endian integer at the start of s.
+func be32(s string) uint32 {
+	return uint32(s[0])<<24 | uint32(s[1])<<16 | uint32(s[2])<<8 | uint32(s[3])
+}
+
+func be64(s string) uint64 { return uint64(be32(s))<<32 | uint64(be32(s[4:])) }
+
+// head is what the fixed part of a record and its token say.
+type head struct {
+	state      idemstore.State
+	leaseUntil time.Time
+	createdAt  time.Time
+	expiresAt  time.Time
+	updatedAt  time.Time
+}
+
+// readHead decodes the first 51 bytes of a record.
+func readHead(r *reader) (head, error) {
+	fixed := r.next(fixedHead)
+	if r.err != nil {
+		return head{}, fmt.Errorf("%w: %d bytes", errCorruptRecord, len(r.b))
+	}
+	if fixed[0] != recordLayout {
+		return head{}, fmt.Errorf("idemredis: record of unknown layout %d", fixed[0])
+	}
+	st, ok := stateBytes[fixed[offState]]
+	if !ok {
+		return head{}, fmt.Errorf("%w: state %q", errCorruptRecord, fixed[offState])
+	}
+	at := func(off int) time.Time {
+		us := int64(be64(fixed[off:]))
+		if us == 0 {
+			return time.Time{}
+		}
+		return time.UnixMicro(us).UTC()
+	}
+	return head{
+		state:      st,
+		leaseUntil: at(offLeaseUntil),
+		createdAt:  at(offCreatedAt),
+		expiresAt:  at(offExpiresAt),
+		updatedAt:  at(offUpdatedAt),
+	}, nil
+}
+
+// decodeRecord decodes a whole record read at readAt.
+func decodeRecord(b string, readAt time.Time) (*idemstore.Record, error) {
+	r := &reader{b: b}
+	h, err := readHead(r)
+	if err != nil {
+		return nil, err
+	}
+	rec := &idemstore.Record{
+		State:      h.state,
+		LeaseUntil: h.leaseUntil,
+		CreatedAt:  h.createdAt,
+		ExpiresAt:  h.expiresAt,
+		UpdatedAt:  h.updatedAt,
+		ReadAt:     readAt,
+	}
+	rec.Token = r.field()
+	rec.Key.Operation = r.field()
+	rec.Key.Scope = r.field()
+	rec.Key.Key = r.field()
+	rec.Fingerprint = r.field()
+	req := r.field()
+	rec.Reason = r.field()
+	if r.err != nil {
+		return nil, r.err
+	}
+	if rec.Request, err = idemstore.DecodeRequest([]byte(req)); err != nil {
+		return nil, err
+	}
+	if rec.Response, err = idemstore.DecodeResponse([]byte(r.b)); err != nil {
+		return nil, err
+	}
+	if rec.State == idemstore.StateCompleted && rec.Response == nil {
+		// Every completed record ends with its answer: this one was cut.
+		return nil, fmt.Errorf("%w: completed without an answer", errCorruptRecord)
+	}
+	return rec, nil
+}
+
+// summaryOf decodes the state, lease deadline and operation of a record
+// from its first bytes. ok is false when prefix ends before the
+// operation does.
+func summaryOf(prefix string) (sum summary, ok bool, err error) {
+	r := &reader{b: prefix}
+	h, err := readHead(r)
+	if err != nil {
+		return summary{}, false, err
+	}
+	r.field() // the token
+	op := r.field()
+	if r.err != nil {
+		return summary{}, false, nil
+	}
+	return summary{state: h.state, leaseUntil: h.leaseUntil, operation: op}, true, nil
+}
 
 // durMicros encodes a duration as whole microseconds for the scripts, which
 // add it to the server's TIME. A positive duration is rounded up, so a lease
@@ -96,68 +268,21 @@ func (s *Store) ttlMillis(retention time.Duration) string {
 	return strconv.FormatInt((d + time.Millisecond - 1).Milliseconds(), 10)
 }
 
-// decodeRecord turns the values read in fieldNames order into a Record
-// read at readAt. It returns (nil, nil) when the hash does not exist.
-func decodeRecord(vals []rueidis.RedisMessage, readAt time.Time) (*idemstore.Record, error) {
-	if len(vals) != numFields {
-		return nil, fmt.Errorf("idemredis: record has %d fields, want %d", len(vals), numFields)
-	}
-	// A missing field comes back as a nil, or, from a script on a RESP3
-	// connection, as false (Lua's nil): anything but a string.
-	if !vals[fState].IsString() {
-		return nil, nil
-	}
-	str := func(i int) string {
-		s, _ := vals[i].ToString() // "" for a missing field
-		return s
-	}
-	rec := &idemstore.Record{
-		Key:         idemstore.Key{Scope: str(fScope), Operation: str(fOperation), Key: str(fKey)},
-		Fingerprint: str(fFingerprint),
-		State:       idemstore.State(str(fState)),
-		Token:       str(fToken),
-		Reason:      str(fReason),
-		ReadAt:      readAt,
-	}
-	for _, t := range [...]struct {
-		field int
-		dst   *time.Time
-		name  string
-	}{
-		{fLeaseUntil, &rec.LeaseUntil, "lease_until"},
-		{fCreatedAt, &rec.CreatedAt, "created_at"},
-		{fExpiresAt, &rec.ExpiresAt, "expires_at"},
-		{fUpdatedAt, &rec.UpdatedAt, "updated_at"},
-	} {
-		v, err := parseMicros(str(t.field))
-		if err != nil {
-			return nil, fmt.Errorf("idemredis: bad %s: %w", t.name, err)
-		}
-		*t.dst = v
-	}
-	if rec.UpdatedAt.IsZero() {
-		rec.UpdatedAt = rec.CreatedAt // written before updated_at existed
-	}
-	var err error
-	if rec.Response, err = idemstore.DecodeResponse([]byte(str(fResponse))); err != nil {
-		return nil, err
-	}
-	if rec.Request, err = idemstore.DecodeRequest([]byte(str(fRequest))); err != nil {
-		return nil, err
-	}
-	return rec, nil
-}
-
 // decodeRead decodes the reply of the get and reserve scripts: the server's
-// TIME in Unix microseconds, then the fields in fieldNames order.
+// TIME in Unix microseconds, then the record (empty when there is none). It
+// returns (nil, nil) for a missing record.
 func decodeRead(vals []rueidis.RedisMessage) (*idemstore.Record, error) {
-	if len(vals) != 1+numFields {
-		return nil, fmt.Errorf("idemredis: read returned %d values, want %d", len(vals), 1+numFields)
+	if len(vals) != 2 {
+		return nil, fmt.Errorf("idemredis: read returned %d values, want 2", len(vals))
 	}
 	now, _ := vals[0].ToString()
 	readAt, err := parseMicros(now)
 	if err != nil || readAt.IsZero() {
 		return nil, fmt.Errorf("idemredis: bad server time %q", now)
 	}
-	return decodeRecord(vals[1:], readAt)
+	b, _ := vals[1].ToString()
+	if b == "" {
+		return nil, nil
+	}
+	return decodeRecord(b, readAt)
 }

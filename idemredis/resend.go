@@ -3,7 +3,6 @@ package idemredis
 import (
 	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"math/rand/v2"
 	"strconv"
@@ -55,14 +54,15 @@ const (
 	maxResendWait = 512 * time.Millisecond
 )
 
-// newCallID returns 128 random bits in hex. The id only has to differ from
+// newCallID returns 128 random bits, as callIDLen bytes: the record keeps
+// the id in a field of that fixed size. The id only has to differ from
 // every other call's on the same record, so the runtime's fast generator
 // (ChaCha8, seeded from the system) is enough.
 func newCallID() string {
-	var b [16]byte
+	var b [callIDLen]byte
 	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
 	binary.LittleEndian.PutUint64(b[8:], rand.Uint64())
-	return hex.EncodeToString(b[:])
+	return string(b[:])
 }
 
 // run executes script (EVALSHA, then EVAL if the node does not have it)

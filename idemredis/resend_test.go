@@ -13,13 +13,16 @@ import (
 	"github.com/idem-dev/idem/internal/dropproxy"
 )
 
+// resentCallID is the call id of every call of a resending store.
+const resentCallID = "resent call id.."
+
 // resending returns a store on the standalone server whose calls all carry
 // the same call id, as a script the store resends after a lost reply does:
 // calling a method twice runs its script twice as one call.
 func resending(t *testing.T) *Store {
 	t.Helper()
 	s := newTestStore(t, standaloneClient(t))
-	s.callID = func() string { return "resent" }
+	s.callID = func() string { return resentCallID }
 	return s
 }
 
@@ -43,7 +46,7 @@ func twice(t *testing.T, s *Store, name string, want error, op func() error) {
 		}
 	}
 	s.callID = newCallID
-	defer func() { s.callID = func() string { return "resent" } }()
+	defer func() { s.callID = func() string { return resentCallID } }()
 	if err := op(); !errors.Is(err, want) {
 		t.Fatalf("%s as a new call after it applied: %v, want %v", name, err, want)
 	}
@@ -132,7 +135,7 @@ func TestResentResolveAndDelete(t *testing.T) {
 	escalated := func(name string) idemstore.Key {
 		k := reserve(t, s, name, "tok", time.Minute)
 		s.callID = newCallID
-		defer func() { s.callID = func() string { return "resent" } }()
+		defer func() { s.callID = func() string { return resentCallID } }()
 		if err := s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: "tok", Reason: "unknown"}); err != nil {
 			t.Fatal(err)
 		}

@@ -33,9 +33,9 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 		return nil, false, err
 	}
 	key, token, fp := p.Key, p.Token, p.Fingerprint
-	msg, err := s.claim(ctx, reserveScript, []string{s.recordKey(key)}, []string{
-		key.Scope, key.Operation, key.Key, fp, token,
-		durMicros(p.Lease), rueidis.BinaryString(idemstore.EncodeRequest(p.Request)),
+	tail := pendingTail(key, token, fp, idemstore.EncodeRequest(p.Request))
+	msg, err := s.claim(ctx, s.scripts().reserve, []string{s.recordKey(key)}, []string{
+		durMicros(p.Lease), rueidis.BinaryString(tail),
 	})
 	if err != nil {
 		return nil, false, err
@@ -65,7 +65,7 @@ func (s *Store) reserveReply(key idemstore.Key, token, fp string, msg rueidis.Re
 // Get returns the record for key, read together with the server's TIME
 // (its ReadAt) in one script, or an error wrapping idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
-	msg, err := s.run(ctx, getScript, []string{s.recordKey(key)}, nil)
+	msg, err := s.run(ctx, s.scripts().get, []string{s.recordKey(key)}, nil)
 	if err != nil {
 		return nil, err
 	}

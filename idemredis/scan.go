@@ -18,11 +18,12 @@ import (
 	"github.com/idem-dev/idem/idemstore"
 )
 
-// Listing works by SCAN with MATCH "<prefix>:{*}:r" and TYPE hash on every
-// master (on a Cluster, the masters by CLUSTER SLOTS, in address order),
-// followed by one pipeline per SCAN batch of TIME and an HMGET of state,
-// lease and operation per key, and one pipeline of TIME and the whole
-// records for those returned. TIME comes from the node that holds the
+// Listing works by SCAN with MATCH "<prefix>:{*}:r" on every master (on a
+// Cluster, the masters by CLUSTER SLOTS, in address order), followed by
+// one pipeline per SCAN batch of TIME and a GETRANGE of each record's
+// first summaryBytes (state, lease and operation), and one pipeline of
+// TIME and the whole records for those returned; records of an earlier
+// version, hashes, are read with HMGET instead (see legacy.go). TIME comes from the node that holds the
 // records, first in the pipeline: it is the node's clock at or just before
 // the reads, which judge expiry and become the records' ReadAt. There is no index, so the
 // scripts that change records stay single-key and single-round-trip; the
@@ -161,7 +162,7 @@ func crc16(s string) uint16 {
 
 // scan runs one SCAN step of this store's record keys on the node c.
 func (s *Store) scan(ctx context.Context, c rueidis.Client, cursor uint64) (keys []string, next uint64, err error) {
-	e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(s.match).Count(int64(s.cfg.ScanCount)).Type("hash").Build().Pin()).AsScanEntry()
+	e, err := c.Do(ctx, c.B().Scan().Cursor(cursor).Match(s.match).Count(int64(s.cfg.ScanCount)).Build().Pin()).AsScanEntry()
 	if err != nil {
 		return nil, 0, interpretError(ctx, err)
 	}
@@ -291,9 +292,18 @@ func (s *Store) walk(ctx context.Context, from position, keep func(summary) bool
 	return nil
 }
 
+// summaryBytes is how much of each record the first pass of a listing
+// reads (GETRANGE): the head, the token and, unless they are unusually
+// long, the operation. A record whose operation ends further on is read
+// whole.
+const summaryBytes = 512
+
 // summaries reads the state, lease deadline and operation of the records
-// under keys, after the node's TIME, in one pipeline; a key that vanished
-// since the SCAN yields nil.
+// under keys, after the node's TIME, in one pipeline of GETRANGE, and a
+// second one for the records that need more: HMGET for a hash (a record
+// of an earlier version, see legacy.go), GET for a string whose operation
+// ended past summaryBytes. A key that vanished since the SCAN, or that
+// holds neither a string nor a hash, yields nil.
 func (s *Store) summaries(ctx context.Context, c rueidis.Client, keys []string) ([]*summary, error) {
 	if len(keys) == 0 {
 		return nil, nil
@@ -301,35 +311,107 @@ func (s *Store) summaries(ctx context.Context, c rueidis.Client, keys []string) 
 	cmds := make(rueidis.Commands, 0, 1+len(keys))
 	cmds = append(cmds, c.B().Time().Build().Pin())
 	for _, k := range keys {
-		cmds = append(cmds, c.B().Hmget().Key(k).Field(fieldNames[fState], fieldNames[fLeaseUntil], fieldNames[fOperation]).Build().Pin())
+		cmds = append(cmds, c.B().Getrange().Key(k).Start(0).End(summaryBytes-1).Build().Pin())
 	}
 	res := c.DoMulti(ctx, cmds...)
-	if err := firstError(res); err != nil {
-		return nil, interpretError(ctx, err)
-	}
 	now, err := serverTime(res[0])
 	if err != nil {
-		return nil, err
+		return nil, interpretError(ctx, err)
 	}
 	out := make([]*summary, len(keys))
+	var again []int
 	for i, r := range res[1:] {
-		v, err := r.ToArray()
-		if err != nil || len(v) != 3 {
-			return nil, fmt.Errorf("idemredis: unexpected HMGET reply for %s: %v", keys[i], err)
-		}
-		st, err := v[0].ToString()
-		if err != nil {
+		v, err := r.ToString()
+		switch {
+		case isWrongType(err):
+			again = append(again, i)
+			continue
+		case err != nil:
+			return nil, interpretError(ctx, err)
+		case v == "":
 			continue // gone since the SCAN
 		}
-		lu, _ := v[1].ToString()
-		lease, err := parseMicros(lu)
-		if err != nil {
-			return nil, fmt.Errorf("idemredis: bad lease_until in %s: %w", keys[i], err)
+		sum, ok, err := summaryOf(v)
+		if err == nil && !ok && len(v) < summaryBytes {
+			err = errCorruptRecord // the whole record, and it ends early
 		}
-		op, _ := v[2].ToString()
-		out[i] = &summary{state: idemstore.State(st), operation: op, leaseUntil: lease, now: now}
+		if err != nil {
+			return nil, fmt.Errorf("%w (key %s)", err, keys[i])
+		}
+		if !ok {
+			again = append(again, i)
+			continue
+		}
+		sum.now = now
+		out[i] = &sum
+	}
+	if len(again) == 0 {
+		return out, nil
+	}
+	cmds = cmds[:0]
+	for _, i := range again {
+		if res[1+i].Error() != nil {
+			cmds = append(cmds, c.B().Hmget().Key(keys[i]).Field(hashFields[fState], hashFields[fLeaseUntil], hashFields[fOperation]).Build().Pin())
+		} else {
+			cmds = append(cmds, c.B().Get().Key(keys[i]).Build().Pin())
+		}
+	}
+	for j, r := range c.DoMulti(ctx, cmds...) {
+		i := again[j]
+		sum, err := summaryAgain(r)
+		if err != nil {
+			return nil, interpretError(ctx, fmt.Errorf("%w (key %s)", err, keys[i]))
+		}
+		if sum != nil {
+			sum.now = now
+			out[i] = sum
+		}
 	}
 	return out, nil
+}
+
+// summaryAgain decodes the reply of the second pass of summaries: a whole
+// record, or the state, lease deadline and operation of a hash. It returns
+// nil for a record that is gone and for a key of another type.
+func summaryAgain(r rueidis.RedisResult) (*summary, error) {
+	if err := r.Error(); err != nil {
+		if rueidis.IsRedisNil(err) || isWrongType(err) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	if v, err := r.ToString(); err == nil {
+		if v == "" {
+			return nil, nil
+		}
+		rec, err := decodeRecord(v, time.Time{})
+		if err != nil {
+			return nil, err
+		}
+		return &summary{state: rec.State, operation: rec.Key.Operation, leaseUntil: rec.LeaseUntil}, nil
+	}
+	v, err := r.ToArray()
+	if err != nil || len(v) != 3 {
+		return nil, fmt.Errorf("idemredis: unexpected HMGET reply: %v", err)
+	}
+	st, err := v[0].ToString()
+	if err != nil {
+		return nil, nil // gone since the SCAN
+	}
+	lu, _ := v[1].ToString()
+	lease, err := parseMicros(lu)
+	if err != nil {
+		return nil, fmt.Errorf("idemredis: bad lease_until: %w", err)
+	}
+	op, _ := v[2].ToString()
+	return &summary{state: idemstore.State(st), operation: op, leaseUntil: lease}, nil
+}
+
+// isWrongType reports whether err is Redis's WRONGTYPE: the key holds a
+// hash (a record of an earlier version) or another type.
+func isWrongType(err error) bool {
+	var re *rueidis.RedisError
+	return errors.As(err, &re) && strings.HasPrefix(re.Error(), "WRONGTYPE")
 }
 
 // firstError returns the first error among the results of a pipeline
@@ -344,9 +426,11 @@ func firstError(res []rueidis.RedisResult) error {
 }
 
 // fetch reads the whole records of hits, one pipeline (the node's TIME,
-// then the records) per node, and keeps, in the order of hits, those that
-// still exist and that keep still accepts (a record can change between the
-// two passes). Each record's ReadAt is its node's TIME.
+// then a GET per record) per node, and a second one of HMGET for the
+// hashes among them (records of an earlier version), and keeps, in the
+// order of hits, those that still exist and that keep still accepts (a
+// record can change between the two passes). Each record's ReadAt is its
+// node's TIME.
 func (s *Store) fetch(ctx context.Context, hits []hit, keep func(summary) bool) ([]*idemstore.Record, error) {
 	recs := make([]*idemstore.Record, len(hits))
 	done := make([]bool, len(hits))
@@ -361,28 +445,55 @@ func (s *Store) fetch(ctx context.Context, hits []hit, keep func(summary) bool) 
 			if !done[i] && hits[i].pos.node == node {
 				done[i] = true
 				idx = append(idx, i)
-				cmds = append(cmds, c.B().Hmget().Key(hits[i].pos.key).Field(fieldNames[:]...).Build().Pin())
+				cmds = append(cmds, c.B().Get().Key(hits[i].pos.key).Build().Pin())
 			}
 		}
 		res := c.DoMulti(ctx, cmds...)
-		if err := firstError(res); err != nil {
-			return nil, interpretError(ctx, err)
-		}
 		now, err := serverTime(res[0])
 		if err != nil {
-			return nil, err
+			return nil, interpretError(ctx, err)
 		}
+		var hashes []int
 		for j, r := range res[1:] {
-			vals, err := r.ToArray()
-			if err != nil {
-				return nil, fmt.Errorf("idemredis: unexpected HMGET reply for %s: %w", hits[idx[j]].pos.key, err)
+			i := idx[j]
+			v, err := r.ToString()
+			switch {
+			case isWrongType(err):
+				hashes = append(hashes, i)
+				continue
+			case rueidis.IsRedisNil(err):
+				continue // gone since the first pass
+			case err != nil:
+				return nil, interpretError(ctx, err)
 			}
-			rec, err := decodeRecord(vals, now)
+			rec, err := decodeRecord(v, now)
 			if err != nil {
-				return nil, fmt.Errorf("%w (key %s)", err, hits[idx[j]].pos.key)
+				return nil, fmt.Errorf("%w (key %s)", err, hits[i].pos.key)
 			}
-			if rec != nil && keep(summary{state: rec.State, operation: rec.Key.Operation, leaseUntil: rec.LeaseUntil, now: now}) {
-				recs[idx[j]] = rec
+			recs[i] = rec
+		}
+		if len(hashes) > 0 {
+			cmds = cmds[:0]
+			for _, i := range hashes {
+				cmds = append(cmds, c.B().Hmget().Key(hits[i].pos.key).Field(hashFields[:]...).Build().Pin())
+			}
+			for j, r := range c.DoMulti(ctx, cmds...) {
+				i := hashes[j]
+				vals, err := r.ToArray()
+				if isWrongType(err) {
+					continue // neither a string nor a hash
+				}
+				if err != nil {
+					return nil, interpretError(ctx, err)
+				}
+				if recs[i], err = decodeHash(vals, now); err != nil {
+					return nil, fmt.Errorf("%w (key %s)", err, hits[i].pos.key)
+				}
+			}
+		}
+		for _, i := range idx {
+			if rec := recs[i]; rec != nil && !keep(summary{state: rec.State, operation: rec.Key.Operation, leaseUntil: rec.LeaseUntil, now: now}) {
+				recs[i] = nil
 			}
 		}
 	}

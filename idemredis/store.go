@@ -126,7 +126,8 @@ type Store struct {
 	// match is the SCAN pattern that selects this store's record keys.
 	match string
 	// callID returns the id that tells a resent script from a new call
-	// (see resend.go); tests replace it to resend a call.
+	// (see resend.go), callIDLen bytes long; tests replace it to resend a
+	// call.
 	callID func() string
 	// refusal is why new reservations are refused: the error of the last
 	// policy check that found a node whose maxmemory-policy can evict
@@ -202,20 +203,26 @@ func hashTag(k idemstore.Key) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// keys are the Redis names of one record: the hash <prefix>:{<tag>}:r, its
-// tombstone <prefix>:{<tag>}:g (see resend.go) and its notification channel
-// <prefix>:{<tag>}:n. All three share the tag and so the Cluster slot,
-// which lets one script touch the first two and SPUBLISH to the third.
-type keys struct{ record, tombstone, channel string }
+// keys are the Redis names of one record that its changing scripts take:
+// the string <prefix>:{<tag>}:r, its tombstone <prefix>:{<tag>}:g (see
+// resend.go) and the scratch key <prefix>:{<tag>}:t in which Complete
+// builds a large record (see completeScript), which no longer exists once
+// a script ends. Its notification channel is <prefix>:{<tag>}:n. All of
+// them share the tag and so the Cluster slot, which lets one script touch
+// the keys and SPUBLISH to the channel.
+type keys struct{ record, tombstone, scratch string }
 
 func (s *Store) keys(k idemstore.Key) keys {
-	base := s.cfg.Prefix + ":{" + hashTag(k) + "}:"
-	return keys{record: base + "r", tombstone: base + "g", channel: base + "n"}
+	base := s.base(k)
+	return keys{record: base + "r", tombstone: base + "g", scratch: base + "t"}
 }
 
-func (s *Store) recordKey(k idemstore.Key) string { return s.keys(k).record }
+// base is the record's names without their last letter.
+func (s *Store) base(k idemstore.Key) string { return s.cfg.Prefix + ":{" + hashTag(k) + "}:" }
 
-func (s *Store) channel(k idemstore.Key) string { return s.keys(k).channel }
+func (s *Store) recordKey(k idemstore.Key) string { return s.base(k) + "r" }
+
+func (s *Store) channel(k idemstore.Key) string { return s.base(k) + "n" }
 
 // globEscape escapes the characters that SCAN MATCH treats specially.
 func globEscape(s string) string {
