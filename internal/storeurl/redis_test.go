@@ -34,6 +34,7 @@ func TestRedisOption(t *testing.T) {
 			eq(t, o.AlwaysRESP2, true)
 			eq(t, o.ForceSingleClient, true)
 			eq(t, o.DisableCache, true)
+			eq(t, o.MaxFlushDelay, 20*time.Microsecond)
 			eq(t, o.DisableRetry, false)
 			eq(t, o.TLSConfig == nil, true)
 			eq(t, o.DialCtxFn == nil, true)
