@@ -18,8 +18,9 @@
 #                                batching on and off (and the plain proxy at both)
 #   CPU=0                        1: also print, for every run, the CPU time per request of wrk,
 #                                the upstream, the proxy and the store's server (from /proc, over
-#                                the middle of the run; the server is every postgres, mariadbd or
-#                                redis-server process on this machine) and the machine's idle share,
+#                                the middle of the run; the server is every postgres or mariadbd
+#                                process on this machine, and the redis-server that
+#                                IDEM_TEST_REDIS_URL names) and the machine's idle share,
 #                                and per server store a ceiling: the ratio idem would reach if its
 #                                store client cost no more CPU than the memory store and no core
 #                                idled (needs memory in STORES, first)
@@ -217,7 +218,10 @@ dbpids() {
 	case $1 in
 	postgres) pgrep -x postgres || true ;;
 	mysql) pgrep -x 'mariadbd|mysqld' || true ;;
-	redis) pgrep -x redis-server || true ;;
+	# The one redis-server that IDEM_TEST_REDIS_URL names (by its INFO
+	# process_id), not the Cluster's idle nodes; every one if it does not tell.
+	redis) redis-cli -u "$IDEM_TEST_REDIS_URL" info server 2>/dev/null | tr -d '\r' | sed -n 's/^process_id://p' | grep . ||
+		pgrep -x redis-server || true ;;
 	esac
 }
 
