@@ -199,8 +199,9 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 }
 
 // rewrite points the request at the upstream, and guards a protected
-// request's body (guardedBody). A protected request's key goes out even
-// when the client's Connection header names it.
+// request's body (guardedBody). A protected request's key, Content-Type
+// and Content-Encoding go out even when the client's Connection header
+// names them.
 //
 // http.Transport re-sends a bodiless request that carries an
 // Idempotency-Key (or X-Idempotency-Key) after a broken keep-alive
@@ -209,6 +210,11 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 // chunked, which some upstreams refuse), and its key header goes out under
 // a map key the transport's check does not look at: header names are
 // case-insensitive on the wire, so the upstream sees the same header.
+// endToEnd are the fields of a protected request that always reach the
+// upstream as the client sent them: its key, and what the fingerprint
+// reads of its body's meaning.
+var endToEnd = []string{idem.HeaderName, "Content-Type", "Content-Encoding"}
+
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(f.p.upstream)
 	pr.SetXForwarded()
@@ -216,11 +222,15 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Method = m // protected as its override's method, sent as it came
 	}
 	x := exchangeFrom(pr.Out.Context())
-	if x != nil && pr.Out.Header[idem.HeaderName] == nil {
-		// The key is end to end: naming it in Connection, which made
-		// ReverseProxy drop it, does not keep it from the upstream.
-		if v := pr.In.Header[idem.HeaderName]; v != nil {
-			pr.Out.Header[idem.HeaderName] = v
+	if x != nil {
+		// The key and the fields the fingerprint counts are end to end:
+		// naming them in Connection, which made ReverseProxy drop them,
+		// does not keep them from the upstream, which would otherwise
+		// read a body other than the one its key was matched by.
+		for _, name := range endToEnd {
+			if v := pr.In.Header[name]; v != nil && pr.Out.Header[name] == nil {
+				pr.Out.Header[name] = v
+			}
 		}
 	}
 	switch {

@@ -221,3 +221,26 @@ func TestKeyIsNeverHopByHop(t *testing.T) {
 		t.Fatalf("the upstream ran %q", got)
 	}
 }
+
+// TestBodyMeaningIsNeverHopByHop: a protected request's Content-Type and
+// Content-Encoding, which its fingerprint counts, reach the upstream even
+// when the client's Connection header names them. Dropped, the upstream
+// read the form as a body without a type while the key matched it by its
+// type, so a retry without the Connection trick replayed an answer to
+// another reading of the body.
+func TestBodyMeaningIsNeverHopByHop(t *testing.T) {
+	t.Parallel()
+	e := newEdgeRig(t, routesConfig(t, ""))
+	req := post("POST", "/pay", "k1", `amount=5`, "Content-Type", "application/x-www-form-urlencoded",
+		"Content-Encoding", "identity", "Connection", "Content-Type, content-encoding")
+	if a := e.raw(t, req, 1); len(a) != 1 || a[0].Status != http.StatusCreated {
+		t.Fatalf("%q: %v", req, a)
+	}
+	seen := e.up.requests()
+	if len(seen) != 1 {
+		t.Fatalf("the upstream ran %d requests", len(seen))
+	}
+	if ct, ce := seen[0].Header.Get("Content-Type"), seen[0].Header.Get("Content-Encoding"); ct != "application/x-www-form-urlencoded" || ce != "identity" {
+		t.Fatalf("the upstream got Content-Type %q, Content-Encoding %q", ct, ce)
+	}
+}
