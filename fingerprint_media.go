@@ -244,12 +244,25 @@ func (p multipartBody) write(h hash.Hash) {
 }
 
 // joinedHeader returns a header's values joined by ", ", as FingerprintInput
-// takes them: a request with two Content-Type headers then counts both.
+// takes them: a request with two Content-Encoding headers then counts both,
+// as the one list they are (RFC 9110 §5.3).
 func joinedHeader(vs []string) string {
 	if len(vs) == 1 {
 		return vs[0]
 	}
 	return strings.Join(vs, ", ")
+}
+
+// singletonHeader returns the values of a header that has one value, such
+// as Content-Type, joined by a line feed, which no value can hold: two
+// Content-Type headers are not the one header "a, b" (a server that reads
+// the first takes "a" from the one and "a, b" from the other), so they
+// never share a fingerprint.
+func singletonHeader(vs []string) string {
+	if len(vs) == 1 {
+		return vs[0]
+	}
+	return strings.Join(vs, "\n")
 }
 
 // comparedAsSent reports whether Fingerprint takes a body with this

@@ -6,6 +6,8 @@ import (
 	"io"
 	"mime"
 	"mime/multipart"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"strings"
 	"testing"
@@ -286,4 +288,33 @@ func readMultipart(t testing.TB, ct, body string) []string {
 		}
 	}
 	return out
+}
+
+// TestTwoContentTypeHeadersAreNotOne: a request with two Content-Type
+// headers and one whose single Content-Type joins the same values with a
+// comma are read differently (a server that takes the first header gets
+// "text/plain" from the one and the whole list from the other), so the
+// same key with the other gets 422, not the first one's answer.
+func TestTwoContentTypeHeadersAreNotOne(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, idem.Config{}, idem.EngineConfig{}, paymentHandler)
+	send := func(ct ...string) *httptest.ResponseRecorder {
+		r := f.request(call{key: "k", body: "amount=5"})
+		r.Header["Content-Type"] = ct
+		w := httptest.NewRecorder()
+		f.h.ServeHTTP(w, r)
+		return w
+	}
+	if w := send("text/plain", "application/x-www-form-urlencoded"); w.Code != http.StatusCreated {
+		t.Fatalf("first: %d %s", w.Code, w.Body)
+	}
+	if w := send("text/plain, application/x-www-form-urlencoded"); w.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("one header of both values: %d %s, want 422", w.Code, w.Body)
+	}
+	if w := send("text/plain", "application/x-www-form-urlencoded"); w.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("the same two headers again: %d, not a replay", w.Code)
+	}
+	if n := f.runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times", n)
+	}
 }

@@ -161,7 +161,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	buf := &st.reqBuf
 	st.fp = FingerprintSource{Input: FingerprintInput{
 		Method: r.Method, Operation: op, Path: r.URL.EscapedPath(), Query: r.URL.RawQuery,
-		ContentType:     joinedHeader(r.Header["Content-Type"]),
+		ContentType:     singletonHeader(r.Header["Content-Type"]),
 		ContentEncoding: joinedHeader(r.Header["Content-Encoding"]),
 		Body:            buf.Bytes(),
 	}, Options: FingerprintOptions{ExcludeFields: pol.ExcludeFields, IncludeFields: pol.IncludeFields, Key: m.cfg.FingerprintKey}}
@@ -258,7 +258,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // the detail says so.
 func mismatchDetail(r *http.Request, bodyLen int) string {
 	const detail = "This Idempotency-Key was already used with a different request. Use a new key for a new request."
-	if bodyLen > 0 && comparedAsSent(joinedHeader(r.Header["Content-Type"]), joinedHeader(r.Header["Content-Encoding"])) {
+	if bodyLen > 0 && comparedAsSent(singletonHeader(r.Header["Content-Type"]), joinedHeader(r.Header["Content-Encoding"])) {
 		return detail + " The body was compared byte for byte, because its Content-Type is not JSON (application/json or +json, in UTF-8, with no Content-Encoding): send JSON with a JSON Content-Type for member order and whitespace not to matter."
 	}
 	return detail
