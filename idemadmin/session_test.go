@@ -359,3 +359,40 @@ func TestSessionStoreDown(t *testing.T) {
 		t.Error("the failed sign-out is not logged")
 	}
 }
+
+// TestFlashCannotBeForged: the message a change leaves for the next page
+// shows only to the session it was left for; a made-up one, or another
+// session's, shows nothing.
+func TestFlashCannotBeForged(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t)
+	id := f.review(key("order-1"))
+	victim, other := f.browser(), f.browser()
+	victim.signIn(opsToken)
+	other.signIn(aliceToken)
+	u, _ := url.Parse(f.srv.URL)
+	// A made-up message.
+	victim.c.Jar.SetCookies(u, []*http.Cookie{{Name: "idem_admin_flash", Value: "Q2FsbCArMSA1NTUgMDEwMCBub3c.AAAA"}})
+	if p := victim.get("/"); strings.Contains(p.body, `class="flash"`) {
+		t.Errorf("a made-up flash shows:\n%s", p.body)
+	}
+	// Another session's real message.
+	other.get("/keys/" + id)
+	if p := other.post("/keys/"+id+"/resolve", url.Values{"action": {"release"}, "confirm": {"yes"}}); p.status != http.StatusSeeOther {
+		t.Fatalf("release: %d", p.status)
+	}
+	var flash *http.Cookie
+	for _, c := range other.c.Jar.Cookies(u) {
+		if c.Name == "idem_admin_flash" {
+			flash = c
+		}
+	}
+	if flash == nil {
+		t.Fatal("no flash cookie")
+	}
+	victim.c.Jar.SetCookies(u, []*http.Cookie{flash})
+	if p := victim.get("/"); strings.Contains(p.body, `class="flash"`) {
+		t.Errorf("another session's flash shows:\n%s", p.body)
+	}
+	wantPage(t, "its own session", other.get("/"), 200, `class="flash"`, "Released key")
+}
