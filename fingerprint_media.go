@@ -170,7 +170,7 @@ type multipartBody struct {
 // the offsets of the boundary to at and using buf for the boundary's bytes.
 // It is ok when the boundary is valid (RFC 2046: 1 to 70 of its
 // characters; here without spaces) and every occurrence of it in body is
-// in a delimiter line: at the start of the body or of a line, after "--",
+// in a delimiter line: at the start of the body or after a CRLF, after "--",
 // and followed by "--", by the end of the body, or by spaces and a line
 // end.
 //
@@ -203,7 +203,10 @@ func splitMultipart(body []byte, boundary string, at []int, buf []byte) (multipa
 // delimiterAt reports whether the boundary of length n found at body[at:]
 // is in a delimiter line.
 func delimiterAt(body []byte, at, n int) bool {
-	if at < 2 || body[at-1] != '-' || body[at-2] != '-' || (at > 2 && body[at-3] != '\n') {
+	// Not at the start of the body, a delimiter follows a CRLF: after one
+	// that ends in CRLF, Go's reader takes "\n--boundary" as content, so
+	// the boundary would count.
+	if at < 2 || body[at-1] != '-' || body[at-2] != '-' || (at > 2 && (at < 4 || body[at-3] != '\n' || body[at-4] != '\r')) {
 		return false
 	}
 	rest := body[at+n:]

@@ -237,6 +237,10 @@ func TestFingerprintMultipartAsSent(t *testing.T) {
 			"-- ab\r\n\r\n1\r\n-- ab--", "--xyz\r\n\r\n1\r\n--xyz--"},
 		{"a boundary with a character RFC 2046 does not allow", "a;b", "c;d",
 			"--a;b\r\n\r\n1\r\n--a;b--", "--c;d\r\n\r\n1\r\n--c;d--"},
+		// After a first delimiter line ending in CRLF, Go's reader takes
+		// "\n--AAA" as content, boundary and all.
+		{"a boundary after a bare line feed", "AAA", "0",
+			"--AAA\r\n\n\n--AAA", "--0\r\n\n\n--0"},
 	}
 	for _, tc := range cases {
 		ct1, ct2 := `multipart/form-data; boundary="`+tc.b1+`"`, `multipart/form-data; boundary="`+tc.b2+`"`
