@@ -444,8 +444,14 @@ func appendFoldedName(dst, name []byte) []byte {
 
 // foldRune returns the least rune of r's simple case-folding orbit, which
 // is the same for every rune that unicode.SimpleFold (and so
-// strings.EqualFold) takes for r.
+// strings.EqualFold) takes for r. Dotted and dotless I, outside the orbit
+// of I, fold as I too: decoders that compare unicode.ToUpper(
+// unicode.ToLower(r)) (encoding/json of earlier Go releases) or simple
+// upper case (.NET's OrdinalIgnoreCase) read "ıd" and "İD" as "id".
 func foldRune(r rune) rune {
+	if r == '\u0130' || r == '\u0131' {
+		return 'I'
+	}
 	least := r
 	for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
 		least = min(least, f)

@@ -109,6 +109,10 @@ func TestCanonicalJSONKeepsApart(t *testing.T) {
 		{"dash", `{"user-id":1,"userId":2}`, `{"userId":2,"user-id":1}`},
 		{"Kelvin sign", `{"kind":1,"\u212aind":2}`, `{"\u212aind":2,"kind":1}`},
 		{"long s", `{"status":1,"\u017ftatus":2}`, `{"\u017ftatus":2,"status":1}`},
+		// Earlier encoding/json (unicode.ToUpper(unicode.ToLower(r))) and
+		// .NET's OrdinalIgnoreCase read dotless and dotted I as I.
+		{"dotless i", `{"id":1,"\u0131d":2}`, `{"\u0131d":2,"id":1}`},
+		{"dotted I", `{"ID":1,"\u0130D":2}`, `{"\u0130D":2,"ID":1}`},
 		{"case, nested", `{"o":{"Amount":1,"amount":2}}`, `{"o":{"amount":2,"Amount":1}}`},
 		// Strings.
 		{"escaped quote", `"a\"b"`, `"a\\b"`},
