@@ -227,6 +227,24 @@ func TestScope(t *testing.T) {
 	}
 }
 
+// TestEmptyScopeFromScopeFunc: a Scope function that returns an empty or
+// white-space scope without an error has found no credentials: the call is
+// UNAUTHENTICATED (SCOPE_MISSING), as for idem.ErrScopeMissing, never a
+// store failure that FailOpen runs unprotected.
+func TestEmptyScopeFromScopeFunc(t *testing.T) {
+	t.Parallel()
+	for _, scope := range []string{"", " \t "} {
+		for _, failOpen := range []bool{false, true} {
+			ev := newEnv(t, idemgrpc.Config{FailOpen: failOpen, Scope: func(context.Context) (string, error) { return scope, nil }}, envOptions{})
+			_, err := ev.client.Charge(as("alice", uuid(1)), &testpb.ChargeRequest{})
+			wantCode(t, err, codes.Unauthenticated, idemgrpc.ReasonScopeMissing)
+			if n := ev.svc.runs.Load(); n != 0 {
+				t.Fatalf("scope %q, FailOpen %v: the handler ran %d times", scope, failOpen, n)
+			}
+		}
+	}
+}
+
 // TestStoredStatus: a handler's error is an answer like any other: stored
 // with its code, message and details, and replayed.
 func TestStoredStatus(t *testing.T) {

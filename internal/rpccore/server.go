@@ -264,6 +264,10 @@ func (s *Server) serve(ctx context.Context, c *Call, m *method, ev *Event, handl
 		case ctx.Err() != nil:
 			ev.Outcome = idem.SituationCanceled.Name
 			return Answer{Status: &spb.Status{Code: int32(code.Code_CANCELLED), Message: ctx.Err().Error()}}
+		case errors.Is(err, idem.ErrScopeMissing):
+			// The Scope function gave an empty or white-space scope:
+			// no credentials, as its own ErrScopeMissing would say.
+			return refuse(idem.SituationScopeMissing.Name, "The call carries no credentials, so its key cannot be told from another client's.")
 		case errors.Is(err, idem.ErrTooLong):
 			return refuse(idem.SituationTooLong.Name, fmt.Sprintf("The call's scope is longer than the %d bytes idem keeps.", idem.MaxScopeLength))
 		case errors.Is(err, idem.ErrSealed):
