@@ -499,6 +499,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"unknown kind": {e, idemnats.Config{Kind: 9}},
 		"negative":     {e, idemnats.Config{NakDelay: -1}},
 		"long scope":   {e, idemnats.Config{Scope: strings.Repeat("s", idem.MaxScopeLength+1)}},
+		"blank scope":  {e, idemnats.Config{Scope: " \t"}},
 		"empty header": {e, idemnats.Config{FingerprintHeaders: []string{""}}},
 	} {
 		if _, err := idemnats.New(tc.e, tc.cfg); err == nil {

@@ -591,6 +591,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"no engine":    {nil, idemwatermill.Config{}},
 		"unknown kind": {e, idemwatermill.Config{Kind: 7}},
 		"long scope":   {e, idemwatermill.Config{Scope: strings.Repeat("s", idem.MaxScopeLength+1)}},
+		"blank scope":  {e, idemwatermill.Config{Scope: " \t"}},
 		"negative":     {e, idemwatermill.Config{Lease: -time.Second}},
 		"empty field":  {e, idemwatermill.Config{FingerprintMetadata: []string{""}}},
 	} {

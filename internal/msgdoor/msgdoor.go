@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/idem-dev/idem"
@@ -162,12 +163,16 @@ func Escalated(err error) *Refusal {
 func (r *Refusal) Missing() bool { return r.Situation.Name == idem.SituationMissingKey.Name }
 
 // CheckConfig checks what both front doors' configurations share: a known
-// kind, a scope the stores keep, and no empty name among the fingerprinted
+// kind, a scope the stores keep (not only white space), and no empty name among the fingerprinted
 // fields (the setting fieldsName). pkg starts the errors.
 func CheckConfig(pkg string, kind idem.Kind, scope, fieldsName string, fields []string) error {
 	switch {
 	case kind != idem.External && kind != idem.Transactional:
 		return fmt.Errorf("%s: Config.Kind %v is unknown", pkg, kind)
+	case scope != "" && strings.TrimSpace(scope) == "":
+		// Every message's Begin would refuse it (idem.ErrScopeMissing),
+		// and each would be held and nacked as on a store failure.
+		return fmt.Errorf("%s: Config.Scope is only white space; name the consumer group, or leave it empty for the default", pkg)
 	case len(scope) > idem.MaxScopeLength:
 		return fmt.Errorf("%s: Config.Scope is %d bytes long; at most %d are kept", pkg, len(scope), idem.MaxScopeLength)
 	case slices.Contains(fields, ""):
