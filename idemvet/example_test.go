@@ -2,6 +2,7 @@ package idemvet_test
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"golang.org/x/tools/go/analysis"
@@ -16,6 +17,8 @@ import (
 func Example() {
 	cfg := &packages.Config{
 		Dir: filepath.Join("testdata", "example"),
+		// The example is a module of its own, outside the workspace.
+		Env: append(os.Environ(), "GOWORK=off"),
 		Mode: packages.NeedName | packages.NeedFiles | packages.NeedImports | packages.NeedDeps |
 			packages.NeedTypes | packages.NeedTypesInfo | packages.NeedSyntax | packages.NeedTypesSizes,
 	}
