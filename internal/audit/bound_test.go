@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -160,5 +161,45 @@ func TestJSONAtTheNodeLimitStaysSmall(t *testing.T) {
 		t.Errorf("parsing %d bytes of JSON (%d objects) allocated %d MB in all; want at most %d MB", len(doc), objects, alloc>>20, limit>>20)
 	} else {
 		t.Logf("%d objects: %d MB allocated", objects, alloc>>20)
+	}
+}
+
+// TestBoundedRefFanOut: $refs in files a document refers to, which
+// kin-openapi resolves once for every place that refers to them, count as
+// what they expand to: a file of 8 schemas, each referring four times to
+// the one before, is 4^7 copies of the first (the chain of 30 held 8 GB
+// and never ended), and is refused by the node limit before kin-openapi
+// resolves anything; the same file with a short chain loads.
+func TestBoundedRefFanOut(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	chain := func(n int) string {
+		s := "S0: {type: string}\n"
+		for i := 1; i < n; i++ {
+			s += "S" + strconv.Itoa(i) + ":\n  type: object\n  properties:\n"
+			for j := 0; j < 4; j++ {
+				s += "    p" + strconv.Itoa(j) + ": {$ref: '#/S" + strconv.Itoa(i-1) + "'}\n"
+			}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		n    int
+		want error
+	}{{3, nil}, {8, yamlevents.ErrTooManyNodes}} {
+		ext := filepath.Join(dir, "ext"+strconv.Itoa(tc.n)+".yaml")
+		doc := filepath.Join(dir, "doc"+strconv.Itoa(tc.n)+".yaml")
+		if err := os.WriteFile(ext, []byte(chain(tc.n)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		body := "openapi: 3.1.0\ninfo: {title: t, version: \"1\"}\npaths:\n  /orders:\n    post:\n      requestBody: {content: {application/json: {schema: {$ref: 'ext" +
+			strconv.Itoa(tc.n) + ".yaml#/S" + strconv.Itoa(tc.n-1) + "'}}}}\n      responses: {\"201\": {description: ok}}\n"
+		if err := os.WriteFile(doc, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Load(t.Context(), doc, Options{MaxNodes: 20_000})
+		if tc.want == nil && err != nil || tc.want != nil && !errors.Is(err, tc.want) {
+			t.Fatalf("a chain of %d: %v, want %v", tc.n, err, tc.want)
+		}
 	}
 }

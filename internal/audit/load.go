@@ -184,6 +184,11 @@ func parse(ctx context.Context, data []byte, name string, loc *url.URL, opts Opt
 	if loc != nil {
 		base = filepath.Dir(filepath.FromSlash(loc.Path))
 	}
+	if loc != nil {
+		if err := refFanOut(root, loc, base, opts); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	loader.ReadFromURIFunc = func(_ *openapi3.Loader, u *url.URL) ([]byte, error) {
 		data, err := readRef(u, base, opts.MaxBytes)
 		if err != nil {
