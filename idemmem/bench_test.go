@@ -2,6 +2,8 @@ package idemmem_test
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -153,5 +155,42 @@ func BenchmarkReplayGet(b *testing.B) {
 				}
 			})
 		})
+	}
+}
+
+// BenchmarkReserveCompleteRandomKeys is ReserveComplete with keys in a
+// UUID's form, random rather than in order, on a store holding 100,000
+// records: every Reserve inserts into the key index (a B-tree) at a random
+// place, as the keys clients send do.
+func BenchmarkReserveCompleteRandomKeys(b *testing.B) {
+	const held = 100_000
+	s := idemmem.MustNew(idemmem.Config{MaxRecords: held})
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(1, 2))
+	key := func() idemstore.Key {
+		return idemstore.Key{Scope: "tenant-1", Operation: "/pay.v1.Payments/Charge",
+			Key: fmt.Sprintf("%08x-%04x-4%03x-%04x-%012x", rng.Uint32(), rng.Uint32()&0xffff, rng.Uint32()&0xfff, rng.Uint32()&0xffff, rng.Uint64()&0xffffffffffff)}
+	}
+	keys := make([]idemstore.Key, held+b.N)
+	for i := range keys {
+		keys[i] = key()
+	}
+	for _, k := range keys[:held] {
+		if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "v1:abc", Token: "token", Lease: time.Hour}); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "token", Response: benchResponse, Retention: time.Hour}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for _, k := range keys[held:] {
+		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "v1:abc", Token: "token", Lease: time.Hour}); err != nil || !created {
+			b.Fatalf("Reserve: created = %v, err = %v", created, err)
+		}
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "token", Response: benchResponse, Retention: time.Hour}); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -100,15 +100,15 @@ func (sh *shard) search(p idemstore.ListParams, after *idemstore.Record, keep fu
 		if sh.byKey == nil {
 			return nil
 		}
-		from := &entry{rec: idemstore.Record{Key: idemstore.Key{Key: p.KeyPrefix}}}
+		from := keyItem{key: p.KeyPrefix}
 		if p.Key != "" {
-			from.rec.Key.Key = p.Key
+			from.key = p.Key
 		}
-		if after != nil && p.ByKeyValue() && after.Key.Key >= from.rec.Key.Key {
-			from.rec.Key = after.Key // the next page starts there
+		if after != nil && p.ByKeyValue() && after.Key.Key >= from.key {
+			from = keyItem{key: after.Key.Key, scope: after.Key.Scope, operation: after.Key.Operation} // the next page starts there
 		}
-		sh.byKey.AscendGreaterOrEqual(from, func(e *entry) bool {
-			k := e.rec.Key.Key
+		sh.byKey.AscendGreaterOrEqual(from, func(it keyItem) bool {
+			e, k := it.e, it.key
 			if (p.Key != "" && k != p.Key) || !strings.HasPrefix(k, p.KeyPrefix) {
 				return false // past the key, or the prefix
 			}

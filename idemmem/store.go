@@ -140,7 +140,7 @@ type shard struct {
 	head    atomic.Int64
 	waiters map[idemstore.Key][]chan struct{}
 	// The search indexes (see table.go).
-	byKey   *btree.BTreeG[*entry]
+	byKey   *btree.BTreeG[keyItem]
 	byLabel map[string]map[*entry]struct{}
 	_       [64]byte // keep neighbouring shards' locks off one cache line
 }

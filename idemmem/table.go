@@ -1,9 +1,8 @@
 package idemmem
 
 import (
-	"cmp"
-
 	"github.com/google/btree"
+	"strings"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -65,10 +64,28 @@ func (sh *shard) remove(h uint64, e *entry) bool {
 // (byLabel, by idemstore.ScopeLabelIndex), for a search by label. Neither
 // changes after Reserve, so only insert and remove touch them.
 
-// byKeyValue orders entries by key, scope and operation.
-func byKeyValue(a, b *entry) bool {
-	return cmp.Or(cmp.Compare(a.rec.Key.Key, b.rec.Key.Key), cmp.Compare(a.rec.Key.Scope, b.rec.Key.Scope),
-		cmp.Compare(a.rec.Key.Operation, b.rec.Key.Operation)) < 0
+// keyItem is an entry of the key index: the record's key, held by value in
+// the B-tree's nodes so that comparing two needs no visit to their
+// records, and the entry.
+type keyItem struct {
+	key, scope, operation string
+	e                     *entry
+}
+
+func keyItemOf(e *entry) keyItem {
+	return keyItem{key: e.rec.Key.Key, scope: e.rec.Key.Scope, operation: e.rec.Key.Operation, e: e}
+}
+
+// byKeyValue orders the key index by key, scope and operation, comparing
+// the scope and operation only for equal keys.
+func byKeyValue(a, b keyItem) bool {
+	if c := strings.Compare(a.key, b.key); c != 0 {
+		return c < 0
+	}
+	if c := strings.Compare(a.scope, b.scope); c != 0 {
+		return c < 0
+	}
+	return a.operation < b.operation
 }
 
 // keyIndexDegree is the B-tree degree of the key index.
@@ -78,7 +95,7 @@ func (sh *shard) index(e *entry) {
 	if sh.byKey == nil {
 		sh.byKey = btree.NewG(keyIndexDegree, byKeyValue)
 	}
-	sh.byKey.ReplaceOrInsert(e)
+	sh.byKey.ReplaceOrInsert(keyItemOf(e))
 	if e.rec.ScopeLabel != "" {
 		ix := idemstore.ScopeLabelIndex(e.rec.ScopeLabel)
 		if sh.byLabel == nil {
@@ -94,7 +111,7 @@ func (sh *shard) index(e *entry) {
 }
 
 func (sh *shard) unindex(e *entry) {
-	sh.byKey.Delete(e)
+	sh.byKey.Delete(keyItemOf(e))
 	if e.rec.ScopeLabel != "" {
 		ix := idemstore.ScopeLabelIndex(e.rec.ScopeLabel)
 		if set := sh.byLabel[ix]; set != nil {
