@@ -135,6 +135,16 @@ func memEngine(t testing.TB, cfg idem.EngineConfig) (*idem.Engine, *idemmem.Stor
 	return e, store
 }
 
+// letHeartbeatExit lets the engine's heartbeat goroutine, idle once the
+// last lease ended, exit as it does after a short linger: in a synctest
+// bubble, whose goroutines must all end, sleeping moves the bubble's clock
+// past that linger (no real time passes); nothing else ends it from
+// outside the engine.
+func letHeartbeatExit() {
+	synctest.Wait()
+	time.Sleep(time.Second)
+}
+
 // newGuard is a guard for fake messages, as from a server that takes a
 // Term's reason (TermWithReason).
 func newGuard(t testing.TB, e *idem.Engine, cfg idemnats.Config) *idemnats.Guard {
@@ -345,7 +355,7 @@ func TestInFlightAndInProgress(t *testing.T) {
 		if wip != 10 {
 			t.Fatalf("InProgress %d times in 10s with a 3s lease; want 10 (every second)", wip)
 		}
-		time.Sleep(time.Second) // the engine's heartbeat loop lingers, then exits
+		letHeartbeatExit()
 	})
 }
 
@@ -549,7 +559,8 @@ func TestInFlightRedeliveryWaitsForTheLease(t *testing.T) {
 				return nil, nil
 			})
 		}()
-		time.Sleep(2 * time.Second) // fake time
+		synctest.Wait() // the first handler holds the key and waits for release
+		time.Sleep(2 * time.Second) // the bubble's clock: two seconds into the lease
 		for delivered, want := range map[uint64]string{1: "nak 2s", 2: "nak 29s", 5: "nak 29s"} {
 			m := newMsg(1, "x")
 			m.md.NumDelivered = delivered
@@ -567,7 +578,7 @@ func TestInFlightRedeliveryWaitsForTheLease(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(time.Second) // the engine's heartbeat loop lingers, then exits
+		letHeartbeatExit()
 	})
 }
 
@@ -581,7 +592,7 @@ func TestInProgressUnderDefaultAckWait(t *testing.T) {
 		g := newGuard(t, e, idemnats.Config{})
 		m := newMsg(1, "x")
 		if err := g.Handle(context.Background(), m, func(context.Context, jetstream.Msg) ([]*nats.Msg, error) {
-			time.Sleep(time.Minute + time.Millisecond) // fake time: a long handler
+			time.Sleep(time.Minute + time.Millisecond) // the bubble's clock: a handler that works a minute
 			return nil, nil
 		}); err != nil {
 			t.Fatal(err)
@@ -592,7 +603,7 @@ func TestInProgressUnderDefaultAckWait(t *testing.T) {
 		if want := int(time.Minute / idemnats.DefaultInProgressInterval); wip != want {
 			t.Fatalf("InProgress %d times in a minute with a 3-minute lease; want %d", wip, want)
 		}
-		time.Sleep(time.Second) // the engine's heartbeat loop lingers, then exits
+		letHeartbeatExit()
 	})
 }
 
