@@ -23,6 +23,7 @@ const (
 	Extend
 )
 
+// String names the kind of call, for logs and errors.
 func (k Kind) String() string {
 	switch k {
 	case Reserve:
