@@ -200,8 +200,9 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 
 // rewrite points the request at the upstream, and guards a protected
 // request's body (guardedBody). A protected request's key, Content-Type
-// and Content-Encoding go out even when the client's Connection header
-// names them.
+// and Content-Encoding, and the method-override headers of one protected
+// as their method, go out even when the client's Connection header names
+// them.
 //
 // http.Transport re-sends a bodiless request that carries an
 // Idempotency-Key (or X-Idempotency-Key) after a broken keep-alive
@@ -220,6 +221,14 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetXForwarded()
 	if m, ok := pr.In.Context().Value(sentMethodKey{}).(string); ok {
 		pr.Out.Method = m // protected as its override's method, sent as it came
+		// The override headers it was protected by go out with it, even
+		// when Connection names them: dropped, the upstream would run it
+		// as the method it was sent with, under a key kept for another.
+		for name, v := range pr.In.Header {
+			if isOverrideName(name) && pr.Out.Header[name] == nil {
+				pr.Out.Header[name] = v
+			}
+		}
 	}
 	x := exchangeFrom(pr.Out.Context())
 	if x != nil {

@@ -244,3 +244,26 @@ func TestBodyMeaningIsNeverHopByHop(t *testing.T) {
 		t.Fatalf("the upstream got Content-Type %q, Content-Encoding %q", ct, ce)
 	}
 }
+
+// TestOverrideIsNeverHopByHop: a request protected as the method its
+// override header names reaches the upstream with that header even when
+// its Connection header names it. ReverseProxy dropped it, so the
+// upstream ran a GET under the key of a POST, and the POST itself, sent
+// next with that key, was answered with the GET's answer and never ran.
+func TestOverrideIsNeverHopByHop(t *testing.T) {
+	t.Parallel()
+	e := newEdgeRig(t, routesConfig(t, ""))
+	body := `{"amount":1}`
+	for _, name := range []string{"X-HTTP-Method-Override", "X_HTTP_METHOD_OVERRIDE"} {
+		key := "k-" + name
+		req := post("GET", "/pay", key, body, name, "POST", "Connection", name)
+		if a := e.raw(t, req, 1); len(a) != 1 || a[0].Status != http.StatusCreated {
+			t.Fatalf("%q: %v", req, a)
+		}
+		seen := e.up.requests()
+		last := seen[len(seen)-1]
+		if last.Method != http.MethodGet || last.Header.Get(name) != "POST" {
+			t.Fatalf("%s: the upstream got %s with headers %v; want GET with %s: POST", name, last.Method, last.Header, name)
+		}
+	}
+}
