@@ -18,8 +18,8 @@ type media struct {
 }
 
 // parseMedia reads a Content-Type. One that mime.ParseMediaType refuses,
-// or that uses RFC 2231 parameters (name*=, which parsers decode
-// differently), counts as written.
+// that uses RFC 2231 parameters (name*=, which parsers decode
+// differently), or that is several headers, counts as written.
 func parseMedia(ct string) media {
 	if ct == "" {
 		return media{}
@@ -30,7 +30,10 @@ func parseMedia(ct string) media {
 	if typ, ok := plainMediaType(ct); ok {
 		return media{typ: typ}
 	}
-	if strings.IndexByte(ct, '*') >= 0 {
+	// Several Content-Type headers (singletonHeader joins them with a
+	// line feed, which mime.ParseMediaType would trim away with an empty
+	// one) count as sent, as does an RFC 2231 parameter.
+	if strings.IndexByte(ct, '*') >= 0 || strings.IndexByte(ct, '\n') >= 0 {
 		return media{raw: ct, bad: true}
 	}
 	typ, params, err := mime.ParseMediaType(ct)

@@ -322,3 +322,34 @@ func TestTwoContentTypeHeadersAreNotOne(t *testing.T) {
 		t.Fatalf("the handler ran %d times", n)
 	}
 }
+
+// TestEmptyContentTypeHeaderCounts: a request with an empty Content-Type
+// header besides its type is read differently from one with the type
+// alone (a server that takes the first header, as Go's and Node's do,
+// finds no type before a form; one that takes the last, none after it),
+// so the same key with the other gets 422, not the first one's answer.
+// mime.ParseMediaType trims the line feed that joins the headers, and
+// both read as the type alone.
+func TestEmptyContentTypeHeaderCounts(t *testing.T) {
+	t.Parallel()
+	const form = "application/x-www-form-urlencoded"
+	for i, first := range [][]string{{"", form}, {form, ""}, {form, " "}} {
+		f := newFixture(t, idem.Config{}, idem.EngineConfig{}, paymentHandler)
+		send := func(ct ...string) *httptest.ResponseRecorder {
+			r := f.request(call{key: "k", body: "amount=5"})
+			r.Header["Content-Type"] = ct
+			w := httptest.NewRecorder()
+			f.h.ServeHTTP(w, r)
+			return w
+		}
+		if w := send(first...); w.Code != http.StatusCreated {
+			t.Fatalf("%d: first %q: %d %s", i, first, w.Code, w.Body)
+		}
+		if w := send(form); w.Code != http.StatusUnprocessableEntity {
+			t.Fatalf("%d: after %q, the type alone: %d %s, want 422", i, first, w.Code, w.Body)
+		}
+		if n := f.runs.Load(); n != 1 {
+			t.Fatalf("%d: the handler ran %d times", i, n)
+		}
+	}
+}
