@@ -37,8 +37,9 @@ type FingerprintInput struct {
 	// (%41) is the character (A) and hex digits are compared
 	// case-insensitively (RFC 3986, section 6.2.2).
 	Query string
-	// ContentType is the request's Content-Type (several values joined by
-	// ", "). Its media type and parameters count, compared as a parser
+	// ContentType is the request's Content-Type (several headers joined
+	// by a line feed, as the middleware does, count byte for byte as
+	// written). Its media type and parameters count, compared as a parser
 	// reads them (case-insensitive type and names, charset value
 	// case-insensitive, parameters in any order), except a multipart
 	// boundary. It also decides how Body is read: see Fingerprint.

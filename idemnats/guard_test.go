@@ -559,7 +559,7 @@ func TestInFlightRedeliveryWaitsForTheLease(t *testing.T) {
 				return nil, nil
 			})
 		}()
-		synctest.Wait() // the first handler holds the key and waits for release
+		synctest.Wait()             // the first handler holds the key and waits for release
 		time.Sleep(2 * time.Second) // the bubble's clock: two seconds into the lease
 		for delivered, want := range map[uint64]string{1: "nak 2s", 2: "nak 29s", 5: "nak 29s"} {
 			m := newMsg(1, "x")
