@@ -267,3 +267,23 @@ func TestOverrideIsNeverHopByHop(t *testing.T) {
 		}
 	}
 }
+
+// TestOverrideToAnUnprotectedMethodIsRefused: a protected POST whose
+// override names GET, which its route leaves alone, is refused (400
+// invalid_method) and not forwarded: an upstream that honours the override
+// ran a GET under the POST's key, and the plain POST sent next with that
+// key got the GET's answer and never ran.
+func TestOverrideToAnUnprotectedMethodIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEdgeRig(t, routesConfig(t, ""))
+	req := post("POST", "/pay", "k1", `{"amount":1}`, "X-HTTP-Method-Override", "GET")
+	if a := e.raw(t, req, 1); len(a) != 1 || a[0].Status != http.StatusBadRequest || !strings.Contains(a[0].Body, "invalid-method") {
+		t.Fatalf("%q: %v", req, a)
+	}
+	if n := len(e.up.requests()); n != 0 {
+		t.Fatalf("the upstream got %d requests", n)
+	}
+	if a := e.raw(t, post("POST", "/pay", "k1", `{"amount":1}`), 1); len(a) != 1 || a[0].Status != http.StatusCreated || len(e.up.requests()) != 1 {
+		t.Fatalf("the plain POST after it: %v, upstream ran %d", a, len(e.up.requests()))
+	}
+}

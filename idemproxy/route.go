@@ -120,13 +120,17 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 		case err != nil:
 			p.refuse(w, r, idem.SituationInvalidMethod, "The request's method-override headers cannot be read: "+err.Error()+".")
 			return
-		case ov != "" && ov != method:
-			if rs.protects(r, ov) {
-				// Protected as the method the upstream may run it as;
-				// forwarded as sent.
-				r = r.WithContext(context.WithValue(r.Context(), sentMethodKey{}, r.Method))
-				r.Method, method = ov, ov
-			}
+		case ov != "" && ov != method && rs.protects(r, ov):
+			// Protected as the method the upstream may run it as;
+			// forwarded as sent.
+			r = r.WithContext(context.WithValue(r.Context(), sentMethodKey{}, r.Method))
+			r.Method, method = ov, ov
+		case ov != "" && ov != method && rs.protects(r, method):
+			// A protected request that an upstream honouring the override
+			// runs as a method idem leaves alone: keyed as sent, its key
+			// would hold that method's answer for the protected one.
+			p.refuse(w, r, idem.SituationInvalidMethod, "This "+method+" carries a method-override header naming "+ov+", which is not protected here; an upstream that honours it would run something other than what the key is kept for. Send the method itself.")
+			return
 		}
 	}
 	if why := rs.paths.pathRefusal(r.URL.EscapedPath()); why != "" && rs.protects(r, method) {
