@@ -6,14 +6,43 @@
 # round's ratios, and the medians.
 #
 #   scripts/bench-http.sh          # DUR=10s CONNS=16 RUNS=3
+#   LOADGEN=wrk THREADS=2 scripts/bench-http.sh
+#
+# LOADGEN picks the load generator: loadgen (internal/tools/loadgen, the
+# default) or wrk (the Debian package, installed when missing, with
+# scripts/wrk-idempotency.lua: a fresh Idempotency-Key per POST).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DUR=${DUR:-10s}
 CONNS=${CONNS:-16}
 RUNS=${RUNS:-3}
+LOADGEN=${LOADGEN:-loadgen}
+THREADS=${THREADS:-2}
 mkdir -p .tmp
 go build -o .tmp/benchserver ./internal/tools/benchserver
-go build -o .tmp/loadgen ./internal/tools/loadgen
+case $LOADGEN in
+loadgen) go build -o .tmp/loadgen ./internal/tools/loadgen ;;
+wrk)
+  if ! command -v wrk >/dev/null; then
+    echo "bench-http: installing wrk" >&2
+    if [ "$(id -u)" = 0 ]; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1 ||
+        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+    else
+      sudo apt-get install -y -qq wrk >/dev/null
+    fi
+  fi
+  ;;
+*) echo "bench-http: LOADGEN must be loadgen or wrk, not $LOADGEN" >&2; exit 2 ;;
+esac
+# load PORT prints one line with rps=N: loadgen's own, or wrk's RESULT line.
+load() {
+  if [ "$LOADGEN" = wrk ]; then
+    wrk -t"$THREADS" -c"$CONNS" -d"$DUR" -s scripts/wrk-idempotency.lua "http://127.0.0.1:$1/payments" -- "bh$$-$RANDOM$RANDOM" | grep '^RESULT'
+  else
+    .tmp/loadgen -url "http://127.0.0.1:$1/payments" -c "$CONNS" -d "$DUR" -unique-keys
+  fi
+}
 port=18080
 mem_ratios=() sql_ratios=()
 for round in $(seq "$RUNS"); do
@@ -23,7 +52,7 @@ for round in $(seq "$RUNS"); do
     .tmp/benchserver -addr 127.0.0.1:$port -mode $mode 2>/dev/null &
     pid=$!
     for _ in $(seq 50); do curl -s -o /dev/null http://127.0.0.1:$port/ && break; sleep 0.1; done
-    out=$(.tmp/loadgen -url http://127.0.0.1:$port/payments -c "$CONNS" -d "$DUR" -unique-keys)
+    out=$(load $port)
     kill $pid; wait $pid 2>/dev/null || true
     echo "round $round $mode: $out"
     rps[$mode]=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out")
