@@ -100,12 +100,12 @@ func (sh *shard) search(p idemstore.ListParams, after *idemstore.Record, keep fu
 		if sh.byKey == nil {
 			return nil
 		}
-		from := keyItem{key: p.KeyPrefix}
+		from := newKeyItem(p.KeyPrefix, "", "", nil)
 		if p.Key != "" {
-			from.key = p.Key
+			from = newKeyItem(p.Key, "", "", nil)
 		}
 		if after != nil && p.ByKeyValue() && after.Key.Key >= from.key {
-			from = keyItem{key: after.Key.Key, scope: after.Key.Scope, operation: after.Key.Operation} // the next page starts there
+			from = newKeyItem(after.Key.Key, after.Key.Scope, after.Key.Operation, nil) // the next page starts there
 		}
 		sh.byKey.AscendGreaterOrEqual(from, func(it keyItem) bool {
 			e, k := it.e, it.key

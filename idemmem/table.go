@@ -1,8 +1,10 @@
 package idemmem
 
 import (
-	"github.com/google/btree"
+	"encoding/binary"
 	"strings"
+
+	"github.com/google/btree"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -66,19 +68,40 @@ func (sh *shard) remove(h uint64, e *entry) bool {
 
 // keyItem is an entry of the key index: the record's key, held by value in
 // the B-tree's nodes so that comparing two needs no visit to their
-// records, and the entry.
+// records, and the entry. hi and lo are the key's first 16 bytes, big
+// endian, padded with zeros: two keys whose first 16 bytes differ compare
+// as those integers do, without reading the strings' bytes (scattered
+// through the heap, one cache miss each), and only the rest go on to
+// compare the strings.
 type keyItem struct {
+	hi, lo                uint64
 	key, scope, operation string
 	e                     *entry
 }
 
 func keyItemOf(e *entry) keyItem {
-	return keyItem{key: e.rec.Key.Key, scope: e.rec.Key.Scope, operation: e.rec.Key.Operation, e: e}
+	return newKeyItem(e.rec.Key.Key, e.rec.Key.Scope, e.rec.Key.Operation, e)
+}
+
+func newKeyItem(key, scope, operation string, e *entry) keyItem {
+	var b [16]byte
+	copy(b[:], key)
+	return keyItem{hi: binary.BigEndian.Uint64(b[:8]), lo: binary.BigEndian.Uint64(b[8:]),
+		key: key, scope: scope, operation: operation, e: e}
 }
 
 // byKeyValue orders the key index by key, scope and operation, comparing
-// the scope and operation only for equal keys.
+// the scope and operation only for equal keys. Ordering by the prefix
+// first is ordering by key: keys that differ in their first 16 bytes
+// differ there as their prefixes do (a key that ends sooner is padded
+// with zeros, which sort first), and the others have equal prefixes.
 func byKeyValue(a, b keyItem) bool {
+	if a.hi != b.hi {
+		return a.hi < b.hi
+	}
+	if a.lo != b.lo {
+		return a.lo < b.lo
+	}
 	if c := strings.Compare(a.key, b.key); c != 0 {
 		return c < 0
 	}

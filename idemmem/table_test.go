@@ -105,3 +105,31 @@ func TestExpiryQueueOrder(t *testing.T) {
 		t.Fatalf("len %d, fifo cap %d: popped space not reused", q.len(), cap(q.fifo))
 	}
 }
+
+// The key index compares the first 16 bytes of keys as integers before it
+// compares the strings: that must order keys exactly as comparing the
+// strings does, for keys shorter than 16 bytes (padded with zeros), keys
+// that differ only past their 16th byte, keys one of which begins the
+// other, and bytes past ASCII.
+func TestKeyIndexOrdersByKeyValue(t *testing.T) {
+	keys := []string{"", "a", "a\x00", "a\x00\x00", "ab", "b", "\x7f", "\x80", "\xff", "\xff\xff",
+		"0190a0e0-0000-7", "0190a0e0-0000-70", "0190a0e0-0000-700", "0190a0e0-0000-7001", "0190a0e0-0000-7002",
+		"0190a0e0-0000-6fff", "0190a0e0-0000-70\x00", "0190a0e0-0000-70\xff", "0190a0e1", "0190a0e0-0000-8"}
+	type k struct{ key, scope, op string }
+	var all []k
+	for _, key := range keys {
+		for _, scope := range []string{"s1", "s2"} {
+			for _, op := range []string{"op1", "op2"} {
+				all = append(all, k{key, scope, op})
+			}
+		}
+	}
+	for _, a := range all {
+		for _, b := range all {
+			want := a.key < b.key || a.key == b.key && (a.scope < b.scope || a.scope == b.scope && a.op < b.op)
+			if got := byKeyValue(newKeyItem(a.key, a.scope, a.op, nil), newKeyItem(b.key, b.scope, b.op, nil)); got != want {
+				t.Errorf("%q < %q = %v, want %v", a, b, got, want)
+			}
+		}
+	}
+}
