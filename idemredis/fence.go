@@ -21,8 +21,8 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 		return errNilResponse
 	}
 	names := s.keys(p.Key)
-	msg, err := s.run(ctx, s.scripts().complete, []string{names.record, names.tombstone, names.scratch}, s.fenceArgs(p.Token, false,
-		rueidis.BinaryString(idemstore.EncodeResponse(p.Response)), durMicros(p.Retention), s.ttlMillis(p.Retention)))
+	msg, err := s.run(ctx, s.scripts().complete, []string{names.record, names.tombstone, names.scratch, names.ix.pending}, s.fenceArgs(p.Token, false,
+		rueidis.BinaryString(idemstore.EncodeResponse(p.Response)), durMicros(p.Retention), s.ttlMillis(p.Retention), ageMember(p.Key)))
 	if err != nil {
 		return err
 	}
@@ -32,13 +32,24 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 // Release deletes the record if it is still pending under p.Token (and,
 // with p.IfExpired, its lease has expired by the server's TIME).
 func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
-	return s.fenced(ctx, s.scripts().release, p.Key, p.Token, p.IfExpired, tombstoneMillis)
+	names := s.keys(p.Key)
+	msg, err := s.run(ctx, s.scripts().release, names.indexed(), s.fenceArgs(p.Token, p.IfExpired, tombstoneMillis, keyMember(p.Key), ageMember(p.Key)))
+	if err != nil {
+		return err
+	}
+	return fenceResult(msg)
 }
 
 // Escalate moves a pending record to needs_review (with p.IfExpired, only
 // one whose lease has expired by the server's TIME).
 func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
-	return s.fenced(ctx, s.scripts().escalate, p.Key, p.Token, p.IfExpired, p.Reason)
+	names := s.keys(p.Key)
+	msg, err := s.run(ctx, s.scripts().escalate, []string{names.record, names.tombstone, names.ix.pending, names.ix.review},
+		s.fenceArgs(p.Token, p.IfExpired, p.Reason, ageMember(p.Key)))
+	if err != nil {
+		return err
+	}
+	return fenceResult(msg)
 }
 
 // Extend moves the lease deadline of a pending record to the server's TIME

@@ -16,7 +16,8 @@ import (
 // big-endian, times Unix microseconds by the server's TIME, 0 for none):
 //
 //	offset  size  field
-//	0       1     layout, 1 (recordLayout)
+//	0       1     layout: 1 (recordLayout), or 2 (labelLayout) for a record
+//	              with a scope label
 //	1       1     state: 'p' pending, 'c' completed, 'r' needs_review
 //	2       1     flags: bit 0 set while someone waits for a change of the
 //	              pending record (see notify.go)
@@ -32,6 +33,8 @@ import (
 //	              and the bytes, as the client gave them
 //	        4+n   idemstore.EncodeRequest of the request that reserved the
 //	              key (length 0 when none was given)
+//	        4+n   scope label, as ReserveParams.ScopeLabel gave it (layout
+//	              2 only)
 //	        4+n   review reason
 //	        rest  idemstore.EncodeResponse of the stored answer, to the end
 //	              of the string (empty while there is none)
@@ -47,7 +50,14 @@ import (
 
 // recordLayout is the first byte of a record in this layout. A later layout
 // gets another byte, and the scripts refuse a record they cannot read.
-const recordLayout = 1
+// labelLayout is the same layout with a scope label after the request:
+// only records with a label are written in it, so that processes of the
+// previous version, which know layout 1 alone, read every record of a
+// deployment that sets no labels (a rolling upgrade).
+const (
+	recordLayout = 1
+	labelLayout  = 2
+)
 
 // Offsets in the layout above that the Go side reads.
 const (
@@ -71,11 +81,12 @@ var stateBytes = map[byte]idemstore.State{
 
 // pendingTail returns what follows the first 35 bytes of a new pending
 // record: no call id, then the token, the key's parts, the fingerprint
-// and the encoded request, and an empty reason. The reserve script puts
-// the layout byte, the state, the flags and the times in front of it.
-func pendingTail(k idemstore.Key, token, fp string, req []byte) []byte {
+// and the encoded request, the label when there is one (labelLayout), and
+// an empty reason. The reserve script puts the layout byte, the state, the
+// flags and the times in front of it.
+func pendingTail(k idemstore.Key, token, fp string, req []byte, label string) []byte {
 	fields := [...]string{token, k.Operation, k.Scope, k.Key, fp}
-	size := callIDLen + 4*(len(fields)+2) + len(req)
+	size := callIDLen + 4*(len(fields)+3) + len(req) + len(label)
 	for _, f := range fields {
 		size += len(f)
 	}
@@ -86,6 +97,10 @@ func pendingTail(k idemstore.Key, token, fp string, req []byte) []byte {
 	}
 	b = binary.BigEndian.AppendUint32(b, uint32(len(req)))
 	b = append(b, req...)
+	if label != "" {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(label)))
+		b = append(b, label...)
+	}
 	return binary.BigEndian.AppendUint32(b, 0) // no reason
 }
 
@@ -133,6 +148,7 @@ func be64(s string) uint64 { return uint64(be32(s))<<32 | uint64(be32(s[4:])) }
 
 // head is what the fixed part of a record and its token say.
 type head struct {
+	layout     byte
 	state      idemstore.State
 	leaseUntil time.Time
 	createdAt  time.Time
@@ -146,7 +162,7 @@ func readHead(r *reader) (head, error) {
 	if r.err != nil {
 		return head{}, fmt.Errorf("%w: %d bytes", errCorruptRecord, len(r.b))
 	}
-	if fixed[0] != recordLayout {
+	if fixed[0] != recordLayout && fixed[0] != labelLayout {
 		return head{}, fmt.Errorf("idemredis: record of unknown layout %d", fixed[0])
 	}
 	st, ok := stateBytes[fixed[offState]]
@@ -161,6 +177,7 @@ func readHead(r *reader) (head, error) {
 		return time.UnixMicro(us).UTC()
 	}
 	return head{
+		layout:     fixed[0],
 		state:      st,
 		leaseUntil: at(offLeaseUntil),
 		createdAt:  at(offCreatedAt),
@@ -190,6 +207,9 @@ func decodeRecord(b string, readAt time.Time) (*idemstore.Record, error) {
 	rec.Key.Key = r.field()
 	rec.Fingerprint = r.field()
 	req := r.field()
+	if h.layout == labelLayout {
+		rec.ScopeLabel = r.field()
+	}
 	rec.Reason = r.field()
 	if r.err != nil {
 		return nil, r.err

@@ -104,7 +104,7 @@ func TestForeignValues(t *testing.T) {
 	ctx := t.Context()
 	for name, put := range map[string]func(key string) error{
 		"later layout": func(key string) error {
-			return s.client.Do(ctx, s.client.B().Set().Key(key).Value("\x02p"+strings.Repeat("\x00", 100)).Build()).Error()
+			return s.client.Do(ctx, s.client.B().Set().Key(key).Value("\x03p"+strings.Repeat("\x00", 100)).Build()).Error()
 		},
 		"short string": func(key string) error {
 			return s.client.Do(ctx, s.client.B().Set().Key(key).Value("\x01p").Build()).Error()
@@ -145,7 +145,7 @@ func TestForeignValues(t *testing.T) {
 // encodes its key and token as read.
 func FuzzDecodeRecord(f *testing.F) {
 	k := idemstore.Key{Scope: "tenant", Operation: "POST /x", Key: "k"}
-	tail := pendingTail(k, "tok", "fp", idemstore.EncodeRequest(&idemstore.Request{Method: "POST", Path: "/x"}))
+	tail := pendingTail(k, "tok", "fp", idemstore.EncodeRequest(&idemstore.Request{Method: "POST", Path: "/x"}), "")
 	head := []byte{recordLayout, 'p', 0}
 	for range 4 {
 		head = binary.BigEndian.AppendUint64(head, 1_700_000_000_000_000)

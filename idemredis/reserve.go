@@ -33,10 +33,15 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 		return nil, false, err
 	}
 	key, token, fp := p.Key, p.Token, p.Fingerprint
-	tail := pendingTail(key, token, fp, idemstore.EncodeRequest(p.Request))
-	msg, err := s.claim(ctx, s.scripts().reserve, []string{s.recordKey(key)}, []string{
-		durMicros(p.Lease), rueidis.BinaryString(tail),
-	})
+	tail := pendingTail(key, token, fp, idemstore.EncodeRequest(p.Request), p.ScopeLabel)
+	names := s.keys(key)
+	keys := []string{names.record, names.ix.key, names.ix.all, names.ix.pending}
+	args := []string{durMicros(p.Lease), rueidis.BinaryString(tail), keyMember(key), ageMember(key)}
+	if p.ScopeLabel != "" {
+		keys = append(keys, names.ix.label)
+		args = append(args, labelMember(idemstore.ScopeLabelIndex(p.ScopeLabel), key))
+	}
+	msg, err := s.claim(ctx, s.scripts().reserve, keys, args)
 	if err != nil {
 		return nil, false, err
 	}

@@ -26,9 +26,10 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		return fmt.Errorf("idemredis: unknown resolve action %d", p.Action)
 	}
 	names := s.keys(p.Key)
-	msg, err := s.run(ctx, s.scripts().resolve, []string{names.record, names.tombstone}, []string{
+	msg, err := s.run(ctx, s.scripts().resolve, names.indexed(), []string{
 		s.callID(), action, rueidis.BinaryString(idemstore.EncodeResponse(p.Response)),
 		durMicros(p.Retention), s.ttlMillis(p.Retention), p.Reason, tombstoneMillis, p.Token,
+		keyMember(p.Key), ageMember(p.Key),
 	})
 	if err != nil {
 		return err
@@ -40,8 +41,8 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 // p.Token, only the answer stored under that token.
 func (s *Store) Delete(ctx context.Context, p idemstore.DeleteParams) error {
 	names := s.keys(p.Key)
-	msg, err := s.run(ctx, s.scripts().delete, []string{names.record, names.tombstone}, []string{
-		s.callID(), tombstoneMillis, p.Token,
+	msg, err := s.run(ctx, s.scripts().delete, names.indexed(), []string{
+		s.callID(), tombstoneMillis, p.Token, keyMember(p.Key), ageMember(p.Key),
 	})
 	if err != nil {
 		return err

@@ -500,16 +500,14 @@ func (s *Store) fetch(ctx context.Context, hits []hit, keep func(summary) bool) 
 	return slices.DeleteFunc(recs, func(r *idemstore.Record) bool { return r == nil }), nil
 }
 
-// List pages through the store's records, optionally filtered by state and
-// operation. Records come in SCAN order (by node, then by batch, then by
-// key), which is stable while the keyspace does not change; the cursor is
-// opaque. A page reads the state and operation of every record it passes
-// over but the whole record only of those it returns.
-func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
-	p = p.Normalize()
-	if p.State != "" && !p.State.Valid() {
-		return idemstore.ListPage{}, fmt.Errorf("idemredis: unknown state %q", p.State)
-	}
+// scanList is List without a search field: it pages through the store's
+// records, optionally filtered by state and operation, by SCAN, so that it
+// lists records of an earlier version that no index holds yet too.
+// Records come in SCAN order (by node, then by batch, then by key), which
+// is stable while the keyspace does not change; the cursor is opaque. A
+// page reads the state and operation of every record it passes over but
+// the whole record only of those it returns.
+func (s *Store) scanList(ctx context.Context, p idemstore.ListParams) (idemstore.ListPage, error) {
 	from, err := decodePosition(p.Cursor)
 	if err != nil {
 		return idemstore.ListPage{}, err

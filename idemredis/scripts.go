@@ -57,19 +57,24 @@ local function us(n) return string.format('%.0f', n) end
 //     string layout in memory and kept in old.
 //   - head(v) decodes the fixed part of a record and the length of its
 //     token: state, flags, lease, created, expires, updated, call id, token
-//     length.
-//   - fixed(...) encodes the fixed part (the first 51 bytes).
+//     length. It keeps the record's layout in lay (1, or 2 for a record
+//     with a scope label).
+//   - fixed(...) encodes the fixed part (the first 51 bytes) in layout lay.
 //   - token(v, tl) is the token of a record whose token is tl bytes long.
 //   - upgrade() writes a record read from a hash back in the string
 //     layout, keeping its TTL; a script that changes a record calls it
 //     before its first write.
 //   - reasonAt(v) is the position of the review reason's length.
+//   - unindex(km, am) removes the record from the indexes KEYS[3] (key),
+//     KEYS[4] (all), KEYS[5] (pending) and KEYS[6] (in review), given its
+//     key member km and age member am (see index.go).
 //   - publish(event) publishes event on the record's channel; notify(fl,
 //     event) does so when the flags fl say that someone waits.
 //
 // PUB is replaced by the publish command (see newScripts).
 const record = legacyLua + `
 local old
+local lay = 1
 local function read(n)
   local v
   if n then v = redis.pcall('GETRANGE', KEYS[1], 0, n - 1) else v = redis.pcall('GET', KEYS[1]) end
@@ -82,11 +87,12 @@ local function read(n)
 end
 local function head(v)
   local layout, st, fl, lu, ca, ea, ua, lc, tl = struct.unpack('>Bc1Bi8i8i8i8c16I4', v)
-  if layout ~= 1 then error('idemredis: record of unknown layout ' .. layout) end
+  if layout ~= 1 and layout ~= 2 then error('idemredis: record of unknown layout ' .. layout) end
+  lay = layout
   return st, fl, lu, ca, ea, ua, lc, tl
 end
 local function fixed(st, fl, lu, ca, ea, ua, lc)
-  return struct.pack('>Bc1Bi8i8i8i8c16', 1, st, fl, lu, ca, ea, ua, lc)
+  return struct.pack('>Bc1Bi8i8i8i8c16', lay, st, fl, lu, ca, ea, ua, lc)
 end
 local function token(v, tl) return string.sub(v, 56, 55 + tl) end
 local function upgrade()
@@ -97,8 +103,14 @@ local function upgrade()
 end
 local function reasonAt(v)
   local p = 52
-  for _ = 1, 6 do p = p + 4 + struct.unpack('>I4', v, p) end
+  for _ = 1, 5 + lay do p = p + 4 + struct.unpack('>I4', v, p) end
   return p
+end
+local function unindex(km, am)
+  redis.call('ZREM', KEYS[3], km)
+  redis.call('ZREM', KEYS[4], am)
+  redis.call('ZREM', KEYS[5], am)
+  redis.call('ZREM', KEYS[6], am)
 end
 local function publish(event) redis.call('PUB', string.sub(KEYS[1], 1, -2) .. 'n', event) end
 local function notify(fl, event) if fl % 2 == 1 then publish(event) end end
@@ -109,6 +121,7 @@ type scripts struct {
 	get, reserve, watch                           *rueidis.Lua
 	complete, release, escalate, extend, takeover *rueidis.Lua
 	resolve, delete, purge                        *rueidis.Lua
+	fix, index                                    *rueidis.Lua
 }
 
 var (
@@ -141,6 +154,8 @@ func newScripts(pub string) *scripts {
 		resolve:  lua(resolveScript),
 		delete:   lua(deleteScript),
 		purge:    lua(purgeScript),
+		fix:      lua(fixScript),
+		index:    lua(indexScript),
 	}
 }
 
@@ -161,14 +176,31 @@ return {us(now), read()}
 // missing (EXISTS), writes the tail at offset 35 of the missing key, which
 // makes a string of exactly the record's size, and then the head.
 //
-// ARGV: lease in microseconds, the record after its first 35 bytes
-// (pendingTail: call id, token, key, fingerprint, request, reason).
+// A record it creates joins the key index, the sets by age of every
+// record and of pending ones, and, with a label, the label index (see
+// index.go): three or four ZADD.
+//
+// KEYS: the record, the key index, the set of every record by age, the
+// pending set, the label index (only with a label). ARGV: lease in
+// microseconds, the record after its first 35 bytes (pendingTail: call
+// id, token, key, fingerprint, request, label with one, reason), the key
+// member, the age member, and, only for a record with a scope label, its
+// label member; a record with a label is in layout 2.
 const reserveScript = clock + record + `
-local h = struct.pack('>Bc1Bi8i8i8i8', 1, 'p', 0, now + tonumber(ARGV[1]), now, 0, now)
+local layout = 1
+if ARGV[5] then layout = 2 end
+local h = struct.pack('>Bc1Bi8i8i8i8', layout, 'p', 0, now + tonumber(ARGV[1]), now, 0, now)
+local function index()
+  redis.call('ZADD', KEYS[2], 0, ARGV[3])
+  redis.call('ZADD', KEYS[3], now, ARGV[4])
+  redis.call('ZADD', KEYS[4], now, ARGV[4])
+  if ARGV[5] then redis.call('ZADD', KEYS[5], 0, ARGV[5]) end
+end
 if #ARGV[2] > ` + smallValue + ` then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {us(now), read()} end
   redis.call('SETRANGE', KEYS[1], #h, ARGV[2])
   redis.call('SETRANGE', KEYS[1], 0, h)
+  index()
   return 1
 end
 local created = redis.pcall('SET', KEYS[1], h .. ARGV[2], 'NX')
@@ -178,6 +210,7 @@ if created.err then
   if v == '' then return created end
   return {us(now), v}
 end
+index()
 return 1
 `
 
@@ -225,7 +258,9 @@ end
 `
 
 // completeScript stores the answer. ARGV[4] response (never empty),
-// ARGV[5] retention in microseconds, ARGV[6] TTL in milliseconds. A
+// ARGV[5] retention in microseconds, ARGV[6] TTL in milliseconds, ARGV[7]
+// the age member, which leaves the pending set KEYS[4] (one ZREM: the
+// record stays in the key index and the set of every record by age). A
 // pending record has no answer yet, so the answer goes at its end.
 //
 // A small record with a small answer is concatenated in Lua. A larger one
@@ -252,22 +287,32 @@ else
   redis.call('RENAME', KEYS[3], KEYS[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
 end
+redis.call('ZREM', KEYS[4], ARGV[7])
 notify(fl, 'completed')
 return 1
 `
 
 // releaseScript deletes a pending record, leaving a tombstone with the call
-// id. ARGV[4] tombstone TTL in milliseconds.
+// id, and takes it out of the indexes (see unindex; its label index entry
+// goes at the next Purge). ARGV[4] tombstone TTL in milliseconds, ARGV[5]
+// key member, ARGV[6] age member.
 const releaseScript = fence + `
+unindex(ARGV[5], ARGV[6])
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[4])
 notify(fl, 'released')
 return 1
 `
 
-// escalateScript marks the record needs_review with the reason ARGV[4].
+// escalateScript marks the record needs_review with the reason ARGV[4],
+// moving its age member ARGV[5] from the pending set KEYS[3] to the review
+// set KEYS[4]. The ZADD comes first: a full server (OOM under noeviction)
+// refuses it before anything changed, whereas once a script has written
+// (a ZREM, which OOM does not stop), Redis lets the rest of it write too.
 const escalateScript = fence + `
 upgrade()
+redis.call('ZADD', KEYS[4], ca, ARGV[5])
+redis.call('ZREM', KEYS[3], ARGV[5])
 local w = read()
 local q = reasonAt(w)
 local rest = string.sub(w, q + 4 + struct.unpack('>I4', w, q))
@@ -304,8 +349,9 @@ return 1
 // another token than ARGV[8] (when that is not empty). ARGV[1] call id,
 // ARGV[2] "complete" or "release", ARGV[3] response, ARGV[4] retention in
 // microseconds, ARGV[5] TTL in milliseconds, ARGV[6] reason (kept unless
-// empty), ARGV[7] tombstone TTL in milliseconds, ARGV[8] token. It always
-// publishes.
+// empty), ARGV[7] tombstone TTL in milliseconds, ARGV[8] token, ARGV[9]
+// key member, ARGV[10] age member; KEYS[3] to KEYS[6] the indexes (see
+// unindex). It always publishes.
 const resolveScript = clock + record + `
 local w = read()
 if w == '' then
@@ -319,6 +365,7 @@ if st ~= 'r' then
 end
 if ARGV[8] ~= '' and token(w, tl) ~= ARGV[8] then return -3 end
 if ARGV[2] == 'release' then
+  unindex(ARGV[9], ARGV[10])
   redis.call('DEL', KEYS[1])
   redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[7])
   publish('released')
@@ -329,6 +376,7 @@ local rsn = ARGV[6]
 if rsn == '' then rsn = string.sub(w, q + 4, q + 3 + struct.unpack('>I4', w, q)) end
 redis.call('SET', KEYS[1], fixed('c', 0, lu, ca, now + tonumber(ARGV[4]), now, ARGV[1]) .. string.sub(w, 52, q - 1) ..
   struct.pack('>I4', #rsn) .. rsn .. ARGV[3], 'PX', ARGV[5])
+redis.call('ZREM', KEYS[6], ARGV[10])
 publish('completed')
 return 1
 `
@@ -338,7 +386,8 @@ return 1
 // when the record is missing, -2 when it is not completed and -3 when it
 // was completed under another token than ARGV[3] (when that is not
 // empty). ARGV[1] call id, ARGV[2] tombstone TTL in milliseconds, ARGV[3]
-// token. It always publishes.
+// token, ARGV[4] key member, ARGV[5] age member; KEYS[3] to KEYS[6] the
+// indexes (see unindex). It always publishes.
 const deleteScript = record + `
 local v = read(math.max(` + smallValue + `, 55 + #ARGV[3]))
 if v == '' then
@@ -348,6 +397,7 @@ end
 local st, fl, lu, ca, ea, ua, lc, tl = head(v)
 if st ~= 'c' then return -2 end
 if ARGV[3] ~= '' and (tl ~= #ARGV[3] or token(v, tl) ~= ARGV[3]) then return -3 end
+unindex(ARGV[4], ARGV[5])
 redis.call('DEL', KEYS[1])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 publish('deleted')
@@ -366,4 +416,39 @@ if st == 'c' and ea ~= 0 and ea <= now then
   return 1
 end
 return 0
+`
+
+// fixScript drops the index entries of a record that is gone (its TTL ran
+// out, or Purge deleted it), and takes a record that is no longer pending
+// or in review out of those sets, so that the indexes never keep what
+// the record does not say. It returns 1 when the record is gone. KEYS:
+// the record, its tombstone (unused), the indexes (see unindex), the
+// label index; ARGV: key member, age member, label member or "".
+const fixScript = record + `
+local v = read(55)
+if v == '' then
+  unindex(ARGV[1], ARGV[2])
+  if ARGV[3] ~= '' then redis.call('ZREM', KEYS[7], ARGV[3]) end
+  return 1
+end
+local st = head(v)
+if st ~= 'p' then redis.call('ZREM', KEYS[5], ARGV[2]) end
+if st ~= 'r' then redis.call('ZREM', KEYS[6], ARGV[2]) end
+return 0
+`
+
+// indexScript puts a record that exists into the indexes its state and
+// creation time call for (Reindex: records written before the indexes
+// were). KEYS and ARGV as fixScript's. It returns 1 when the record
+// exists.
+const indexScript = record + `
+local v = read(55)
+if v == '' then return 0 end
+local st, fl, lu, ca = head(v)
+redis.call('ZADD', KEYS[3], 0, ARGV[1])
+redis.call('ZADD', KEYS[4], ca, ARGV[2])
+if st == 'p' then redis.call('ZADD', KEYS[5], ca, ARGV[2]) else redis.call('ZREM', KEYS[5], ARGV[2]) end
+if st == 'r' then redis.call('ZADD', KEYS[6], ca, ARGV[2]) else redis.call('ZREM', KEYS[6], ARGV[2]) end
+if ARGV[3] ~= '' then redis.call('ZADD', KEYS[7], 0, ARGV[3]) end
+return 1
 `

@@ -134,6 +134,9 @@ type Store struct {
 	// records or is unknown; nil while the last check found every node
 	// safe (see policy.go).
 	refusal atomic.Pointer[error]
+	// cluster is set for a Cluster client: the search indexes are kept
+	// per slot (see index.go).
+	cluster bool
 }
 
 var (
@@ -180,13 +183,17 @@ func newStore(client rueidis.Client, cfg Config) (*Store, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Store{client: client, cfg: cfg, match: globEscape(cfg.Prefix) + ":{*}:r", callID: newCallID}, nil
+	return &Store{
+		client: client, cfg: cfg, match: globEscape(cfg.Prefix) + ":{*}:r", callID: newCallID,
+		cluster: client.Mode() == rueidis.ClientModeCluster,
+	}, nil
 }
 
-// Capabilities reports that the store can wake waiters (pub/sub) but has no
+// Capabilities reports that the store can wake waiters (pub/sub) and
+// search (see "Search" in the package documentation), but has no
 // transactional complete.
 func (s *Store) Capabilities() idemstore.Capabilities {
-	return idemstore.Capabilities{Notify: true}
+	return idemstore.Capabilities{Notify: true, Search: true}
 }
 
 // hashTag returns the hash tag content of a key: the hex SHA-256 of the
@@ -210,11 +217,23 @@ func hashTag(k idemstore.Key) string {
 // a script ends. Its notification channel is <prefix>:{<tag>}:n. All of
 // them share the tag and so the Cluster slot, which lets one script touch
 // the keys and SPUBLISH to the channel.
-type keys struct{ record, tombstone, scratch string }
+// ix are the index sets of the record's group (see index.go), in the
+// same slot.
+type keys struct {
+	record, tombstone, scratch string
+	ix                         indexes
+}
 
 func (s *Store) keys(k idemstore.Key) keys {
-	base := s.base(k)
-	return keys{record: base + "r", tombstone: base + "g", scratch: base + "t"}
+	tag := hashTag(k)
+	base := s.cfg.Prefix + ":{" + tag + "}:"
+	return keys{record: base + "r", tombstone: base + "g", scratch: base + "t", ix: s.indexes(s.group(tag))}
+}
+
+// indexed returns the record, its tombstone and the indexes that unindex
+// (scripts.go) takes, in that order, then the label index.
+func (k keys) indexed() []string {
+	return []string{k.record, k.tombstone, k.ix.key, k.ix.all, k.ix.pending, k.ix.review, k.ix.label}
 }
 
 // base is the record's names without their last letter.

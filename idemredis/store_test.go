@@ -55,7 +55,13 @@ func TestHashTagIsCollisionFreeAndSafe(t *testing.T) {
 // unusedClient stands for a client in tests of what newStore (New without
 // its policy check) and the key functions do without a server; calling it
 // panics.
-var unusedClient rueidis.Client = struct{ rueidis.Client }{}
+var unusedClient rueidis.Client = unused{}
+
+// unused is a client that is never called but for its Mode, which New
+// reads to lay out the search indexes.
+type unused struct{ rueidis.Client }
+
+func (unused) Mode() rueidis.ClientMode { return rueidis.ClientModeStandalone }
 
 func TestConfig(t *testing.T) {
 	t.Parallel()
