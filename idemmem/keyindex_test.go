@@ -15,7 +15,8 @@ import (
 // TestKeyIndexFollowsRecords: whatever reserves, completions, releases,
 // evictions at MaxRecords, purges, deletes and reservations again of the
 // same keys happen, in many scopes and operations, each shard's key index
-// holds exactly its records, each under its own key, and a search by key or
+// holds exactly its records, each under its own key (in the B-tree, or
+// waiting for the next search to put them there), and a search by key or
 // key prefix, page by page, lists exactly the records Get finds, as Get
 // finds them (no record of an earlier reservation of the key, none of
 // another key).
@@ -72,7 +73,7 @@ func TestKeyIndexFollowsRecords(t *testing.T) {
 			p.Cursor = page.NextCursor
 		}
 	}
-	check := func(step int) {
+	check := func(step int, search bool) {
 		t.Helper()
 		for i := range s.shards {
 			sh := &s.shards[i]
@@ -92,10 +93,23 @@ func TestKeyIndexFollowsRecords(t *testing.T) {
 					return true
 				})
 			}
+			for j, e := range sh.unindexed {
+				if e.unindexedAt != j+1 {
+					t.Fatalf("step %d: the record of %v waits for the key index at %d and says %d", step, e.rec.Key, j+1, e.unindexedAt)
+				}
+				sh2, h := s.locate(e.rec.Key)
+				if sh2 != sh || sh.lookup(h, e.rec.Key) != e {
+					t.Fatalf("step %d: a record of %v that the shard no longer has waits for the key index", step, e.rec.Key)
+				}
+			}
+			n += len(sh.unindexed)
 			if n != sh.n {
-				t.Fatalf("step %d: shard %d holds %d records and its key index %d", step, i, sh.n, n)
+				t.Fatalf("step %d: shard %d holds %d records and its key index, with those waiting for it, %d", step, i, sh.n, n)
 			}
 			sh.mu.Unlock()
+		}
+		if !search {
+			return
 		}
 		for _, k := range keys {
 			want := live(func(x string) bool { return x == k })
@@ -137,7 +151,9 @@ func TestKeyIndexFollowsRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		check(step)
+		// Searches bring the key index up to date; between them, records
+		// come and go while they wait for it.
+		check(step, rng.IntN(6) == 0)
 	}
 	if s.Usage().Evicted == 0 {
 		t.Fatal("no record was evicted at MaxRecords: the test does not reach eviction")

@@ -97,6 +97,7 @@ func (sh *shard) search(p idemstore.ListParams, after *idemstore.Record, keep fu
 	var found []*entry
 	switch {
 	case p.Key != "" || p.KeyPrefix != "":
+		sh.syncKeyIndex()
 		if sh.byKey == nil {
 			return nil
 		}

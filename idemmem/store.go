@@ -140,9 +140,10 @@ type shard struct {
 	head    atomic.Int64
 	waiters map[idemstore.Key][]chan struct{}
 	// The search indexes (see table.go).
-	byKey   *btree.BTreeG[keyItem]
-	byLabel map[string]map[*entry]struct{}
-	_       [64]byte // keep neighbouring shards' locks off one cache line
+	byKey     *btree.BTreeG[keyItem]
+	unindexed []*entry // records not yet in byKey (see syncKeyIndex)
+	byLabel   map[string]map[*entry]struct{}
+	_         [64]byte // keep neighbouring shards' locks off one cache line
 }
 
 // New returns an empty Store. It fails only when cfg is invalid.
@@ -243,6 +244,9 @@ type entry struct {
 	req  idemstore.Request // valid when hasReq
 	next *entry            // the next record whose key has the same hash
 	size int64             // what the record counts against MaxBytes
+	// unindexedAt is the record's place in its shard's unindexed, plus
+	// one; zero once it is in the key index.
+	unindexedAt int
 
 	hasReq bool
 }

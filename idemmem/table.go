@@ -2,6 +2,7 @@ package idemmem
 
 import (
 	"encoding/binary"
+	"slices"
 	"strings"
 
 	"github.com/google/btree"
@@ -65,6 +66,17 @@ func (sh *shard) remove(h uint64, e *entry) bool {
 // operation order), for a search by key or key prefix, and by scope label
 // (byLabel, by idemstore.ScopeLabelIndex), for a search by label. Neither
 // changes after Reserve, so only insert and remove touch them.
+//
+// The key index is brought up to date by the searches that read it
+// (syncKeyIndex), not by every Reserve: a new record waits in
+// sh.unindexed, where adding it and removing it (when it expires or is
+// released before any search) costs O(1), and the first search after it
+// moves the waiting records into the B-tree, sorted. A B-tree insert at a
+// random place, with the cache misses of the nodes it walks and the
+// garbage its nodes make, is the most a Reserve on a large store spent,
+// for searches an operator makes now and then; now a record that expires
+// between two searches never enters the B-tree at all, and one search pays
+// at most one insert per record added since the last.
 
 // keyItem is an entry of the key index: the record's key, held by value in
 // the B-tree's nodes so that comparing two needs no visit to their
@@ -115,10 +127,8 @@ func byKeyValue(a, b keyItem) bool {
 const keyIndexDegree = 16
 
 func (sh *shard) index(e *entry) {
-	if sh.byKey == nil {
-		sh.byKey = btree.NewG(keyIndexDegree, byKeyValue)
-	}
-	sh.byKey.ReplaceOrInsert(keyItemOf(e))
+	sh.unindexed = append(sh.unindexed, e)
+	e.unindexedAt = len(sh.unindexed)
 	if e.rec.ScopeLabel != "" {
 		ix := idemstore.ScopeLabelIndex(e.rec.ScopeLabel)
 		if sh.byLabel == nil {
@@ -134,7 +144,15 @@ func (sh *shard) index(e *entry) {
 }
 
 func (sh *shard) unindex(e *entry) {
-	sh.byKey.Delete(keyItemOf(e))
+	if i := e.unindexedAt - 1; i >= 0 { // still waiting: swap the last one into its place
+		last := sh.unindexed[len(sh.unindexed)-1]
+		sh.unindexed[i], last.unindexedAt = last, i+1
+		sh.unindexed[len(sh.unindexed)-1] = nil
+		sh.unindexed = sh.unindexed[:len(sh.unindexed)-1]
+		e.unindexedAt = 0
+	} else {
+		sh.byKey.Delete(keyItemOf(e))
+	}
 	if e.rec.ScopeLabel != "" {
 		ix := idemstore.ScopeLabelIndex(e.rec.ScopeLabel)
 		if set := sh.byLabel[ix]; set != nil {
@@ -146,9 +164,37 @@ func (sh *shard) unindex(e *entry) {
 	}
 }
 
+// syncKeyIndex moves the records waiting in sh.unindexed into the key
+// index, in order (inserts next to the previous one walk nodes already in
+// the cache). The caller holds sh.mu.
+func (sh *shard) syncKeyIndex() {
+	if len(sh.unindexed) == 0 {
+		return
+	}
+	if sh.byKey == nil {
+		sh.byKey = btree.NewG(keyIndexDegree, byKeyValue)
+	}
+	items := make([]keyItem, len(sh.unindexed))
+	for i, e := range sh.unindexed {
+		items[i] = keyItemOf(e)
+		e.unindexedAt = 0
+	}
+	slices.SortFunc(items, func(a, b keyItem) int {
+		if byKeyValue(a, b) {
+			return -1
+		}
+		return 1 // never equal: no two records share a key
+	})
+	for _, it := range items {
+		sh.byKey.ReplaceOrInsert(it)
+	}
+	clear(sh.unindexed)
+	sh.unindexed = sh.unindexed[:0]
+}
+
 // clearIndexes drops every record from the indexes.
 func (sh *shard) clearIndexes() {
-	sh.byKey, sh.byLabel = nil, nil
+	sh.byKey, sh.byLabel, sh.unindexed = nil, nil, nil
 }
 
 // each calls f for every record in the shard, in no order.
