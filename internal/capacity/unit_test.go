@@ -1,0 +1,115 @@
+package capacity
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+func TestStatTicks(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		want int64
+	}{
+		{"42 (postgres) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 5 0 0", 10},
+		// A command name may hold spaces and parentheses.
+		{"7 (a b) c)) R 1 7 7 0 -1 0 0 0 0 0 120 80 0 0 20 0 1 0 5 0 0", 200},
+	} {
+		got, err := statTicks(tc.line)
+		if err != nil || got != tc.want {
+			t.Errorf("statTicks(%q) = %d, %v; want %d", tc.line, got, err, tc.want)
+		}
+	}
+	if _, err := statTicks("42 postgres S 1"); err == nil {
+		t.Error("statTicks accepted a line without a command name")
+	}
+}
+
+func TestOwnProcessCounts(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc")
+	}
+	c := startServerCPU(func() []int { return []int{os.Getpid()} })
+	// Spin until the kernel has charged this process a few ticks; the test
+	// fails by timing out if procTicks never sees them.
+	for c.elapsed() < 3*time.Second/clockTicks {
+		for i := range 1 << 20 {
+			_ = i * i
+		}
+	}
+	if selfCPU() <= 0 {
+		t.Error("getrusage reported no CPU time")
+	}
+}
+
+func TestWorkloadShapes(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	if s := scope(7); !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(s) || s == scope(8) {
+		t.Errorf("scope(7) = %q: want 64 hex digits, distinct per client", s)
+	}
+	if scope(7) != scope(7+clients) {
+		t.Error("scopes are not spread over exactly clients credentials")
+	}
+	for _, size := range []int{1 << 10, 16 << 10} {
+		a := answer(r, size)
+		if len(a) != size || !json.Valid(a) {
+			t.Errorf("answer(%d): %d bytes, valid JSON %t", size, len(a), json.Valid(a))
+		}
+	}
+	b := requestBody(r)
+	if len(b) < 180 || len(b) > 240 || !json.Valid(b) {
+		t.Errorf("request body: %d bytes, valid JSON %t, want about 200: %s", len(b), json.Valid(b), b)
+	}
+
+	s, err := idemmem.New(idemmem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	if err := load(ctx, s, 50, 4, shape{answerSize: 1 << 10, storeBody: true, retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.List(ctx, idemstore.ListParams{Limit: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(page.Records) != 50 {
+		t.Fatalf("load stored %d records, want 50", len(page.Records))
+	}
+	for _, rec := range page.Records {
+		if _, err := uuid.Parse(rec.Key.Key); err != nil || rec.State != idemstore.StateCompleted ||
+			len(rec.Response.Body) != 1<<10 || len(rec.Request.Body) < 180 {
+			t.Fatalf("record %+v: want a completed UUID key with a 1 KiB answer and the request body", rec)
+		}
+	}
+}
+
+// TestHeapGrowthCountsRecords checks the memory store's measurement: the
+// heap grows by at least the answers' bytes for every record loaded.
+func TestHeapGrowthCountsRecords(t *testing.T) {
+	s, err := idemmem.New(idemmem.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	b := memoryBackend(t)
+	before, _, _ := b.size(t.Context())
+	const n = 500
+	if err := load(t.Context(), s, n, 4, shape{answerSize: 16 << 10, retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	after, _, _ := b.size(t.Context())
+	if per := (after - before) / n; per < 16<<10 || per > 64<<10 {
+		t.Errorf("heap grew %d bytes per record with a 16 KiB answer; want 16-64 KiB", per)
+	}
+}
