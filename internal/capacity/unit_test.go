@@ -3,9 +3,11 @@ package capacity
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 
 	"github.com/idem-dev/idem/idemmem"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
 )
 
 func TestStatTicks(t *testing.T) {
@@ -111,5 +114,26 @@ func TestHeapGrowthCountsRecords(t *testing.T) {
 	after, _, _ := b.size(t.Context())
 	if per := (after - before) / n; per < 16<<10 || per > 64<<10 {
 		t.Errorf("heap grew %d bytes per record with a 16 KiB answer; want 16-64 KiB", per)
+	}
+}
+
+func TestServerPIDs(t *testing.T) {
+	ctx := t.Context()
+	for _, u := range []string{"memory://", "sqlite://x.db"} {
+		if f, err := serverPIDs(ctx, u); f != nil || err != nil {
+			t.Errorf("serverPIDs(%q): want nil, nil for an in-process store (err %v)", u, err)
+		}
+	}
+	u := testenv.Getenv(t, "IDEM_TEST_REDIS_URL")
+	f, err := serverPIDs(ctx, testenv.WithParam(u, "prefix", "capacity-test"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := f()
+	if len(pids) != 1 {
+		t.Fatalf("serverPIDs(%s) = %v, want the one redis-server", u, pids)
+	}
+	if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pids[0])); strings.TrimSpace(string(comm)) != "redis-server" {
+		t.Errorf("pid %d is %q, not redis-server", pids[0], comm)
 	}
 }
