@@ -26,14 +26,17 @@ func EncodeResponse(r *Response) []byte {
 	}
 	// Header names are sorted on the stack for the usual handful of headers.
 	names := make([]string, 0, 16)
-	size := 1 + 3*binary.MaxVarintLen64 + len(r.NotReplayable) + len(r.Body)
+	// The exact size: a store that keeps the bytes (the memory store) keeps
+	// their capacity too.
+	size := 1 + uvarintLen(uint64(r.Status)) + stringLen(r.NotReplayable) + stringLen(string(r.Body))
 	for name, values := range r.Header {
 		names = append(names, name)
-		size += 2*binary.MaxVarintLen64 + len(name)
+		size += stringLen(name) + uvarintLen(uint64(len(values)))
 		for _, v := range values {
-			size += binary.MaxVarintLen64 + len(v)
+			size += stringLen(v)
 		}
 	}
+	size += uvarintLen(uint64(len(names)))
 	slices.Sort(names)
 	b := make([]byte, 0, size)
 	b = append(b, responseCodecV1)
@@ -52,6 +55,18 @@ func EncodeResponse(r *Response) []byte {
 	b = append(b, r.Body...)
 	return b
 }
+
+// uvarintLen is how many bytes binary.AppendUvarint appends for x.
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+// stringLen is how many bytes appendString appends for s.
+func stringLen(s string) int { return uvarintLen(uint64(len(s))) + len(s) }
 
 func appendString(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))

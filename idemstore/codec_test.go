@@ -3,6 +3,7 @@ package idemstore_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"net/http"
 	"reflect"
 	"testing"
@@ -25,11 +26,17 @@ func TestResponseCodecRoundTrip(t *testing.T) {
 		{"binary body", &idemstore.Response{Status: 200, Body: binary}},
 		{"many headers", &idemstore.Response{Status: 500, Header: http.Header{"A": {"1", "2"}, "B": {""}, "X-Long": {string(bytes.Repeat([]byte("v"), 70000))}}}},
 		{"not replayable", &idemstore.Response{Status: 200, NotReplayable: "body_too_large"}},
+		{"200 headers", &idemstore.Response{Status: 99999, Header: manyHeaders(200)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			got, err := idemstore.DecodeResponse(idemstore.EncodeResponse(tc.r))
+			enc := idemstore.EncodeResponse(tc.r)
+			if cap(enc) != len(enc) {
+				// A store that keeps the bytes keeps their capacity too.
+				t.Errorf("encoded in %d bytes with a capacity of %d", len(enc), cap(enc))
+			}
+			got, err := idemstore.DecodeResponse(enc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -42,6 +49,14 @@ func TestResponseCodecRoundTrip(t *testing.T) {
 			}
 		})
 	}
+}
+
+func manyHeaders(n int) http.Header {
+	h := http.Header{}
+	for i := range n {
+		h.Set(fmt.Sprint("X-H", i), fmt.Sprint(i))
+	}
+	return h
 }
 
 func TestResponseCodecNil(t *testing.T) {
