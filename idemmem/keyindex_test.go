@@ -94,7 +94,7 @@ func TestKeyIndexFollowsRecords(t *testing.T) {
 				})
 			}
 			for j, e := range sh.unindexed {
-				if e.unindexedAt != j+1 {
+				if int(e.unindexedAt) != j+1 {
 					t.Fatalf("step %d: the record of %v waits for the key index at %d and says %d", step, e.rec.Key, j+1, e.unindexedAt)
 				}
 				sh2, h := s.locate(e.rec.Key)

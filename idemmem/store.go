@@ -245,8 +245,9 @@ type entry struct {
 	next *entry            // the next record whose key has the same hash
 	size int64             // what the record counts against MaxBytes
 	// unindexedAt is the record's place in its shard's unindexed, plus
-	// one; zero once it is in the key index.
-	unindexedAt int
+	// one; zero once it is in the key index. (32 bits, beside hasReq, keep
+	// an entry in the 384-byte size class.)
+	unindexedAt int32
 
 	hasReq bool
 }

@@ -128,7 +128,7 @@ const keyIndexDegree = 16
 
 func (sh *shard) index(e *entry) {
 	sh.unindexed = append(sh.unindexed, e)
-	e.unindexedAt = len(sh.unindexed)
+	e.unindexedAt = int32(len(sh.unindexed))
 	if e.rec.ScopeLabel != "" {
 		ix := idemstore.ScopeLabelIndex(e.rec.ScopeLabel)
 		if sh.byLabel == nil {
@@ -144,9 +144,9 @@ func (sh *shard) index(e *entry) {
 }
 
 func (sh *shard) unindex(e *entry) {
-	if i := e.unindexedAt - 1; i >= 0 { // still waiting: swap the last one into its place
+	if i := int(e.unindexedAt) - 1; i >= 0 { // still waiting: swap the last one into its place
 		last := sh.unindexed[len(sh.unindexed)-1]
-		sh.unindexed[i], last.unindexedAt = last, i+1
+		sh.unindexed[i], last.unindexedAt = last, int32(i+1)
 		sh.unindexed[len(sh.unindexed)-1] = nil
 		sh.unindexed = sh.unindexed[:len(sh.unindexed)-1]
 		e.unindexedAt = 0

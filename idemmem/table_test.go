@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -131,5 +132,14 @@ func TestKeyIndexOrdersByKeyValue(t *testing.T) {
 				t.Errorf("%q < %q = %v, want %v", a, b, got, want)
 			}
 		}
+	}
+}
+
+// A record's entry fits the 384-byte size class of Go's allocator: every
+// byte past it takes 32 more per record, which a store of a day's records
+// pays in memory and in the garbage collector's work.
+func TestEntryFitsItsSizeClass(t *testing.T) {
+	if n := unsafe.Sizeof(entry{}); n > 384 {
+		t.Fatalf("an entry takes %d bytes; keep it within 384", n)
 	}
 }
