@@ -543,15 +543,6 @@ func (s *Store) readRecords(ctx context.Context, cands []cand) ([]*idemstore.Rec
 }
 
 // fix runs fixScript for index entries whose record is gone or has left
-// the set they were found in, in one pipeline, and ignores its errors:
-// the entries are filtered out when met anyway, and Purge sweeps them.
-func (s *Store) fix(ctx context.Context, cands []cand) {
-	if len(cands) == 0 {
-		return
-	}
-	execs := make([]rueidis.LuaExec, len(cands))
-	for i, c := range cands {
-		execs[i] = rueidis.LuaExec{Keys: s.keys(c.key).indexed(), Args: []string{keyMember(c.key), ageMember(c.key), c.label}}
-	}
-	s.scripts().fix.ExecMulti(ctx, s.client, execs...)
-}
+// the set they were found in, and ignores its errors: the entries are
+// filtered out when met anyway, and Purge sweeps them.
+func (s *Store) fix(ctx context.Context, cands []cand) { _ = s.fixAll(ctx, cands) }

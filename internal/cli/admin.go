@@ -20,8 +20,12 @@ func newMigrateCmd() *cobra.Command {
 		Short: "Create or update the store's schema",
 		Long: `migrate applies the store's schema migrations (SQLite, PostgreSQL, MySQL) and
 exits. It is safe to run from several deploy jobs at once: the migrations take
-a lock and each runs exactly once. Redis and memory stores have no schema, so
-there is nothing to do for them. idem serve also migrates when it starts.`,
+a lock and each runs exactly once. idem serve also migrates when it starts.
+
+Redis has no schema: there, migrate puts every record into the search indexes
+(records written by versions of idem before the indexes have none, so searches and
+counts miss them until it has run), printing its progress. It is idempotent
+and safe while proxies serve. Memory stores have nothing to migrate.`,
 		Example: `  idem migrate --store sqlite:///var/lib/idem/idem.db
   idem migrate --store 'postgres://idem:secret@db:5432/idem'
   idem migrate --store 'mysql://idem:secret@tcp(db:3306)/idem'`,
@@ -31,9 +35,12 @@ there is nothing to do for them. idem serve also migrates when it starts.`,
 			if err != nil {
 				return usageError{err}
 			}
-			if t.Kind == storeurl.KindRedis || t.Kind == storeurl.KindRedisCluster || t.Kind == storeurl.KindMemory {
+			if t.Kind == storeurl.KindMemory {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: %s stores have no schema; nothing to migrate.\n", t.Redacted, t.Kind)
 				return nil
+			}
+			if t.Kind == storeurl.KindRedis || t.Kind == storeurl.KindRedisCluster {
+				return reindex(cmd, t)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Minute)
 			defer cancel()
@@ -48,6 +55,33 @@ there is nothing to do for them. idem serve also migrates when it starts.`,
 	}
 	cmd.Flags().StringVar(&store, "store", "sqlite://idem.db", "store URL")
 	return cmd
+}
+
+// reindexer is a store whose search indexes can be rebuilt from its
+// records (idemredis).
+type reindexer interface {
+	Reindex(ctx context.Context, progress func(indexed int)) (int, error)
+}
+
+// reindex puts every record of the Redis store t into its search indexes.
+func reindex(cmd *cobra.Command, t *storeurl.Target) error {
+	s, closeFn, err := t.Connect(cmd.Context(), false)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	r, ok := s.(reindexer)
+	if !ok {
+		return fmt.Errorf("%s: the store cannot rebuild its indexes", t.Redacted)
+	}
+	n, err := r.Reindex(cmd.Context(), func(done int) {
+		fmt.Fprintf(cmd.OutOrStdout(), "indexed %d records so far\n", done)
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "%s: search indexes up to date (%d records indexed).\n", t.Redacted, n)
+	return nil
 }
 
 func newPurgeCmd() *cobra.Command {

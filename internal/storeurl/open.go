@@ -156,9 +156,7 @@ func (t *Target) connect(ctx context.Context, migrate bool) (idemstore.Store, fu
 // connecting: what the store itself reports once open.
 func (t *Target) Capabilities() idemstore.Capabilities {
 	switch t.Kind {
-	case KindRedis, KindRedisCluster:
-		return idemstore.Capabilities{Notify: true}
-	case KindMemory:
+	case KindRedis, KindRedisCluster, KindMemory:
 		return idemstore.Capabilities{Notify: true, Search: true}
 	case KindPostgres:
 		return idemstore.Capabilities{TransactionalComplete: true, Notify: true, Search: true}
