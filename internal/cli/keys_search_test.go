@@ -29,7 +29,7 @@ func randomName() string {
 
 // searchStoreURLs returns the --store URL of a fresh, migrated store of
 // each kind: SQLite; PostgreSQL in a schema, MySQL in a database and
-// Redis under a prefix of its own (each dropped at cleanup; skipped
+// Redis (a single node and a Cluster) under a prefix of its own (each dropped at cleanup; skipped
 // without the server, failing with CI=true).
 func searchStoreURLs(t *testing.T) map[string]string {
 	urls := map[string]string{"sqlite": "sqlite://" + filepath.Join(t.TempDir(), "idem.db")}
@@ -68,6 +68,7 @@ func searchStoreURLs(t *testing.T) map[string]string {
 	urls["mysql"] = "mysql://" + hostPart + "/" + db
 
 	urls["redis"] = testenv.WithParam(testenv.Getenv(t, "IDEM_TEST_REDIS_URL"), "prefix", "idem_cli_"+randomName())
+	urls["redis-cluster"] = testenv.WithParam("redis+cluster://"+testenv.Getenv(t, "IDEM_TEST_REDIS_CLUSTER"), "prefix", "idem_cli_"+randomName())
 	return urls
 }
 
