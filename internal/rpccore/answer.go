@@ -50,6 +50,15 @@ const (
 // the status st, with the metadata header and trailer (less what keep
 // refuses; nil keeps none).
 func Encode(msg proto.Message, st *spb.Status, header, trailer MD, keep func(string) bool) (*idem.Response, error) {
+	return encode(msg, st, header, trailer, keep, false)
+}
+
+// encode is Encode. With shared, the answer's Header, when it has only the
+// status and the content type (a message, no metadata), is one map shared
+// by every answer of the message's type: what lease.Complete is given,
+// which neither it nor any store changes (stores copy or encode what they
+// keep). Encode, whose Response callers may change, never shares it.
+func encode(msg proto.Message, st *spb.Status, header, trailer MD, keep func(string) bool, shared bool) (*idem.Response, error) {
 	var (
 		body []byte
 		err  error
@@ -66,15 +75,27 @@ func Encode(msg proto.Message, st *spb.Status, header, trailer MD, keep func(str
 	if err != nil {
 		return nil, fmt.Errorf("rpccore: encoding the answer: %w", err)
 	}
-	vs := make([]string, 2) // one allocation for both values
-	vs[0], vs[1] = strconv.Itoa(int(c)), contentType(name)
-	h := http.Header{hdrStatus: vs[0:1:1], hdrContentType: vs[1:2:2]}
+	if shared && st == nil && len(header) == 0 && len(trailer) == 0 {
+		return &idem.Response{Status: HTTPStatus(c), Header: messageHeader(name), Body: body}, nil
+	}
+	h := newHeader(c, name)
 	putMD(h, prefixHeader, header, keep)
 	putMD(h, prefixTrailer, trailer, keep)
 	return &idem.Response{Status: HTTPStatus(c), Header: h, Body: body}, nil
 }
 
-var contentTypes sync.Map // protoreflect.FullName → string
+// newHeader returns the stored header of an answer of code c and type
+// name, without metadata.
+func newHeader(c code.Code, name protoreflect.FullName) http.Header {
+	vs := make([]string, 2) // one allocation for both values
+	vs[0], vs[1] = strconv.Itoa(int(c)), contentType(name)
+	return http.Header{hdrStatus: vs[0:1:1], hdrContentType: vs[1:2:2]}
+}
+
+var (
+	contentTypes   sync.Map // protoreflect.FullName → string
+	messageHeaders sync.Map // protoreflect.FullName → http.Header, never changed
+)
 
 // contentType is the stored Content-Type of an answer of type name, made
 // once per type.
@@ -85,6 +106,16 @@ func contentType(name protoreflect.FullName) string {
 	ct := ctProtobuf + "; proto=" + string(name)
 	contentTypes.Store(name, ct)
 	return ct
+}
+
+// messageHeader is the stored header of a message answer of type name
+// without metadata, made once per type and shared: nobody may change it.
+func messageHeader(name protoreflect.FullName) http.Header {
+	if h, ok := messageHeaders.Load(name); ok {
+		return h.(http.Header)
+	}
+	h, _ := messageHeaders.LoadOrStore(name, newHeader(code.Code_OK, name))
+	return h.(http.Header)
 }
 
 func putMD(h http.Header, prefix string, md MD, keep func(string) bool) {

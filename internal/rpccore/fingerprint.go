@@ -1,7 +1,6 @@
 package rpccore
 
 import (
-	"bytes"
 	"strconv"
 	"sync"
 
@@ -32,31 +31,41 @@ const fpContentType = "application/protobuf"
 // Fingerprint returns the fingerprint of m, a request of op, under key
 // (FingerprintOptions.Key; nil for plain SHA-256), and what it was made of,
 // which lets a record fingerprinted by an earlier version of idem match a
-// retry (idem.Request.FingerprintSource).
-func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte) (string, *idem.FingerprintSource, error) {
+// retry (idem.Request.FingerprintSource). With buf, the encoding is made in
+// *buf, and what it was made of holds it: the caller keeps *buf untouched
+// while it uses that (in Begin), and may reuse it after; nil makes a new
+// one.
+func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte, buf *[]byte) (string, *idem.FingerprintSource, error) {
 	if r := m.ProtoReflect(); len(r.GetUnknown()) > 0 || f.nested && hasUnknown(r) {
 		m = proto.Clone(m)
 		discardUnknown(m.ProtoReflect())
 	}
-	bp := fpBufs.Get().(*[]byte)
-	defer func() {
-		if cap(*bp) <= 1<<20 { // do not pin huge buffers in the pool
-			fpBufs.Put(bp)
-		}
-	}()
-	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*bp)[:0], m)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.MarshalAppend((*buf)[:0], m)
 	if err != nil {
 		return "", nil, err
 	}
-	*bp = b
+	*buf = b
 	b = dropFields(b, f)
-	src := &idem.FingerprintSource{Input: idem.FingerprintInput{Method: "RPC", Operation: op, ContentType: fpContentType, Body: bytes.Clone(b)},
+	src := &idem.FingerprintSource{Input: idem.FingerprintInput{Method: "RPC", Operation: op, ContentType: fpContentType, Body: b},
 		Options: idem.FingerprintOptions{Key: key}}
 	if k.hasFirstSent {
 		src.Input.Query = "first_sent=" + strconv.FormatInt(k.firstSent.UnixNano(), 10)
 	}
 	fp, err := idem.Fingerprint(src.Input, src.Options)
 	return fp, src, err
+}
+
+// fpBuffer returns a buffer for Fingerprint from the pool; putFPBuffer
+// gives it back.
+func fpBuffer() *[]byte { return fpBufs.Get().(*[]byte) }
+
+func putFPBuffer(bp *[]byte) {
+	if cap(*bp) <= 1<<20 { // do not pin huge buffers in the pool
+		fpBufs.Put(bp)
+	}
 }
 
 // dropFields removes the top-level key fields from b, a message's

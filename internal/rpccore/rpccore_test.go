@@ -2,10 +2,13 @@ package rpccore
 
 import (
 	"bytes"
+	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
@@ -64,7 +67,7 @@ func TestFingerprintMapOrderAndUnknownFields(t *testing.T) {
 		}
 		f := KeyFieldsOf(m.ProtoReflect().Descriptor())
 		before := len(m.ProtoReflect().GetUnknown())
-		s, _, err := Fingerprint("/m", &m, f, found{}, nil)
+		s, _, err := Fingerprint("/m", &m, f, found{}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,7 +109,7 @@ func TestFingerprintNestedUnknownFields(t *testing.T) {
 		if err := proto.Unmarshal(raw, &m); err != nil {
 			t.Fatal(err)
 		}
-		s, _, err := Fingerprint("/m", &m, KeyFieldsOf(m.ProtoReflect().Descriptor()), found{}, nil)
+		s, _, err := Fingerprint("/m", &m, KeyFieldsOf(m.ProtoReflect().Descriptor()), found{}, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,5 +120,49 @@ func TestFingerprintNestedUnknownFields(t *testing.T) {
 	}
 	if !KeyFieldsOf((&testpb.ShipRequest{}).ProtoReflect().Descriptor()).nested || KeyFieldsOf((&testpb.ChargeRequest{}).ProtoReflect().Descriptor()).nested {
 		t.Fatal("nested: ShipRequest holds a message, ChargeRequest only a map of strings")
+	}
+}
+
+// TestEncodeSharesTheHeaderOfPlainMessages: the stored header of a message
+// answer without metadata is one map per message type on the settle path,
+// so that storing an answer does not build it every time; an answer with
+// metadata, a status, and every Response a caller of Encode gets (who may
+// change it) have maps of their own.
+func TestEncodeSharesTheHeaderOfPlainMessages(t *testing.T) {
+	t.Parallel()
+	same := func(a, b *idem.Response) bool {
+		return reflect.ValueOf(a.Header).UnsafePointer() == reflect.ValueOf(b.Header).UnsafePointer()
+	}
+	enc := func(msg proto.Message, st *spb.Status, md MD, shared bool) *idem.Response {
+		t.Helper()
+		r, err := encode(msg, st, md, nil, func(string) bool { return true }, shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a, b := enc(&testpb.Payment{Id: "a"}, nil, nil, true), enc(&testpb.Payment{Id: "b"}, nil, nil, true)
+	if !same(a, b) {
+		t.Error("two plain answers of one type have headers of their own")
+	}
+	want := http.Header{hdrStatus: {"0"}, hdrContentType: {"application/protobuf; proto=idem.test.v1.Payment"}}
+	if !reflect.DeepEqual(a.Header, want) {
+		t.Errorf("shared header %v, want %v", a.Header, want)
+	}
+	if c := enc(&testpb.ChargeRequest{}, nil, nil, true); same(a, c) || c.Header.Get(hdrContentType) != "application/protobuf; proto=idem.test.v1.ChargeRequest" {
+		t.Errorf("another type's answer has header %v", c.Header)
+	}
+	for name, r := range map[string]*idem.Response{
+		"with metadata": enc(&testpb.Payment{}, nil, MD{"x-a": {"1"}}, true),
+		"a status":      enc(nil, &spb.Status{Code: 5}, nil, true),
+		"from Encode":   enc(&testpb.Payment{}, nil, nil, false),
+	} {
+		if same(a, r) {
+			t.Errorf("%s: the answer's header is the shared one", name)
+		}
+		r.Header.Set("X-Changed", "1")
+	}
+	if !reflect.DeepEqual(enc(&testpb.Payment{}, nil, nil, true).Header, want) {
+		t.Error("changing another answer's header changed the shared one")
 	}
 }

@@ -245,8 +245,10 @@ func (s *Server) serve(ctx context.Context, c *Call, m *method, ev *Event, handl
 		}
 		return refuse(idem.SituationScopeDenied.Name, "The call's credentials do not identify a client.")
 	}
-	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, k, s.o.FingerprintKey)
+	fpBuf := fpBuffer()
+	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, k, s.o.FingerprintKey, fpBuf)
 	if err != nil {
+		putFPBuffer(fpBuf)
 		return Answer{Status: &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}}
 	}
 	wait := m.pol.Wait
@@ -259,6 +261,7 @@ func (s *Server) serve(ctx context.Context, c *Call, m *method, ev *Event, handl
 		Kind: m.pol.Kind, Wait: wait, Lease: m.pol.Lease, Retention: m.pol.Retention,
 		Info: m.info,
 	})
+	putFPBuffer(fpBuf) // src holds it, and Begin is done with src
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:

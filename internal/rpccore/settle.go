@@ -110,7 +110,7 @@ func (s *Server) settle(ctx context.Context, m *method, lease *idem.Lease, res R
 	if res.Err == nil {
 		st = nil
 	}
-	resp, err := Encode(res.Msg, st, res.Header, res.Trailer, s.keep)
+	resp, err := encode(res.Msg, st, res.Header, res.Trailer, s.keep, true)
 	if err == nil && len(resp.Header) > 2 { // the handler's metadata counts against the bound on answers
 		if limit := s.e.Config().MaxResponseBody; limit >= 0 && len(resp.Body) <= limit && len(resp.Body)+metadataSize(resp) > limit {
 			resp = &idem.Response{Status: resp.Status, NotReplayable: NotReplayableMetadata}
