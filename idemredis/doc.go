@@ -65,10 +65,12 @@
 // the times, the id of the last call that changed it), the token, the
 // original scope, operation and key (checked whenever a record is read by
 // key), the fingerprint, the encoded request (idemstore.EncodeRequest), the
-// review reason and the stored answer. The record's notification channel,
-// "<prefix>:{<tag>}:n", and its short-lived tombstone, "<prefix>:{<tag>}:g"
+// scope label (layout 2), the review reason and the stored answer. The
+// record's notification channel, "<prefix>:{<tag>}:n", and its
+// short-lived tombstone, "<prefix>:{<tag>}:g"
 // (see Errors below), share the tag and therefore the slot, so nothing the
-// store does ever crosses slots.
+// store does ever crosses slots. The search indexes of the record's slot
+// (see Search) are named after another tag that hashes to the same slot.
 //
 // Each read by key and each state change (reserve, get, complete, release,
 // escalate, extend, takeover, resolve, delete) is one Lua script, sent with
@@ -122,8 +124,9 @@
 // with UpdatedAt equal to CreatedAt and no Request.
 //
 // A reserve and a complete are two round trips and two scripts: Reserve
-// runs TIME and SET NX, Complete TIME, GETRANGE (the record's head) and
-// SET, with PUBLISH only when someone waits (see Notifications). The
+// runs TIME, SET NX and three ZADD of the search indexes, Complete TIME,
+// GETRANGE (the record's head), SET and a ZREM, with PUBLISH only when
+// someone waits (see Notifications and Search). The
 // server's cost of a script is mostly the call itself and the bytes that
 // pass through Lua, so the scripts take few arguments and never copy a
 // large answer or stored request twice (see scripts.go). rueidis pipelines
@@ -138,20 +141,18 @@
 //
 // # Listing and its cost
 //
-// List, ListExpiredLeases and Purge SCAN every master (on a Cluster, the
-// masters that CLUSTER SLOTS names, each through the client's own
-// connection to it) with MATCH "<prefix>:{*}:r". The listings read each
-// batch's states, lease deadlines and operations (the filters) with one
-// pipelined GETRANGE of a record's first 512 bytes per key after the
-// node's TIME (HMGET for a hash of an earlier version, GET for a record
-// whose operation ends further on), and whole records (responses and
-// requests included) only for those they return; Purge sends one
-// conditional-delete script per scanned key, which reads only the
-// record's head, pipelined in BatchSize chunks.
-// There is no index: an index key cannot share the slot of every record, so
-// keeping one would need a second round trip per state change and could
-// drift from the records after a crash. The cost falls on the listing side
-// instead:
+// A List without a search field, ListExpiredLeases and Purge SCAN every
+// master (on a Cluster, the masters that CLUSTER SLOTS names, each through
+// the client's own connection to it) with MATCH "<prefix>:{*}:r", so they
+// also see records that no index holds yet (see Upgrading to the search
+// indexes). The listings read each batch's states, lease deadlines and
+// operations (the filters) with one pipelined GETRANGE of a record's first
+// 512 bytes per key after the node's TIME (HMGET for a hash of an earlier
+// version, GET for a record whose operation ends further on), and whole
+// records (responses and requests included) only for those they return;
+// Purge sends one conditional-delete script per scanned key, which reads
+// only the record's head, pipelined in BatchSize chunks, and then sweeps
+// the search indexes (see below). The cost falls on the listing side:
 //
 //   - SCAN walks every key of every master, idem's or not; MATCH filters on
 //     the server. A full pass over N keys takes about N/ScanCount SCAN calls
@@ -167,6 +168,81 @@
 //     created or deleted meanwhile may or may not be, and a failover or
 //     resharding during a listing can make it repeat or skip records, or
 //     fail (the caller starts again).
+//
+// # Search
+//
+// The store searches (Capabilities.Search: a key by its value or a prefix
+// of it across scopes, a scope label, an age, a reason, every state by age)
+// and counts (idemstore.Counter) through sorted sets that the scripts
+// which change records keep in the same atomic step (index.go):
+//
+//	ik  every record, score 0, member key\0scope\0operation
+//	ia  every record, scored by created-at, member scope\0operation\0key
+//	ip  pending records, as ia
+//	iv  needs_review records, as ia
+//	il  labelled records, score 0, member label\0scope\0operation\0key
+//
+// (each part escaped so that NUL separates them and byte order is kept).
+// A search by key or prefix is a ZRANGEBYLEX of ik, which lists in the
+// order idemstore.OrderKey asks for with Key set (key, scope, operation),
+// in O(log N + page) whatever N; a label is a ZRANGEBYLEX of il; the review
+// queue, oldest first, a ZRANGEBYSCORE of iv, and every state or completed
+// records by age one of ia; a search by age with a key, prefix or label
+// reads their matches' ages from ia (ZMSCORE) and sorts them. Each listed
+// record is then read whole by the get script. Sorted sets were chosen over
+// RediSearch (a module many deployments lack, which indexes hashes and JSON
+// documents, not this store's binary strings) and over one set per key value or label
+// (a key per record more, and no prefix search). Members carry the key's
+// parts, so a search finds the records' names (the hash tag) without
+// reading anything else, and Counts reads operations and ages from ip and
+// iv alone.
+//
+// A script may only touch keys of its record's slot. On a Cluster each of
+// the 16384 slots therefore has its own five sets, named
+// "<prefix>:{<tag>}:i<letter>" with a short tag that hashes to that slot,
+// and a search asks every slot in one pipeline (rueidis sends each command
+// to the master of its slot) and merges the answers: it costs about 16384
+// small commands a round, tens of milliseconds, whatever the number of
+// records. On a single node (or behind Sentinel) there is one group of
+// sets, that of slot 0. Moving records between a single node and a Cluster
+// therefore needs Reindex.
+//
+// On the hot path, Reserve adds a record to ik, ia and ip (and il with a
+// label): three ZADD more in its script; Complete takes it out of ip (one
+// ZREM); Escalate moves it from ip to iv; Resolve, Release and Delete take
+// it out. Nothing else changes, and each call is still one script and one
+// round trip. scripts/bench-redis.sh and INFO commandstats measure the
+// server's time per reserve+complete pair (BENCHMARKS.md).
+//
+// A completed record ends by its TTL without a script, so its entries in
+// ik, ia and il stay behind it. A search filters every record it reads
+// against the search (so such entries are never listed), and drops the
+// entries of records it finds gone with a script that checks again
+// atomically (fixScript); Purge sweeps the rest: it reads ik and il of
+// every group, pipelined, asks EXISTS of each record and drops the entries
+// of those that are gone, and checks ip and iv whole. The sets therefore
+// hold at most the records of the last Purge interval more than the store
+// does. Counts takes pending and review counts from ip and iv exactly, and
+// completed ones from ZCARD of ia less those: up to
+// idemstore.ExactCountLimit it checks that each still exists, past it the
+// figure (which may include records whose TTL ran out since the last
+// Purge) is reported as an estimate.
+//
+// # Upgrading to the search indexes
+//
+// Records written by earlier versions have no index entries, so searches
+// and Counts miss them (plain listings, recovery, Purge and every read by
+// key still see them). [Store.Reindex], which `idem migrate --store
+// redis://…` runs, walks the keyspace by SCAN and puts every record into
+// the sets its state calls for, in batches, reporting its progress; it is
+// idempotent and safe while the store serves, since records that change
+// meanwhile are indexed by the scripts that change them. Run it once after
+// every process runs this version (records that a process of the earlier
+// version reserves during a rolling upgrade have no entries either), and
+// after moving records between a single node and a Cluster. A record keeps
+// ReserveParams.ScopeLabel in layout 2 of the string (record.go); a record
+// without a label stays in layout 1, which processes of the earlier version
+// read, so a deployment that sets no label keeps rolling upgrades working.
 //
 // # Notifications
 //
@@ -267,7 +343,9 @@
 // reached a demoted master), OOM (a full server under noeviction refuses a
 // script at its first write that could grow memory, before it changes
 // anything; the scripts that delete first, Release and Purge, still run)
-// and similar are idemstore.ErrUnavailable.
+// and similar are idemstore.ErrUnavailable. (Escalate adds the record to
+// the review set before it takes it out of the pending set for the same
+// reason: once a script has written, Redis lets the rest of it write.)
 // Context cancellation and deadlines remain recognisable with errors.Is.
 //
 // # Lost replies
