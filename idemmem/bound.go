@@ -150,8 +150,8 @@ func footprint(e *entry) int64 {
 	r := &e.rec
 	n := RecordOverhead + len(r.Key.Scope) + len(r.Key.Operation) + len(r.Key.Key) +
 		len(r.Fingerprint) + len(r.Token) + len(r.Reason) + len(r.ScopeLabel) + len(e.resp)
-	if e.hasReq {
-		n += requestSize(&e.req)
+	if e.req != nil {
+		n += requestSize(e.req)
 	}
 	return int64(n)
 }

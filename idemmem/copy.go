@@ -12,8 +12,8 @@ import (
 func copyRecord(e *entry, now time.Time) *idemstore.Record {
 	out := e.rec
 	out.ReadAt = now
-	if e.hasReq {
-		req := e.req
+	if e.req != nil {
+		req := *e.req
 		req.Body = clone(e.req.Body)
 		out.Request = &req
 	}

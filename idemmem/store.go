@@ -141,7 +141,8 @@ type shard struct {
 	waiters map[idemstore.Key][]chan struct{}
 	// The search indexes (see table.go).
 	byKey     *btree.BTreeG[keyItem]
-	unindexed []*entry // records not yet in byKey (see syncKeyIndex)
+	unindexed []*entry           // records not yet in byKey (see syncKeyIndex)
+	lastReq   *idemstore.Request // see keepRequest
 	byLabel   map[string]map[*entry]struct{}
 	_         [64]byte // keep neighbouring shards' locks off one cache line
 }
@@ -182,6 +183,7 @@ func (s *Store) Close() error {
 		sh.mu.Lock()
 		clear(sh.recs)
 		sh.clearIndexes()
+		sh.lastReq = nil
 		sh.n = 0
 		sh.expiry = expiryQueue{}
 		sh.syncHead()
@@ -241,15 +243,14 @@ func (s *Store) now() time.Time { return s.cfg.Now().UTC() }
 type entry struct {
 	rec  idemstore.Record // Response and Request are always nil here
 	resp []byte
-	req  idemstore.Request // valid when hasReq
-	next *entry            // the next record whose key has the same hash
-	size int64             // what the record counts against MaxBytes
+	// req is the request kept for operators, or nil; never changed, so
+	// records may share one (see shard.keepRequest).
+	req  *idemstore.Request
+	next *entry // the next record whose key has the same hash
+	size int64  // what the record counts against MaxBytes
 	// unindexedAt is the record's place in its shard's unindexed, plus
-	// one; zero once it is in the key index. (32 bits, beside hasReq, keep
-	// an entry in the 384-byte size class.)
+	// one; zero once it is in the key index.
 	unindexedAt int32
-
-	hasReq bool
 }
 
 // expired reports whether e is a completed record that may be evicted at
@@ -314,11 +315,28 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time, size int64) (r
 		ScopeLabel:  p.ScopeLabel,
 	}}
 	if p.Request != nil {
-		e.req, e.hasReq = *p.Request, true
-		e.req.Body = clone(p.Request.Body)
+		e.req = sh.keepRequest(p.Request)
 	}
 	sh.insert(h, e)
 	return nil, true, false
+}
+
+// keepRequest returns the store's own copy of q, a record's request kept
+// for operators. A request without a body that equals the one the shard
+// kept last is that one, shared: calls of one method keep the same
+// request (gRPC's front doors keep its name only), and each record then
+// holds a pointer to it instead of a copy. The caller holds sh.mu.
+func (sh *shard) keepRequest(q *idemstore.Request) *idemstore.Request {
+	if last := sh.lastReq; last != nil && len(q.Body) == 0 &&
+		q.Method == last.Method && q.Path == last.Path && q.Query == last.Query {
+		return last
+	}
+	c := *q
+	c.Body = clone(q.Body)
+	if len(c.Body) == 0 {
+		sh.lastReq = &c
+	}
+	return &c
 }
 
 // Get returns a copy of the record for key, or idemstore.ErrNotFound.

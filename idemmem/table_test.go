@@ -1,6 +1,7 @@
 package idemmem
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -135,11 +136,59 @@ func TestKeyIndexOrdersByKeyValue(t *testing.T) {
 	}
 }
 
-// A record's entry fits the 384-byte size class of Go's allocator: every
+// A record's entry fits the 320-byte size class of Go's allocator: every
 // byte past it takes 32 more per record, which a store of a day's records
 // pays in memory and in the garbage collector's work.
 func TestEntryFitsItsSizeClass(t *testing.T) {
-	if n := unsafe.Sizeof(entry{}); n > 384 {
-		t.Fatalf("an entry takes %d bytes; keep it within 384", n)
+	if n := unsafe.Sizeof(entry{}); n > 320 {
+		t.Fatalf("an entry takes %d bytes; keep it within 320", n)
+	}
+}
+
+// TestRecordsShareTheirRequest: records whose requests kept for operators
+// are equal and have no body share one copy, never the caller's; a
+// request with a body, or another request, has its own; and what a
+// caller does with its request or with a record it read changes nothing
+// stored.
+func TestRecordsShareTheirRequest(t *testing.T) {
+	t.Parallel()
+	s := MustNew(Config{Shards: 1})
+	ctx := context.Background()
+	reserve := func(key string, q *idemstore.Request) *entry {
+		t.Helper()
+		k := idemstore.Key{Scope: "s", Operation: "/pkg.S/M", Key: key}
+		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "f", Token: "t", Lease: time.Hour, Request: q}); err != nil || !created {
+			t.Fatalf("Reserve %s: created %v, %v", key, created, err)
+		}
+		sh, h := s.locate(k)
+		return sh.lookup(h, k)
+	}
+	q := &idemstore.Request{Method: "RPC", Path: "/pkg.S/M"}
+	a := reserve("a", q)
+	b := reserve("b", &idemstore.Request{Method: "RPC", Path: "/pkg.S/M"})
+	if a.req == q || a.req != b.req {
+		t.Errorf("equal requests: a %p, b %p, the caller's %p; want one copy, shared", a.req, b.req, q)
+	}
+	q.Path = "changed"
+	if a.req.Path != "/pkg.S/M" {
+		t.Errorf("the caller changed the stored request: %+v", a.req)
+	}
+	c := reserve("c", &idemstore.Request{Method: "RPC", Path: "/pkg.S/N"})
+	withBody := &idemstore.Request{Method: "RPC", Path: "/pkg.S/N", Body: []byte("x")}
+	d := reserve("d", withBody)
+	e := reserve("e", &idemstore.Request{Method: "RPC", Path: "/pkg.S/N"})
+	if c.req == a.req || d.req == c.req || e.req != c.req {
+		t.Errorf("another request shares a's, or one with a body is shared: a %p c %p d %p e %p", a.req, c.req, d.req, e.req)
+	}
+	withBody.Body[0] = 'y'
+	r, err := s.Get(ctx, idemstore.Key{Scope: "s", Operation: "/pkg.S/M", Key: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Request.Path = "read and changed"
+	for _, x := range []*entry{a, b, c, d, e} {
+		if x.req.Path == "read and changed" || string(x.req.Body) == "y" {
+			t.Errorf("a record's request changed: %+v", x.req)
+		}
 	}
 }
