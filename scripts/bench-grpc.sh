@@ -17,6 +17,11 @@
 #   scripts/bench-grpc.sh                      # 10s per run, 3 rounds, 32 concurrent calls
 #   DUR=30s ROUNDS=5 CONC=64 scripts/bench-grpc.sh
 #   PROFILE=.tmp/prof scripts/bench-grpc.sh    # also CPU profiles, one per run
+#   BASE=31112a9 scripts/bench-grpc.sh         # also "base", the memory store at that commit
+#
+# With BASE, a server built from that commit (git archive into .tmp) runs
+# the memory store in every round too, between the bare server and this
+# tree's: an A/B of the two under the same load, run after run.
 #
 # PostgreSQL is skipped when IDEM_TEST_POSTGRES_URL is unset (scripts/services.sh
 # prints it). Everything runs on loopback.
@@ -34,6 +39,14 @@ fi
 (cd idemgrpc && go build -o ../.tmp/bin/grpc-benchserver ./internal/benchserver)
 [ -n "$PROFILE" ] && mkdir -p "$PROFILE"
 stores="none mem"
+BASE=${BASE:-}
+if [ -n "$BASE" ]; then
+	src=.tmp/base-src
+	rm -rf "$src" && mkdir -p "$src"
+	git archive "$BASE" | tar -x -C "$src"
+	(cd "$src/idemgrpc" && go build -o ../../bin/grpc-benchserver-base ./internal/benchserver)
+	stores="none base mem"
+fi
 [ -n "${IDEM_TEST_POSTGRES_URL:-}" ] && { export IDEM_TEST_POSTGRES_URL; stores="$stores pg"; }
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 
@@ -43,7 +56,9 @@ run() {
 	[ -n "$PROFILE" ] && prof=(-cpuprofile "$PROFILE/$1-$2.cpu")
 	log=$(mktemp)
 	gt=$(mktemp)
-	.tmp/bin/grpc-benchserver -addr "$ADDR" -store "$1" "${prof[@]}" >/dev/null 2>"$log" &
+	local bin=.tmp/bin/grpc-benchserver store=$1
+	[ "$1" = base ] && bin=.tmp/bin/grpc-benchserver-base store=mem
+	"$bin" -addr "$ADDR" -store "$store" "${prof[@]}" >/dev/null 2>"$log" &
 	local pid=$!
 	for _ in $(seq 100); do (exec 3<>"/dev/tcp/${ADDR%:*}/${ADDR#*:}") 2>/dev/null && break; sleep 0.1; done
 	local t0 t1 out
