@@ -205,59 +205,136 @@ func parseAgeCand(m string) (cand, bool) {
 	return cand{key: k, order: m}, ok
 }
 
-// lexSource reads ranges of the index set of every group, k members a
-// range and group a round.
-func (q *search) lexSource(set func(indexes) string, ranges []lexRange, parse func(string) (cand, bool)) source {
+// ranger builds the commands that read one group's part of an ordered
+// index: its elements strictly after after (nil: from the start), and,
+// with upTo, none past upTo, at most limit of them (ties of an order by
+// age whole); and reads their replies.
+type ranger struct {
+	cmds  func(g int, after, upTo *cand, limit int) rueidis.Commands
+	parse func(res []rueidis.RedisResult, after *cand, limit int) (cands []cand, full bool, err error)
+}
+
+// walk returns a source that merges the groups' parts of an ordered
+// index. On a Cluster, a first pipeline asks every group for its first
+// element only; the k-th smallest of those, upTo, bounds a second
+// pipeline to the groups that have any: each returns its elements up to
+// upTo, at most k. At least k elements lie at or before upTo, so the k
+// first of what the second pipeline returns are the k first of the whole
+// index, and the two pipelines carry about k elements and one command a
+// group each, not k a group. A single node is one group: one pipeline.
+func (q *search) walk(r ranger) source {
 	s := q.s
 	return func(ctx context.Context, after *cand, k int) ([]cand, bool, error) {
-		cmds := make(rueidis.Commands, 0, s.groups()*len(ranges))
-		var owner []lexRange
-		for g := range s.groups() {
+		groups := make([]int, s.groups())
+		for g := range groups {
+			groups[g] = g
+		}
+		var upTo *cand
+		if len(groups) > 1 {
+			firsts, nonEmpty, err := q.read(ctx, r, groups, after, nil, 1)
+			if err != nil {
+				return nil, false, err
+			}
+			if len(nonEmpty) == 0 {
+				return nil, false, nil
+			}
+			groups = nonEmpty
+			if len(firsts) >= k {
+				slices.SortFunc(firsts, q.less)
+				upTo = &firsts[k-1]
+			}
+		}
+		cands, full, err := q.read(ctx, r, groups, after, upTo, k)
+		if err != nil {
+			return nil, false, err
+		}
+		slices.SortFunc(cands, q.less)
+		if len(cands) > k {
+			return cands[:k], true, nil
+		}
+		return cands, len(full) > 0 || upTo != nil, nil
+	}
+}
+
+// read runs r's commands for groups in one pipeline; it returns the
+// elements found, and the groups that had any (with limit 1) or that
+// returned limit of them (otherwise).
+func (q *search) read(ctx context.Context, r ranger, groups []int, after, upTo *cand, limit int) ([]cand, []int, error) {
+	var cmds rueidis.Commands
+	ends := make([]int, len(groups))
+	for i, g := range groups {
+		cmds = append(cmds, r.cmds(g, after, upTo, limit)...)
+		ends[i] = len(cmds)
+	}
+	res := q.s.client.DoMulti(ctx, cmds...)
+	var out []cand
+	var marked []int
+	start := 0
+	for i, g := range groups {
+		cands, full, err := r.parse(res[start:ends[i]], after, limit)
+		if err != nil {
+			return nil, nil, interpretError(ctx, err)
+		}
+		start = ends[i]
+		if limit == 1 && len(cands) > 0 {
+			slices.SortFunc(cands, q.less)
+			cands = cands[:1]
+			marked = append(marked, g)
+		} else if limit > 1 && full {
+			marked = append(marked, g)
+		}
+		out = append(out, cands...)
+	}
+	return out, marked, nil
+}
+
+// lexSource reads ranges of the index set of every group (see walk).
+func (q *search) lexSource(set func(indexes) string, ranges []lexRange, parse func(string) (cand, bool)) source {
+	s := q.s
+	return q.walk(ranger{
+		cmds: func(g int, after, upTo *cand, limit int) rueidis.Commands {
 			name := set(s.indexes(g))
-			for _, r := range ranges {
-				lo := r.lo
+			cmds := make(rueidis.Commands, len(ranges))
+			for i, r := range ranges {
+				lo, hi := r.lo, r.hi
 				if after != nil && r.pfx+after.order >= lo[1:] {
 					lo = "(" + r.pfx + after.order
 				}
-				cmds = append(cmds, s.client.B().Zrangebylex().Key(name).Min(lo).Max(r.hi).Limit(0, int64(k)).Build().Pin())
-				owner = append(owner, r)
-			}
-		}
-		var cands []cand
-		more := false
-		for i, res := range s.client.DoMulti(ctx, cmds...) {
-			members, err := res.AsStrSlice()
-			if err != nil {
-				return nil, false, interpretError(ctx, err)
-			}
-			more = more || len(members) >= k
-			for _, m := range members {
-				c, ok := parse(strings.TrimPrefix(m, owner[i].pfx))
-				if !ok {
-					continue
+				if upTo != nil {
+					hi = "[" + r.pfx + upTo.order
 				}
-				if owner[i].pfx != "" {
-					c.label = m
-				}
-				cands = append(cands, c)
+				cmds[i] = s.client.B().Zrangebylex().Key(name).Min(lo).Max(hi).Limit(0, int64(limit)).Build().Pin()
 			}
-		}
-		return q.top(cands, k, more)
-	}
+			return cmds
+		},
+		parse: func(res []rueidis.RedisResult, _ *cand, limit int) ([]cand, bool, error) {
+			var cands []cand
+			full := false
+			for i, r := range res {
+				members, err := r.AsStrSlice()
+				if err != nil {
+					return nil, false, err
+				}
+				full = full || len(members) >= limit
+				for _, m := range members {
+					c, ok := parse(strings.TrimPrefix(m, ranges[i].pfx))
+					if !ok {
+						continue
+					}
+					if ranges[i].pfx != "" {
+						c.label = m
+					}
+					cands = append(cands, c)
+				}
+			}
+			return cands, full, nil
+		},
+	})
 }
 
-// top sorts cands and keeps the first k; more also when some are cut.
-func (q *search) top(cands []cand, k int, more bool) ([]cand, bool, error) {
-	slices.SortFunc(cands, q.less)
-	if len(cands) > k {
-		return cands[:k], true, nil
-	}
-	return cands, more, nil
-}
-
-// scoreSource walks the set by age of every group in the listing's order,
-// from the newest record old enough for p.OlderThan when it lists the
-// newest first.
+// scoreSource walks the set by age of every group in the listing's order
+// (see walk), from the newest record old enough for p.OlderThan when it
+// lists the newest first.
 func (q *search) scoreSource(ctx context.Context, set func(indexes) string) (source, error) {
 	s := q.s
 	maxScore := "+inf"
@@ -268,54 +345,61 @@ func (q *search) scoreSource(ctx context.Context, set func(indexes) string) (sou
 		}
 		maxScore = strconv.FormatInt(now.Add(-q.p.OlderThan).UnixMicro(), 10)
 	}
-	return func(ctx context.Context, after *cand, k int) ([]cand, bool, error) {
-		cmds := make(rueidis.Commands, 0, 2*s.groups())
-		var ties []bool
-		for g := range s.groups() {
+	score := func(c *cand) string { return strconv.FormatFloat(c.score, 'f', 0, 64) }
+	return q.walk(ranger{
+		cmds: func(g int, a, upTo *cand, limit int) rueidis.Commands {
 			name := set(s.indexes(g))
 			b := s.client.B()
 			lo, hi := "-inf", maxScore
-			if after != nil {
-				at := strconv.FormatFloat(after.score, 'f', 0, 64)
+			var cmds rueidis.Commands
+			if a != nil {
+				at := score(a)
 				cmds = append(cmds, b.Zrangebyscore().Key(name).Min(at).Max(at).Withscores().Build().Pin())
-				ties = append(ties, true)
 				if q.desc {
 					hi = "(" + at
 				} else {
 					lo = "(" + at
 				}
 			}
+			if upTo != nil {
+				if q.desc {
+					lo = score(upTo)
+				} else {
+					hi = score(upTo)
+				}
+			}
 			if q.desc {
-				cmds = append(cmds, b.Zrevrangebyscore().Key(name).Max(hi).Min(lo).Withscores().Limit(0, int64(k)).Build().Pin())
-			} else {
-				cmds = append(cmds, b.Zrangebyscore().Key(name).Min(lo).Max(hi).Withscores().Limit(0, int64(k)).Build().Pin())
+				return append(cmds, b.Zrevrangebyscore().Key(name).Max(hi).Min(lo).Withscores().Limit(0, int64(limit)).Build().Pin())
 			}
-			ties = append(ties, false)
-		}
-		var cands []cand
-		more := false
-		for i, res := range s.client.DoMulti(ctx, cmds...) {
-			zs, err := res.AsZScores()
-			if err != nil {
-				return nil, false, interpretError(ctx, err)
-			}
-			if !ties[i] {
-				more = more || len(zs) >= k
-			}
-			for _, z := range zs {
-				c, ok := parseAgeCand(z.Member)
-				if !ok {
-					continue
+			return append(cmds, b.Zrangebyscore().Key(name).Min(lo).Max(hi).Withscores().Limit(0, int64(limit)).Build().Pin())
+		},
+		parse: func(res []rueidis.RedisResult, after *cand, limit int) ([]cand, bool, error) {
+			var cands []cand
+			full := false
+			for i, r := range res {
+				ties := after != nil && i == 0
+				zs, err := r.AsZScores()
+				if err != nil {
+					return nil, false, err
 				}
-				c.score = z.Score
-				if ties[i] && q.less(c, *after) <= 0 {
-					continue
+				if !ties {
+					full = len(zs) >= limit
 				}
-				cands = append(cands, c)
+				for _, z := range zs {
+					c, ok := parseAgeCand(z.Member)
+					if !ok {
+						continue
+					}
+					c.score = z.Score
+					if ties && q.less(c, *after) <= 0 {
+						continue
+					}
+					cands = append(cands, c)
+				}
 			}
-		}
-		return q.top(cands, k, more)
-	}, nil
+			return cands, full, nil
+		},
+	}), nil
 }
 
 // all reads the whole of a set of every group, as candidates in age
