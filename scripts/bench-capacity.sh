@@ -34,7 +34,8 @@
 #   CAP_STORES="memory sqlite postgres mysql redis"
 #   SCALE_STORES="postgres redis" PROCS="1 2 3"
 #   MASTERS="1 2 3" BENCHTIME=5s  cluster: Cluster sizes, and go test -benchtime
-#   LAT_STORES="memory postgres redis"
+#   LAT_STORES="memory postgres redis" ROUNDS=1
+#                                 latency: stores, and rounds (medians printed)
 #   REDIS_PORT=7390               the redis-server of this script's own (bytes,
 #                                 purge, scale, latency): the shared 6379 serves
 #                                 other tests, whose keys and CPU would count
@@ -63,6 +64,7 @@ PROCS=${PROCS:-1 2 3}
 MASTERS=${MASTERS:-1 2 3}
 BENCHTIME=${BENCHTIME:-5s}
 LAT_STORES=${LAT_STORES:-memory postgres redis}
+ROUNDS=${ROUNDS:-1}
 REDIS_PORT=${REDIS_PORT:-7390}
 CLUSTER_PORT=${CLUSTER_PORT:-7400}
 BASE_PORT=${BASE_PORT:-18600}
@@ -144,7 +146,7 @@ if has capacity; then
 	echo "## capacity: bytes per record and purge cost"
 	IDEM_BENCH_CAPACITY=1 IDEM_CAPACITY_RECORDS=$RECORDS IDEM_CAPACITY_PURGE=$PURGE \
 		IDEM_CAPACITY_STORES=$CAP_STORES IDEM_CAPACITY_REDIS_URL=$redis_url \
-		.tmp/capacity.test -test.run '^TestCapacity$' -test.timeout 60m | grep -v '^PASS$'
+		.tmp/capacity.test -test.run '^TestCapacity$' -test.timeout 60m | grep --line-buffered -v '^PASS$'
 	redis-cli -p "$REDIS_PORT" flushall >/dev/null
 fi
 
@@ -342,17 +344,35 @@ if has cluster; then
 	done
 fi
 
+median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
 if has latency; then
-	echo "## latency: p50 and p99 (us) that idem serve adds to the stock proxy"
+	echo "## latency: p50 and p99 (us) that idem serve adds to the stock proxy, $ROUNDS round(s)"
+	declare -A lat=()
+	for round in $(seq "$ROUNDS"); do
+		for c in 1 "$CONNS"; do
+			for s in $LAT_STORES; do
+				serve "$s" 1
+				[ -n "$sports" ] || continue
+				CONNS=$c load "plain c=$c" none "$plainport"
+				b50=$p50 b99=$p99
+				# shellcheck disable=SC2086
+				CONNS=$c load "$s c=$c" "$s" $sports
+				echo "round $round $s c=$c: idem adds p50 $((p50 - b50)) us, p99 $((p99 - b99)) us"
+				lat[$s-$c-p50]="${lat[$s-$c-p50]:-} $p50" lat[$s-$c-p99]="${lat[$s-$c-p99]:-} $p99"
+				lat[$s-$c-b50]="${lat[$s-$c-b50]:-} $b50" lat[$s-$c-b99]="${lat[$s-$c-b99]:-} $b99"
+				lat[$s-$c-a50]="${lat[$s-$c-a50]:-} $((p50 - b50))" lat[$s-$c-a99]="${lat[$s-$c-a99]:-} $((p99 - b99))"
+			done
+		done
+	done
+	echo "# medians of $ROUNDS round(s), us: store, connections, p50 stock / idem / added, p99 stock / idem / added"
 	for c in 1 "$CONNS"; do
 		for s in $LAT_STORES; do
-			serve "$s" 1
-			[ -n "$sports" ] || continue
-			CONNS=$c load "plain c=$c" none "$plainport"
-			b50=$p50 b99=$p99
+			[ -n "${lat[$s-$c-p50]:-}" ] || continue
+			m=()
 			# shellcheck disable=SC2086
-			CONNS=$c load "$s c=$c" "$s" $sports
-			echo "$s c=$c: idem adds p50 $((p50 - b50)) us, p99 $((p99 - b99)) us"
+			for k in b50 p50 a50 b99 p99 a99; do m+=("$(median ${lat[$s-$c-$k]})"); done
+			printf '%-9s c=%-4s p50 %7s / %7s / %7s   p99 %8s / %8s / %8s\n' "$s" "$c" "${m[@]}"
 		done
 	done
 fi
