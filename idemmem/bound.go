@@ -114,7 +114,7 @@ func (s *Store) evictFirst(now time.Time) bool {
 		dropped := false
 		for !dropped && first.expiry.len() > 0 {
 			it := first.expiry.pop()
-			early := it.e.rec.ExpiresAt.After(now)
+			early := it.e.rec.ExpiresAt().After(now)
 			if dropped = first.drop(s, it.h, it.e); dropped && early {
 				s.evicted.Add(1)
 			}

@@ -10,7 +10,7 @@ import (
 // copyRecord returns a copy of e's record, read at now, with its answer
 // decoded, that shares nothing mutable with the store.
 func copyRecord(e *entry, now time.Time) *idemstore.Record {
-	out := e.rec
+	out := e.rec.view()
 	out.ReadAt = now
 	if e.req != nil {
 		req := *e.req

@@ -130,10 +130,10 @@ func (h *expiryHeap) pop() expiryItem {
 func (sh *shard) complete(s *Store, h uint64, e *entry, resp []byte, now, expiresAt time.Time) {
 	e.rec.State = idemstore.StateCompleted
 	e.resp = resp
-	e.rec.UpdatedAt = now
-	e.rec.ExpiresAt = expiresAt.UTC()
+	e.rec.setUpdatedAt(now)
+	e.rec.setExpiresAt(expiresAt.UTC())
 	s.resize(e)
-	sh.expiry.push(expiryItem{at: e.rec.ExpiresAt.UnixNano(), h: h, e: e})
+	sh.expiry.push(expiryItem{at: expiresAt.UnixNano(), h: h, e: e})
 	sh.syncHead()
 }
 

@@ -22,7 +22,7 @@ func (s *Store) fenced(ctx context.Context, key idemstore.Key, token string, ifE
 	defer sh.mu.Unlock()
 	now := s.now()
 	e := sh.lookup(h, key)
-	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != token || (ifExpired && e.rec.LeaseUntil.After(now)) {
+	if e == nil || e.rec.State != idemstore.StatePending || e.rec.Token != token || (ifExpired && e.rec.LeaseUntil().After(now)) {
 		return idemstore.ErrLeaseLost
 	}
 	change(sh, h, e, now)
@@ -77,7 +77,7 @@ func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error 
 	return s.fenced(ctx, p.Key, p.Token, p.IfExpired, func(sh *shard, _ uint64, e *entry, now time.Time) {
 		e.rec.State = idemstore.StateNeedsReview
 		e.rec.Reason = p.Reason
-		e.rec.UpdatedAt = now
+		e.rec.setUpdatedAt(now)
 		s.resize(e)
 		sh.wake(p.Key)
 	})
@@ -88,8 +88,8 @@ func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error 
 // woken.
 func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 	return s.fenced(ctx, p.Key, p.Token, false, func(_ *shard, _ uint64, e *entry, now time.Time) {
-		e.rec.LeaseUntil = now.Add(p.Lease)
-		e.rec.UpdatedAt = now
+		e.rec.setLeaseUntil(now.Add(p.Lease))
+		e.rec.setUpdatedAt(now)
 	})
 }
 
@@ -98,8 +98,8 @@ func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 func (s *Store) Takeover(ctx context.Context, p idemstore.TakeoverParams) error {
 	return s.fenced(ctx, p.Key, p.OldToken, true, func(sh *shard, _ uint64, e *entry, now time.Time) {
 		e.rec.Token = p.NewToken
-		e.rec.LeaseUntil = now.Add(p.Lease)
-		e.rec.UpdatedAt = now
+		e.rec.setLeaseUntil(now.Add(p.Lease))
+		e.rec.setUpdatedAt(now)
 		s.resize(e)
 		sh.wake(p.Key)
 	})

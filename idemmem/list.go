@@ -20,12 +20,13 @@ func compareKeys(a, b idemstore.Key) int {
 // is not one snapshot of the whole store; that is fine for admin listings.
 func (s *Store) collect(keep func(*idemstore.Record) bool) []*idemstore.Record {
 	var out []*idemstore.Record
+	var r idemstore.Record // what keep is shown of each record in turn
 	now := s.now()
 	for i := range s.shards {
 		sh := &s.shards[i]
 		sh.mu.Lock()
 		sh.each(func(e *entry) {
-			if keep(&e.rec) {
+			if r = e.rec.view(); keep(&r) {
 				out = append(out, copyRecord(e, now))
 			}
 		})
@@ -95,6 +96,7 @@ func (s *Store) List(ctx context.Context, p idemstore.ListParams) (idemstore.Lis
 // for which keep is true. The caller holds sh.mu.
 func (sh *shard) search(p idemstore.ListParams, after *idemstore.Record, keep func(*idemstore.Record) bool, order func(a, b *idemstore.Record) int, want int, now time.Time) []*idemstore.Record {
 	var found []*entry
+	var r idemstore.Record // what keep is shown of each record in turn
 	switch {
 	case p.Key != "" || p.KeyPrefix != "":
 		sh.syncKeyIndex()
@@ -113,7 +115,7 @@ func (sh *shard) search(p idemstore.ListParams, after *idemstore.Record, keep fu
 			if (p.Key != "" && k != p.Key) || !strings.HasPrefix(k, p.KeyPrefix) {
 				return false // past the key, or the prefix
 			}
-			if keep(&e.rec) {
+			if r = e.rec.view(); keep(&r) {
 				found = append(found, e)
 			}
 			// In the key index's order, the first want are all a page needs.
@@ -122,19 +124,23 @@ func (sh *shard) search(p idemstore.ListParams, after *idemstore.Record, keep fu
 	case len(p.ScopeLabels) > 0:
 		for _, l := range p.ScopeLabels {
 			for e := range sh.byLabel[l] {
-				if keep(&e.rec) {
+				if r = e.rec.view(); keep(&r) {
 					found = append(found, e)
 				}
 			}
 		}
 	default:
 		sh.each(func(e *entry) {
-			if keep(&e.rec) {
+			if r = e.rec.view(); keep(&r) {
 				found = append(found, e)
 			}
 		})
 	}
-	slices.SortFunc(found, func(a, b *entry) int { return order(&a.rec, &b.rec) })
+	var ra, rb idemstore.Record
+	slices.SortFunc(found, func(a, b *entry) int {
+		ra, rb = a.rec.view(), b.rec.view()
+		return order(&ra, &rb)
+	})
 	if len(found) > want {
 		found = found[:want]
 	}
@@ -192,8 +198,8 @@ func (s *Store) Counts(ctx context.Context) (idemstore.Counts, error) {
 			}
 			c.NeedsReview++
 			oc.NeedsReview++
-			if c.OldestNeedsReview.IsZero() || r.CreatedAt.Before(c.OldestNeedsReview) {
-				c.OldestNeedsReview = r.CreatedAt
+			if created := r.CreatedAt(); c.OldestNeedsReview.IsZero() || created.Before(c.OldestNeedsReview) {
+				c.OldestNeedsReview = created
 			}
 		})
 		sh.mu.Unlock()

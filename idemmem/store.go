@@ -241,7 +241,7 @@ func (s *Store) now() time.Time { return s.cfg.Now().UTC() }
 // header map: one pointer-free block that the garbage collector need not
 // scan, which matters when a store holds a day of answers.
 type entry struct {
-	rec  idemstore.Record // Response and Request are always nil here
+	rec  record
 	resp []byte
 	// req is the request kept for operators, or nil; never changed, so
 	// records may share one (see shard.keepRequest).
@@ -256,7 +256,11 @@ type entry struct {
 // expired reports whether e is a completed record that may be evicted at
 // now.
 func expired(e *entry, now time.Time) bool {
-	return e.rec.State == idemstore.StateCompleted && !e.rec.ExpiresAt.IsZero() && !e.rec.ExpiresAt.After(now)
+	if e.rec.State != idemstore.StateCompleted {
+		return false
+	}
+	exp := e.rec.ExpiresAt()
+	return !exp.IsZero() && !exp.After(now)
 }
 
 // Reserve inserts a pending record for p.Key unless one exists, in which
@@ -304,16 +308,16 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time, size int64) (r
 	if !s.admit(size) {
 		return nil, false, true
 	}
-	e := &entry{size: size, rec: idemstore.Record{
+	e := &entry{size: size, rec: record{
 		Key:         p.Key,
 		Fingerprint: p.Fingerprint,
 		State:       idemstore.StatePending,
 		Token:       p.Token,
-		LeaseUntil:  now.Add(p.Lease),
-		CreatedAt:   now,
-		UpdatedAt:   now,
 		ScopeLabel:  p.ScopeLabel,
 	}}
+	e.rec.setLeaseUntil(now.Add(p.Lease))
+	e.rec.setCreatedAt(now)
+	e.rec.setUpdatedAt(now)
 	if p.Request != nil {
 		e.req = sh.keepRequest(p.Request)
 	}
