@@ -576,6 +576,11 @@ func (q *search) matches(rec *idemstore.Record, c cand) bool {
 		return false
 	case len(p.ScopeLabels) > 0 && !slices.Contains(p.ScopeLabels, idemstore.ScopeLabelIndex(rec.ScopeLabel)):
 		return false
+	case c.label != "" && c.label != labelMember(idemstore.ScopeLabelIndex(rec.ScopeLabel), rec.Key):
+		// An entry of the label the key had before it was released, or
+		// its TTL ran out, and reserved again under another label: the
+		// record is listed by its own label's entry, once.
+		return false
 	case p.OlderThan > 0 && rec.CreatedAt.After(rec.ReadAt.Add(-p.OlderThan)):
 		return false
 	case p.Reason != "" && !containsFold(rec.Reason, p.Reason):
