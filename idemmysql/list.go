@@ -15,7 +15,19 @@ const (
 	// written out so that every MySQL and MariaDB version uses the index.
 	afterCursor = "(scope > ? OR (scope = ? AND (operation > ? OR (operation = ? AND `key` > ?))))"
 	expiredSQL  = "SELECT " + recordColumns + " FROM idem_records WHERE state = 'pending' AND lease_until <= " + nowMillis + " ORDER BY lease_until LIMIT ?"
-	purgeSQL    = "DELETE FROM idem_records WHERE state = 'completed' AND expires_at <= " + nowMillis + " ORDER BY expires_at LIMIT ?"
+	// purgeSQL deletes a batch of expired records by their primary keys,
+	// which a derived table reads from idem_records_state_expiry in expiry
+	// order, at most ? of them. Written as the single-table DELETE … ORDER
+	// BY expires_at LIMIT ?, MariaDB chose the index of states and sorted
+	// every completed record for each batch while holding their locks
+	// (1.8 s a batch of 500 with 50,000 expired records,
+	// TestPurgeUsesTheExpiryIndex). The outer WHERE checks each row again as
+	// it deletes it, with the lock taken: a record reserved again since the
+	// derived table read it is not deleted.
+	purgeSQL = "DELETE r FROM idem_records r JOIN (SELECT scope, operation, `key` FROM idem_records FORCE INDEX (idem_records_state_expiry)" +
+		" WHERE state = 'completed' AND expires_at <= " + nowMillis + " ORDER BY expires_at LIMIT ?) d" +
+		" ON r.scope = d.scope AND r.operation = d.operation AND r.`key` = d.`key`" +
+		" WHERE r.state = 'completed' AND r.expires_at <= " + nowMillis
 )
 
 // List pages through records in p.Order, filtered as p says, each read
