@@ -14,10 +14,10 @@ import (
 var _ idemstore.Counter = (*Store)(nil)
 
 // Counts counts the records for an overview from the indexes, in one
-// pipeline over every index group: ZCARD of the set of every record, and
-// the pending and review sets whole (their members name each record's
+// pipeline over every index group: ZCARD of the set by age, its pending
+// range and the review set whole (their members name each record's
 // operation, their scores its age), which hold the open records only. The
-// completed records are the rest of the set of every record; that set
+// completed records are the rest of the set by age; that set
 // still holds records whose TTL ran out until a search meets them or
 // Purge sweeps them, so when it says at most idemstore.ExactCountLimit,
 // Counts checks that each still exists (EXISTS, pipelined) and counts
@@ -34,7 +34,7 @@ func (s *Store) Counts(ctx context.Context) (idemstore.Counts, error) {
 		b := s.client.B()
 		cmds = append(cmds,
 			b.Zcard().Key(ix.all).Build().Pin(),
-			b.Zrange().Key(ix.pending).Min("0").Max("-1").Withscores().Build().Pin(),
+			b.Zrangebyscore().Key(ix.all).Min("-inf").Max("(0").Withscores().Build().Pin(),
 			b.Zrange().Key(ix.review).Min("0").Max("-1").Withscores().Build().Pin())
 	}
 	type row struct {
@@ -96,29 +96,28 @@ func (s *Store) Counts(ctx context.Context) (idemstore.Counts, error) {
 	return c, nil
 }
 
-// countCompleted counts the members of the sets of every record of
-// groups whose record still exists and is neither pending nor in review.
+// countCompleted counts the members of the sets by age of groups whose
+// record still exists and is neither pending nor in review.
 func (s *Store) countCompleted(ctx context.Context, groups []int) (int64, error) {
-	cmds := make(rueidis.Commands, 0, 3*len(groups))
+	cmds := make(rueidis.Commands, 0, 2*len(groups))
 	for _, g := range groups {
 		ix := s.indexes(g)
 		b := s.client.B()
-		cmds = append(cmds, b.Zrange().Key(ix.all).Min("0").Max("-1").Build().Pin(),
-			b.Zrange().Key(ix.pending).Min("0").Max("-1").Build().Pin(),
+		cmds = append(cmds, b.Zrangebyscore().Key(ix.all).Min("0").Max("+inf").Build().Pin(),
 			b.Zrange().Key(ix.review).Min("0").Max("-1").Build().Pin())
 	}
 	res := s.client.DoMulti(ctx, cmds...)
 	var exists rueidis.Commands
 	for i := range groups {
-		var sets [3][]string
+		var sets [2][]string
 		for j := range sets {
 			var err error
-			if sets[j], err = res[3*i+j].AsStrSlice(); err != nil {
+			if sets[j], err = res[2*i+j].AsStrSlice(); err != nil {
 				return 0, interpretError(ctx, err)
 			}
 		}
 		open := map[string]bool{}
-		for _, m := range slices.Concat(sets[1], sets[2]) {
+		for _, m := range sets[1] {
 			open[m] = true
 		}
 		for _, m := range sets[0] {

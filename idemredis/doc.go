@@ -124,8 +124,8 @@
 // with UpdatedAt equal to CreatedAt and no Request.
 //
 // A reserve and a complete are two round trips and two scripts: Reserve
-// runs TIME, SET NX and three ZADD of the search indexes, Complete TIME,
-// GETRANGE (the record's head), SET and a ZREM, with PUBLISH only when
+// runs TIME, SET NX and two ZADD of the search indexes, Complete TIME,
+// GETRANGE (the record's head), SET and a ZADD, with PUBLISH only when
 // someone waits (see Notifications and Search). The
 // server's cost of a script is mostly the call itself and the bytes that
 // pass through Lua, so the scripts take few arguments and never copy a
@@ -177,8 +177,8 @@
 // which change records keep in the same atomic step (index.go):
 //
 //	ik  every record, score 0, member key\0scope\0operation
-//	ia  every record, scored by created-at, member scope\0operation\0key
-//	ip  pending records, as ia
+//	ia  every record, member scope\0operation\0key, scored by created-at
+//	    (in Unix microseconds), less 2^52 while the record is pending
 //	iv  needs_review records, as ia
 //	il  labelled records, score 0, member label\0scope\0operation\0key
 //
@@ -186,32 +186,41 @@
 // A search by key or prefix is a ZRANGEBYLEX of ik, which lists in the
 // order idemstore.OrderKey asks for with Key set (key, scope, operation),
 // in O(log N + page) whatever N; a label is a ZRANGEBYLEX of il; the review
-// queue, oldest first, a ZRANGEBYSCORE of iv, and every state or completed
-// records by age one of ia; a search by age with a key, prefix or label
-// reads their matches' ages from ia (ZMSCORE) and sorts them. Each listed
-// record is then read whole by the get script. Sorted sets were chosen over
-// RediSearch (a module many deployments lack, which indexes hashes and JSON
-// documents, not this store's binary strings) and over one set per key value or label
-// (a key per record more, and no prefix search). Members carry the key's
+// queue, oldest first, a ZRANGEBYSCORE of iv, pending records by age one
+// of ia below 0, completed ones one of ia from 0 on (with the records in
+// review, filtered out), every state both ranges merged; a search by age
+// with a key, prefix or label reads their matches' ages from ia (ZMSCORE)
+// and sorts them. Each listed record is then read whole by the get
+// script. Sorted sets were chosen over RediSearch (a module many
+// deployments lack, which indexes hashes and JSON documents, not this
+// store's binary strings) and over one set per key value or label (a key
+// per record more, and no prefix search). Members carry the key's
 // parts, so a search finds the records' names (the hash tag) without
-// reading anything else, and Counts reads operations and ages from ip and
-// iv alone.
+// reading anything else, and Counts reads operations and ages from ia's
+// pending range and iv alone. Pending records are a range of ia rather
+// than a set of their own because that spares a command per request: a
+// set of pending records would cost an add at Reserve and a removal at
+// Complete, where the range costs Complete one ZADD that moves the score.
 //
 // A script may only touch keys of its record's slot. On a Cluster each of
-// the 16384 slots therefore has its own five sets, named
+// the 16384 slots therefore has its own four sets, named
 // "<prefix>:{<tag>}:i<letter>" with a short tag that hashes to that slot,
-// and a search asks every slot in one pipeline (rueidis sends each command
-// to the master of its slot) and merges the answers: it costs about 16384
-// small commands a round, tens of milliseconds, whatever the number of
-// records. On a single node (or behind Sentinel) there is one group of
+// and a search asks every slot, pipelined (rueidis sends each command to
+// the master of its slot), and merges the answers: first each slot's first
+// match, then, from the slots that have any, the matches up to the k-th
+// first (see walk in search.go). That is some 16384 small commands a
+// round, whatever the number of records: about a tenth of a second on the
+// test Cluster (BENCHMARKS.md), against a millisecond or two on a single
+// node. On a single node (or behind Sentinel) there is one group of
 // sets, that of slot 0. Moving records between a single node and a Cluster
 // therefore needs Reindex.
 //
-// On the hot path, Reserve adds a record to ik, ia and ip (and il with a
-// label): three ZADD more in its script; Complete takes it out of ip (one
-// ZREM); Escalate moves it from ip to iv; Resolve, Release and Delete take
-// it out. Nothing else changes, and each call is still one script and one
-// round trip. scripts/bench-redis.sh and INFO commandstats measure the
+// On the hot path, Reserve adds a record to ik and ia (and il with a
+// label): two ZADD more in its script; Complete moves its score in ia to
+// its created-at (one ZADD XX, which leaves out a record that no index
+// holds yet); Escalate adds it to iv and moves it likewise; Resolve,
+// Release and Delete take it out. Nothing else changes, and each call is
+// still one script and one round trip. scripts/bench-redis.sh and INFO commandstats measure the
 // server's time per reserve+complete pair (BENCHMARKS.md).
 //
 // A completed record ends by its TTL without a script, so its entries in
@@ -220,9 +229,9 @@
 // entries of records it finds gone with a script that checks again
 // atomically (fixScript); Purge sweeps the rest: it reads ik and il of
 // every group, pipelined, asks EXISTS of each record and drops the entries
-// of those that are gone, and checks ip and iv whole. The sets therefore
-// hold at most the records of the last Purge interval more than the store
-// does. Counts takes pending and review counts from ip and iv exactly, and
+// of those that are gone, and checks ia's pending range and iv whole. The
+// sets therefore hold at most the records of the last Purge interval more
+// than the store does. Counts takes pending and review counts from them exactly, and
 // completed ones from ZCARD of ia less those: up to
 // idemstore.ExactCountLimit it checks that each still exists, past it the
 // figure (which may include records whose TTL ran out since the last
@@ -344,7 +353,7 @@
 // script at its first write that could grow memory, before it changes
 // anything; the scripts that delete first, Release and Purge, still run)
 // and similar are idemstore.ErrUnavailable. (Escalate adds the record to
-// the review set before it takes it out of the pending set for the same
+// the review set before it moves its score in the set by age for the same
 // reason: once a script has written, Redis lets the rest of it write.)
 // Context cancellation and deadlines remain recognisable with errors.Is.
 //

@@ -21,7 +21,7 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 		return errNilResponse
 	}
 	names := s.keys(p.Key)
-	msg, err := s.run(ctx, s.scripts().complete, []string{names.record, names.tombstone, names.scratch, names.ix.pending}, s.fenceArgs(p.Token, false,
+	msg, err := s.run(ctx, s.scripts().complete, []string{names.record, names.tombstone, names.scratch, names.ix.all}, s.fenceArgs(p.Token, false,
 		rueidis.BinaryString(idemstore.EncodeResponse(p.Response)), durMicros(p.Retention), s.ttlMillis(p.Retention), ageMember(p.Key)))
 	if err != nil {
 		return err
@@ -44,7 +44,7 @@ func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
 // one whose lease has expired by the server's TIME).
 func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error {
 	names := s.keys(p.Key)
-	msg, err := s.run(ctx, s.scripts().escalate, []string{names.record, names.tombstone, names.ix.pending, names.ix.review},
+	msg, err := s.run(ctx, s.scripts().escalate, []string{names.record, names.tombstone, names.ix.all, names.ix.review},
 		s.fenceArgs(p.Token, p.IfExpired, p.Reason, ageMember(p.Key)))
 	if err != nil {
 		return err

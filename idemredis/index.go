@@ -14,20 +14,35 @@ import (
 // 16384 slots has its own indexes, named after a short tag that hashes to
 // that slot (slotTag), and a search asks every slot, pipelined; on a
 // single node (or behind Sentinel) there is one group of indexes, that of
-// slot 0. Each group has five sets, <prefix>:{<slot tag>}:i and a letter:
+// slot 0. Each group has four sets, <prefix>:{<slot tag>}:i and a letter:
 //
 //	ik  every record, score 0, member keyMember: by key value, scope and
 //	    operation, for a search by key or key prefix (ZRANGEBYLEX)
-//	ia  every record, scored by created-at, member ageMember: listings by
-//	    age of every state, and of completed records
-//	ip  pending records, as ia: pending by age, and the overview's counts
+//	ia  every record by age, member ageMember, scored by created-at, less
+//	    pendingShift while the record is pending: the pending records are
+//	    the scores below 0, the others those from 0 on, each range in
+//	    order of age (listings by age of every state, pending records,
+//	    completed ones, and the overview's counts)
 //	iv  needs_review records, as ia: the review queue by age
 //	il  records with a scope label, score 0, member labelMember: a search
 //	    by label (the label's ScopeLabelIndex), in scope, operation, key order
 //
+// One set by age rather than one per state spares a command per request:
+// Reserve adds to ik and ia, and Complete changes the record's score in
+// ia, where a set of pending records would cost an add and a removal.
+//
 // Members hold the key's parts, each escaped (esc) so that NUL can
 // separate them and byte order is kept: a search reads keys from the
 // index alone, and a record's Redis key follows from its key (hashTag).
+
+// pendingShift is 2^52, taken off a pending record's created-at (Unix
+// microseconds, far below it) for its score in the set by age: the
+// result is negative and, like every integer under 2^53, exact in the
+// doubles that scores and Lua numbers are.
+const (
+	pendingShift      = "4503599627370496"
+	pendingShiftFloat = float64(1 << 52)
+)
 
 // numSlots is the number of Cluster hash slots.
 const numSlots = 16384
@@ -50,7 +65,7 @@ var slotTags = sync.OnceValue(func() []string {
 func slotTag(slot int) string { return slotTags()[slot] }
 
 // indexes are the names of one group's index sets.
-type indexes struct{ key, all, pending, review, label string }
+type indexes struct{ key, all, review, label string }
 
 // group returns the index group of a record with hash tag tag: its slot
 // on a Cluster, else 0.
@@ -72,7 +87,7 @@ func (s *Store) groups() int {
 // indexes returns the index sets of group g.
 func (s *Store) indexes(g int) indexes {
 	base := s.cfg.Prefix + ":{" + slotTag(g) + "}:i"
-	return indexes{key: base + "k", all: base + "a", pending: base + "p", review: base + "v", label: base + "l"}
+	return indexes{key: base + "k", all: base + "a", review: base + "v", label: base + "l"}
 }
 
 // esc escapes s for a member: 0x01 becomes 0x01 0x02 and NUL 0x01 0x01,

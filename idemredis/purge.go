@@ -76,26 +76,19 @@ func (s *Store) purgeBatch(ctx context.Context, c rueidis.Client, keys []string)
 // group a round (one pipeline of ZRANGEBYLEX for every group still being
 // read), asks whether each record exists (EXISTS, pipelined), and runs
 // fixScript for those that do not, which checks again in the same atomic
-// step. The pending and review sets, which only hold open records and so
-// stay small, are checked whole by fixScript, which also takes out a
-// record that another version of this package settled without touching
-// the indexes.
+// step. The pending records of the set by age and the review set, which
+// only hold open records and so stay small, are checked whole by
+// fixScript, which also fixes the entries of a record that another
+// version of this package settled without touching the indexes.
 func (s *Store) sweep(ctx context.Context, batch int) error {
 	for _, label := range []bool{false, true} {
 		if err := s.sweepSet(ctx, label, batch); err != nil {
 			return err
 		}
 	}
-	var open []cand
-	for _, set := range []func(indexes) string{
-		func(ix indexes) string { return ix.pending },
-		func(ix indexes) string { return ix.review },
-	} {
-		cands, err := (&search{s: s}).all(ctx, set)
-		if err != nil {
-			return err
-		}
-		open = append(open, cands...)
+	open, err := (&search{s: s}).all(ctx, []scoreRange{pendingRange, reviewRange})
+	if err != nil {
+		return err
 	}
 	for chunk := range slices.Chunk(open, batch) {
 		if err := s.fixAll(ctx, chunk); err != nil {

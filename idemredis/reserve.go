@@ -35,7 +35,7 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 	key, token, fp := p.Key, p.Token, p.Fingerprint
 	tail := pendingTail(key, token, fp, idemstore.EncodeRequest(p.Request), p.ScopeLabel)
 	names := s.keys(key)
-	keys := []string{names.record, names.ix.key, names.ix.all, names.ix.pending}
+	keys := []string{names.record, names.ix.key, names.ix.all}
 	args := []string{durMicros(p.Lease), rueidis.BinaryString(tail), keyMember(key), ageMember(key)}
 	if p.ScopeLabel != "" {
 		keys = append(keys, names.ix.label)

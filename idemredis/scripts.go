@@ -66,8 +66,10 @@ local function us(n) return string.format('%.0f', n) end
 //     before its first write.
 //   - reasonAt(v) is the position of the review reason's length.
 //   - unindex(km, am) removes the record from the indexes KEYS[3] (key),
-//     KEYS[4] (all), KEYS[5] (pending) and KEYS[6] (in review), given its
-//     key member km and age member am (see index.go).
+//     KEYS[4] (by age) and KEYS[5] (in review), given its key member km
+//     and age member am (see index.go).
+//   - SHIFT is pendingShift: a pending record's score in the set by age is
+//     its created-at less SHIFT (see index.go).
 //   - publish(event) publishes event on the record's channel; notify(fl,
 //     event) does so when the flags fl say that someone waits.
 //
@@ -110,8 +112,8 @@ local function unindex(km, am)
   redis.call('ZREM', KEYS[3], km)
   redis.call('ZREM', KEYS[4], am)
   redis.call('ZREM', KEYS[5], am)
-  redis.call('ZREM', KEYS[6], am)
 end
+local SHIFT = ` + pendingShift + `
 local function publish(event) redis.call('PUB', string.sub(KEYS[1], 1, -2) .. 'n', event) end
 local function notify(fl, event) if fl % 2 == 1 then publish(event) end end
 `
@@ -176,12 +178,12 @@ return {us(now), read()}
 // missing (EXISTS), writes the tail at offset 35 of the missing key, which
 // makes a string of exactly the record's size, and then the head.
 //
-// A record it creates joins the key index, the sets by age of every
-// record and of pending ones, and, with a label, the label index (see
-// index.go): three or four ZADD.
+// A record it creates joins the key index, the set by age (as pending:
+// its created-at less SHIFT) and, with a label, the label index (see
+// index.go): two or three ZADD.
 //
-// KEYS: the record, the key index, the set of every record by age, the
-// pending set, the label index (only with a label). ARGV: lease in
+// KEYS: the record, the key index, the set by age, the label index (only
+// with a label). ARGV: lease in
 // microseconds, the record after its first 35 bytes (pendingTail: call
 // id, token, key, fingerprint, request, label with one, reason), the key
 // member, the age member, and, only for a record with a scope label, its
@@ -192,9 +194,8 @@ if ARGV[5] then layout = 2 end
 local h = struct.pack('>Bc1Bi8i8i8i8', layout, 'p', 0, now + tonumber(ARGV[1]), now, 0, now)
 local function index()
   redis.call('ZADD', KEYS[2], 0, ARGV[3])
-  redis.call('ZADD', KEYS[3], now, ARGV[4])
-  redis.call('ZADD', KEYS[4], now, ARGV[4])
-  if ARGV[5] then redis.call('ZADD', KEYS[5], 0, ARGV[5]) end
+  redis.call('ZADD', KEYS[3], now - SHIFT, ARGV[4])
+  if ARGV[5] then redis.call('ZADD', KEYS[4], 0, ARGV[5]) end
 end
 if #ARGV[2] > ` + smallValue + ` then
   if redis.call('EXISTS', KEYS[1]) == 1 then return {us(now), read()} end
@@ -259,9 +260,10 @@ end
 
 // completeScript stores the answer. ARGV[4] response (never empty),
 // ARGV[5] retention in microseconds, ARGV[6] TTL in milliseconds, ARGV[7]
-// the age member, which leaves the pending set KEYS[4] (one ZREM: the
-// record stays in the key index and the set of every record by age). A
-// pending record has no answer yet, so the answer goes at its end.
+// the age member, whose score in the set by age KEYS[4] becomes the
+// created-at (one ZADD, XX: a record that no index holds yet stays out
+// until Reindex). A pending record has no answer yet, so the answer goes
+// at its end.
 //
 // A small record with a small answer is concatenated in Lua. A larger one
 // is built in the scratch key KEYS[3] without making the answer or the
@@ -287,7 +289,7 @@ else
   redis.call('RENAME', KEYS[3], KEYS[1])
   redis.call('PEXPIRE', KEYS[1], ARGV[6])
 end
-redis.call('ZREM', KEYS[4], ARGV[7])
+redis.call('ZADD', KEYS[4], 'XX', ca, ARGV[7])
 notify(fl, 'completed')
 return 1
 `
@@ -295,7 +297,7 @@ return 1
 // releaseScript deletes a pending record, leaving a tombstone with the call
 // id, and takes it out of the indexes (see unindex; its label index entry
 // goes at the next Purge). ARGV[4] tombstone TTL in milliseconds, ARGV[5]
-// key member, ARGV[6] age member.
+// key member, ARGV[6] age member; KEYS[3] to KEYS[5] the indexes.
 const releaseScript = fence + `
 unindex(ARGV[5], ARGV[6])
 redis.call('DEL', KEYS[1])
@@ -305,14 +307,14 @@ return 1
 `
 
 // escalateScript marks the record needs_review with the reason ARGV[4],
-// moving its age member ARGV[5] from the pending set KEYS[3] to the review
-// set KEYS[4]. The ZADD comes first: a full server (OOM under noeviction)
-// refuses it before anything changed, whereas once a script has written
-// (a ZREM, which OOM does not stop), Redis lets the rest of it write too.
+// adding its age member ARGV[5] to the review set KEYS[4] and giving it
+// its created-at as score in the set by age KEYS[3]. Its first write is a
+// ZADD, which a full server (OOM under noeviction) refuses before
+// anything changed.
 const escalateScript = fence + `
 upgrade()
 redis.call('ZADD', KEYS[4], ca, ARGV[5])
-redis.call('ZREM', KEYS[3], ARGV[5])
+redis.call('ZADD', KEYS[3], 'XX', ca, ARGV[5])
 local w = read()
 local q = reasonAt(w)
 local rest = string.sub(w, q + 4 + struct.unpack('>I4', w, q))
@@ -350,7 +352,7 @@ return 1
 // ARGV[2] "complete" or "release", ARGV[3] response, ARGV[4] retention in
 // microseconds, ARGV[5] TTL in milliseconds, ARGV[6] reason (kept unless
 // empty), ARGV[7] tombstone TTL in milliseconds, ARGV[8] token, ARGV[9]
-// key member, ARGV[10] age member; KEYS[3] to KEYS[6] the indexes (see
+// key member, ARGV[10] age member; KEYS[3] to KEYS[5] the indexes (see
 // unindex). It always publishes.
 const resolveScript = clock + record + `
 local w = read()
@@ -376,7 +378,7 @@ local rsn = ARGV[6]
 if rsn == '' then rsn = string.sub(w, q + 4, q + 3 + struct.unpack('>I4', w, q)) end
 redis.call('SET', KEYS[1], fixed('c', 0, lu, ca, now + tonumber(ARGV[4]), now, ARGV[1]) .. string.sub(w, 52, q - 1) ..
   struct.pack('>I4', #rsn) .. rsn .. ARGV[3], 'PX', ARGV[5])
-redis.call('ZREM', KEYS[6], ARGV[10])
+redis.call('ZREM', KEYS[5], ARGV[10])
 publish('completed')
 return 1
 `
@@ -386,7 +388,7 @@ return 1
 // when the record is missing, -2 when it is not completed and -3 when it
 // was completed under another token than ARGV[3] (when that is not
 // empty). ARGV[1] call id, ARGV[2] tombstone TTL in milliseconds, ARGV[3]
-// token, ARGV[4] key member, ARGV[5] age member; KEYS[3] to KEYS[6] the
+// token, ARGV[4] key member, ARGV[5] age member; KEYS[3] to KEYS[5] the
 // indexes (see unindex). It always publishes.
 const deleteScript = record + `
 local v = read(math.max(` + smallValue + `, 55 + #ARGV[3]))
@@ -419,21 +421,28 @@ return 0
 `
 
 // fixScript drops the index entries of a record that is gone (its TTL ran
-// out, or Purge deleted it), and takes a record that is no longer pending
-// or in review out of those sets, so that the indexes never keep what
-// the record does not say. It returns 1 when the record is gone. KEYS:
-// the record, its tombstone (unused), the indexes (see unindex), the
-// label index; ARGV: key member, age member, label member or "".
+// out, or Purge deleted it), takes a record that is no longer in review
+// out of the review set and gives it the score its state calls for in the
+// set by age, so that the indexes never keep what the record does not
+// say (a process of an earlier version changes records without them). It
+// returns 1 when the record is gone. KEYS: the record, its tombstone
+// (unused), the indexes (see unindex), the label index; ARGV: key member,
+// age member, label member or "".
 const fixScript = record + `
 local v = read(55)
 if v == '' then
   unindex(ARGV[1], ARGV[2])
-  if ARGV[3] ~= '' then redis.call('ZREM', KEYS[7], ARGV[3]) end
+  if ARGV[3] ~= '' then redis.call('ZREM', KEYS[6], ARGV[3]) end
   return 1
 end
-local st = head(v)
-if st ~= 'p' then redis.call('ZREM', KEYS[5], ARGV[2]) end
-if st ~= 'r' then redis.call('ZREM', KEYS[6], ARGV[2]) end
+local st, fl, lu, ca = head(v)
+if st ~= 'r' then redis.call('ZREM', KEYS[5], ARGV[2]) end
+local sc = redis.call('ZSCORE', KEYS[4], ARGV[2])
+if sc then
+  local want = ca
+  if st == 'p' then want = ca - SHIFT end
+  if tonumber(sc) ~= want then redis.call('ZADD', KEYS[4], want, ARGV[2]) end
+end
 return 0
 `
 
@@ -446,9 +455,8 @@ local v = read(55)
 if v == '' then return 0 end
 local st, fl, lu, ca = head(v)
 redis.call('ZADD', KEYS[3], 0, ARGV[1])
-redis.call('ZADD', KEYS[4], ca, ARGV[2])
-if st == 'p' then redis.call('ZADD', KEYS[5], ca, ARGV[2]) else redis.call('ZREM', KEYS[5], ARGV[2]) end
-if st == 'r' then redis.call('ZADD', KEYS[6], ca, ARGV[2]) else redis.call('ZREM', KEYS[6], ARGV[2]) end
-if ARGV[3] ~= '' then redis.call('ZADD', KEYS[7], 0, ARGV[3]) end
+if st == 'p' then redis.call('ZADD', KEYS[4], ca - SHIFT, ARGV[2]) else redis.call('ZADD', KEYS[4], ca, ARGV[2]) end
+if st == 'r' then redis.call('ZADD', KEYS[5], ca, ARGV[2]) else redis.call('ZREM', KEYS[5], ARGV[2]) end
+if ARGV[3] ~= '' then redis.call('ZADD', KEYS[6], 0, ARGV[3]) end
 return 1
 `

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -124,7 +125,7 @@ func (q *search) source(ctx context.Context, cur *idemstore.ListCursor) (source,
 		return q.lexSource(func(ix indexes) string { return ix.label }, q.labelRanges(), parseAgeCand), nil
 	case !q.byAge && q.openState():
 		q.fromSet = p.State
-		cands, err := q.all(ctx, q.stateSet())
+		cands, err := q.all(ctx, q.stateRanges())
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +144,7 @@ func (q *search) source(ctx context.Context, cur *idemstore.ListCursor) (source,
 	if q.openState() {
 		q.fromSet = q.p.State
 	}
-	return q.scoreSource(ctx, q.stateSet())
+	return q.scoreSource(ctx, q.stateRanges())
 }
 
 // openState reports whether the listing is of pending or needs_review
@@ -152,15 +153,67 @@ func (q *search) openState() bool {
 	return q.p.State == idemstore.StatePending || q.p.State == idemstore.StateNeedsReview
 }
 
-// stateSet returns the set by age that holds the records of p.State.
-func (q *search) stateSet() func(indexes) string {
+// scoreRange is a range of a set by age: scores from lo to hi (raw, as
+// stored), each the record's created-at less shift.
+type scoreRange struct {
+	set            func(indexes) string
+	shift          float64
+	lo, hi         float64
+	loExcl, hiExcl bool
+}
+
+var (
+	// pendingRange holds the pending records of the set by age.
+	pendingRange = scoreRange{set: func(ix indexes) string { return ix.all }, shift: pendingShiftFloat, lo: math.Inf(-1), hi: 0, hiExcl: true}
+	// settledRange holds the others: completed and in review.
+	settledRange = scoreRange{set: func(ix indexes) string { return ix.all }, lo: 0, hi: math.Inf(1)}
+	// reviewRange is the review set whole.
+	reviewRange = scoreRange{set: func(ix indexes) string { return ix.review }, lo: math.Inf(-1), hi: math.Inf(1)}
+)
+
+// stateRanges returns the ranges by age that hold the records of p.State.
+func (q *search) stateRanges() []scoreRange {
 	switch q.p.State {
 	case idemstore.StatePending:
-		return func(ix indexes) string { return ix.pending }
+		return []scoreRange{pendingRange}
 	case idemstore.StateNeedsReview:
-		return func(ix indexes) string { return ix.review }
+		return []scoreRange{reviewRange}
+	case idemstore.StateCompleted:
+		return []scoreRange{settledRange}
 	}
-	return func(ix indexes) string { return ix.all }
+	return []scoreRange{pendingRange, settledRange}
+}
+
+// atMost narrows r to created-at c and before (exclusive: before c).
+func (r scoreRange) atMost(c float64, exclusive bool) scoreRange {
+	if v := c - r.shift; v < r.hi || v == r.hi && exclusive {
+		r.hi, r.hiExcl = v, exclusive
+	}
+	return r
+}
+
+// atLeast narrows r to created-at c and after (exclusive: after c).
+func (r scoreRange) atLeast(c float64, exclusive bool) scoreRange {
+	if v := c - r.shift; v > r.lo || v == r.lo && exclusive {
+		r.lo, r.loExcl = v, exclusive
+	}
+	return r
+}
+
+// bounds formats r's bounds for ZRANGEBYSCORE.
+func (r scoreRange) bounds() (lo, hi string) {
+	f := func(v float64, ex bool) string {
+		switch {
+		case math.IsInf(v, -1):
+			return "-inf"
+		case math.IsInf(v, 1):
+			return "+inf"
+		case ex:
+			return "(" + strconv.FormatFloat(v, 'f', 0, 64)
+		}
+		return strconv.FormatFloat(v, 'f', 0, 64)
+	}
+	return f(r.lo, r.loExcl), f(r.hi, r.hiExcl)
 }
 
 // lexRange is a range of an index in byte order: members from lo to hi
@@ -332,69 +385,77 @@ func (q *search) lexSource(set func(indexes) string, ranges []lexRange, parse fu
 	})
 }
 
-// scoreSource walks the set by age of every group in the listing's order
-// (see walk), from the newest record old enough for p.OlderThan when it
-// lists the newest first.
-func (q *search) scoreSource(ctx context.Context, set func(indexes) string) (source, error) {
+// scoreSource walks ranges of the sets by age of every group in the
+// listing's order (see walk), from the newest record old enough for
+// p.OlderThan when it lists the newest first.
+func (q *search) scoreSource(ctx context.Context, ranges []scoreRange) (source, error) {
 	s := q.s
-	maxScore := "+inf"
 	if q.p.OlderThan > 0 {
 		now, err := serverTime(s.client.Do(ctx, s.client.B().Time().Build()))
 		if err != nil {
 			return nil, interpretError(ctx, err)
 		}
-		maxScore = strconv.FormatInt(now.Add(-q.p.OlderThan).UnixMicro(), 10)
+		for i := range ranges {
+			ranges[i] = ranges[i].atMost(float64(now.Add(-q.p.OlderThan).UnixMicro()), false)
+		}
 	}
-	score := func(c *cand) string { return strconv.FormatFloat(c.score, 'f', 0, 64) }
 	return q.walk(ranger{
-		cmds: func(g int, a, upTo *cand, limit int) rueidis.Commands {
-			name := set(s.indexes(g))
+		cmds: func(g int, after, upTo *cand, limit int) rueidis.Commands {
 			b := s.client.B()
-			lo, hi := "-inf", maxScore
 			var cmds rueidis.Commands
-			if a != nil {
-				at := score(a)
-				cmds = append(cmds, b.Zrangebyscore().Key(name).Min(at).Max(at).Withscores().Build().Pin())
+			for _, r := range ranges {
+				name := r.set(s.indexes(g))
+				if after != nil {
+					at := strconv.FormatFloat(after.score-r.shift, 'f', 0, 64)
+					cmds = append(cmds, b.Zrangebyscore().Key(name).Min(at).Max(at).Withscores().Build().Pin())
+					if q.desc {
+						r = r.atMost(after.score, true)
+					} else {
+						r = r.atLeast(after.score, true)
+					}
+				}
+				if upTo != nil {
+					if q.desc {
+						r = r.atLeast(upTo.score, false)
+					} else {
+						r = r.atMost(upTo.score, false)
+					}
+				}
+				lo, hi := r.bounds()
 				if q.desc {
-					hi = "(" + at
+					cmds = append(cmds, b.Zrevrangebyscore().Key(name).Max(hi).Min(lo).Withscores().Limit(0, int64(limit)).Build().Pin())
 				} else {
-					lo = "(" + at
+					cmds = append(cmds, b.Zrangebyscore().Key(name).Min(lo).Max(hi).Withscores().Limit(0, int64(limit)).Build().Pin())
 				}
 			}
-			if upTo != nil {
-				if q.desc {
-					lo = score(upTo)
-				} else {
-					hi = score(upTo)
-				}
-			}
-			if q.desc {
-				return append(cmds, b.Zrevrangebyscore().Key(name).Max(hi).Min(lo).Withscores().Limit(0, int64(limit)).Build().Pin())
-			}
-			return append(cmds, b.Zrangebyscore().Key(name).Min(lo).Max(hi).Withscores().Limit(0, int64(limit)).Build().Pin())
+			return cmds
 		},
 		parse: func(res []rueidis.RedisResult, after *cand, limit int) ([]cand, bool, error) {
 			var cands []cand
 			full := false
-			for i, r := range res {
-				ties := after != nil && i == 0
-				zs, err := r.AsZScores()
-				if err != nil {
-					return nil, false, err
-				}
-				if !ties {
-					full = len(zs) >= limit
-				}
-				for _, z := range zs {
-					c, ok := parseAgeCand(z.Member)
-					if !ok {
+			i := 0
+			for _, r := range ranges {
+				for _, ties := range []bool{true, false} {
+					if ties && after == nil {
 						continue
 					}
-					c.score = z.Score
-					if ties && q.less(c, *after) <= 0 {
-						continue
+					zs, err := res[i].AsZScores()
+					i++
+					if err != nil {
+						return nil, false, err
 					}
-					cands = append(cands, c)
+					full = full || !ties && len(zs) >= limit
+					for _, z := range zs {
+						c, ok := parseAgeCand(z.Member)
+						if !ok {
+							continue
+						}
+						c.score = z.Score + r.shift
+						if ties && q.less(c, *after) <= 0 {
+							continue
+						}
+						cands = append(cands, c)
+					}
 				}
 			}
 			return cands, full, nil
@@ -402,23 +463,25 @@ func (q *search) scoreSource(ctx context.Context, set func(indexes) string) (sou
 	}), nil
 }
 
-// all reads the whole of a set of every group, as candidates in age
-// order's terms (score and age member).
-func (q *search) all(ctx context.Context, set func(indexes) string) ([]cand, error) {
+// all reads ranges of the sets by age of every group whole.
+func (q *search) all(ctx context.Context, ranges []scoreRange) ([]cand, error) {
 	s := q.s
-	cmds := make(rueidis.Commands, 0, s.groups())
+	cmds := make(rueidis.Commands, 0, s.groups()*len(ranges))
 	for g := range s.groups() {
-		cmds = append(cmds, s.client.B().Zrange().Key(set(s.indexes(g))).Min("0").Max("-1").Withscores().Build().Pin())
+		for _, r := range ranges {
+			lo, hi := r.bounds()
+			cmds = append(cmds, s.client.B().Zrangebyscore().Key(r.set(s.indexes(g))).Min(lo).Max(hi).Withscores().Build().Pin())
+		}
 	}
 	var cands []cand
-	for _, res := range s.client.DoMulti(ctx, cmds...) {
+	for i, res := range s.client.DoMulti(ctx, cmds...) {
 		zs, err := res.AsZScores()
 		if err != nil {
 			return nil, interpretError(ctx, err)
 		}
 		for _, z := range zs {
 			if c, ok := parseAgeCand(z.Member); ok {
-				c.score = z.Score
+				c.score = z.Score + ranges[i%len(ranges)].shift
 				cands = append(cands, c)
 			}
 		}
@@ -485,6 +548,9 @@ func (q *search) gather(ctx context.Context) (cands []cand, ok bool, err error) 
 				continue // gone, or not indexed: no age to list it by
 			}
 			if c.score, err = scores[j].AsFloat64(); err == nil {
+				if c.score < 0 {
+					c.score += pendingShiftFloat // pending
+				}
 				cands = append(cands, c)
 			}
 		}

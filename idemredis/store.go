@@ -233,7 +233,7 @@ func (s *Store) keys(k idemstore.Key) keys {
 // indexed returns the record, its tombstone and the indexes that unindex
 // (scripts.go) takes, in that order, then the label index.
 func (k keys) indexed() []string {
-	return []string{k.record, k.tombstone, k.ix.key, k.ix.all, k.ix.pending, k.ix.review, k.ix.label}
+	return []string{k.record, k.tombstone, k.ix.key, k.ix.all, k.ix.review, k.ix.label}
 }
 
 // base is the record's names without their last letter.
