@@ -244,7 +244,7 @@ field() { sed -E "s/.* $1=([0-9.]+).*/\1/" <<<"$2"; }
 load() {
 	local name=$1 store=$2
 	shift 2
-	local nports=$# i=0 p c threads wpids=() ppids=() dbs=() w
+	local nports=$# i=0 p c threads wpids=() ppids=() dbs=() w started=$EPOCHREALTIME
 	for p in "$@"; do
 		c=$((CONNS / nports))
 		[ "$i" -lt $((CONNS % nports)) ] && c=$((c + 1))
@@ -256,8 +256,9 @@ load() {
 		case " ${ppids[*]} " in *" ${portpid[$p]} "*) ;; *) ppids+=("${portpid[$p]}") ;; esac
 		i=$((i + 1))
 	done
-	# Sampled from 1 s in to 1 s before the end.
-	local secs=$((dur_secs - 2)) i1 i2 db0=0 db1=0
+	# Sampled from 1 s in to 1 s before the end, by the clock: on a
+	# loaded machine the sampling itself takes a while.
+	local secs i1 i2 db0=0 db1=0
 	sleep 1
 	mapfile -t dbs < <(dbpids "$store")
 	local w0 u0 p0
@@ -265,8 +266,9 @@ load() {
 	[ "${#dbs[@]}" = 0 ] || db0=$(ticks "${dbs[@]}")
 	i1=$(cpustat)
 	local t0=$EPOCHREALTIME
-	sleep "$secs"
-	local w1 u1 p1
+	sleep "$(awk -v s="$started" -v n="$t0" -v d="$dur_secs" 'BEGIN { r = s + d - 1 - n; print (r > 0.5 ? r : 0.5) }')"
+	local w1 u1 p1 gone=0
+	for w in "${wpids[@]}"; do [ -r "/proc/$w/stat" ] || gone=1; done
 	w1=$(ticks "${wpids[@]}") u1=$(ticks "${portpid[${up#*:}]}") p1=$(ticks "${ppids[@]}")
 	[ "${#dbs[@]}" = 0 ] || db1=$(ticks "${dbs[@]}")
 	i2=$(cpustat)
@@ -282,6 +284,7 @@ load() {
 		bad=$((bad + $(field non2xx "$out") + $(field errors "$out")))
 	done
 	[ "$bad" = 0 ] || echo "$name: WARNING: $bad failed requests; see $tmp/*.log" >&2
+	[ "$gone" = 0 ] || echo "$name: WARNING: a wrk ended inside the CPU window (machine too loaded for DUR=$DUR): its CPU figures are wrong" >&2
 	awk -v n="$name" -v r="$rps" -v s="$secs" -v t="$(getconf CLK_TCK)" -v w=$((w1 - w0)) -v u=$((u1 - u0)) \
 		-v p=$((p1 - p0)) -v d=$((db1 - db0)) -v hasdb="${#dbs[@]}" -v a="$i1" -v b="$i2" -v p50="$p50" -v p99="$p99" 'BEGIN {
 		k = r * s; us = 1e6 / t / (k > 0 ? k : 1)
