@@ -137,15 +137,14 @@ func benchJetStream(b *testing.B, url string, engine *idem.Engine, kind idem.Kin
 		}()
 	}
 	b.ResetTimer()
-	start := time.Now()
+	meter := msgbench.Start()
 	cc, err := cons.Consume(func(m jetstream.Msg) { work <- m })
 	if err != nil {
 		b.Fatal(err)
 	}
 	<-done
-	elapsed := time.Since(start)
 	b.StopTimer()
-	msgbench.Report(b, b.N, elapsed)
+	meter.Report(b, b.N)
 	cc.Stop()
 	<-cc.Closed()
 	close(work)

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
@@ -109,7 +108,7 @@ func benchRouter(b *testing.B, url string, engine *idem.Engine, kind idem.Kind, 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	b.ResetTimer()
-	start := time.Now()
+	meter := msgbench.Start()
 	ran := make(chan error, 1)
 	go func() { ran <- router.Run(ctx) }()
 	select {
@@ -117,9 +116,8 @@ func benchRouter(b *testing.B, url string, engine *idem.Engine, kind idem.Kind, 
 	case err := <-ran:
 		b.Fatalf("the router stopped: %v", err)
 	}
-	elapsed := time.Since(start)
 	b.StopTimer()
-	msgbench.Report(b, b.N, elapsed)
+	meter.Report(b, b.N)
 	cancel()
 	<-ran
 }

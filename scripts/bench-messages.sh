@@ -4,7 +4,9 @@
 # BenchmarkRouterRabbitMQ) and through a JetStream consumer (idemnats's
 # BenchmarkJetStream), bare and with idem on the memory, SQLite, PostgreSQL
 # and Redis stores, in one run, and each store's ratio to the bare consumer
-# (target for PostgreSQL and Redis: >= 0.7). Each handler decodes a JSON
+# (target for PostgreSQL and Redis: >= 0.7), with the CPU time per
+# message of the consumer, the broker and the store's server (from /proc;
+# see internal/msgbench.Meter). Each handler decodes a JSON
 # order and signs a receipt (internal/msgbench.Work); in the ledger
 # variants it also writes a row to PostgreSQL, and with idem completes its
 # lease in that transaction (CompleteTx).
@@ -26,19 +28,39 @@ export IDEM_BENCH_CONSUMERS=${CONSUMERS:-16}
 rounds=${ROUNDS:-1}
 stores="memory sqlite postgres redis"
 
-# table OUTPUT BENCHMARK prints msgs/s per variant and the ratio to bare.
+# cpu OUTPUT NAME prints the CPU µs per message of benchmark NAME: this
+# process (consumer and store client), the broker and the stores' servers
+# (every postgres and redis-server process: run on an otherwise quiet
+# machine), and their sum.
+cpu() {
+	local c k s
+	c=$(metric "$1" "$2" consumer-µs/msg)
+	k=$(metric "$1" "$2" broker-µs/msg)
+	s=$(metric "$1" "$2" store-µs/msg)
+	awk -v c="$c" -v k="$k" -v s="$s" 'BEGIN { printf "cpu µs/msg: consumer %.0f, broker %.0f, store server %.0f, total %.0f", c, k, s, c + k + s }'
+}
+
+# table OUTPUT BENCHMARK prints msgs/s per variant, the ratio to bare and
+# the CPU per message. With every part of the run on the same cores, the
+# ratio cannot pass the bare consumer's total CPU per message over the
+# variant's (the "CPU bound" printed): a consumer that spends more CPU per
+# message than the bare one, counting the store's server, handles fewer.
 table() {
-	local bare v
+	local bare v bcpu
 	bare=$(metric "$1" "$2/bare" msgs/s)
-	printf "  %-9s %8.0f msgs/s\n" bare "$bare"
+	bcpu=$(cpu "$1" "$2/bare")
+	printf "  %-9s %8.0f msgs/s              %s\n" bare "$bare" "$bcpu"
 	for v in $stores; do
-		awk -v s="$v" -v r="$(metric "$1" "$2/$v" msgs/s)" -v b="$bare" 'BEGIN {
-			printf "  %-9s %8.0f msgs/s  ratio %.2f\n", s, r, r / b }'
+		awk -v s="$v" -v r="$(metric "$1" "$2/$v" msgs/s)" -v b="$bare" -v c="$(cpu "$1" "$2/$v")" -v bt="${bcpu##* }" 'BEGIN {
+			t = c; sub(/.* /, "", t)
+			printf "  %-9s %8.0f msgs/s  ratio %.2f  %s; CPU bound %.2f\n", s, r, r / b, c, bt / t }'
 	done
 	bare=$(metric "$1" "$2/bare+ledger" msgs/s)
-	printf "  with a ledger row per message in PostgreSQL:\n  %-9s %8.0f msgs/s\n" bare "$bare"
-	awk -v r="$(metric "$1" "$2/postgres+ledger" msgs/s)" -v b="$bare" 'BEGIN {
-		printf "  %-9s %8.0f msgs/s  ratio %.2f (CompleteTx in the handler'"'"'s transaction)\n", "postgres", r, r / b }'
+	bcpu=$(cpu "$1" "$2/bare+ledger")
+	printf "  with a ledger row per message in PostgreSQL:\n  %-9s %8.0f msgs/s              %s\n" bare "$bare" "$bcpu"
+	awk -v r="$(metric "$1" "$2/postgres+ledger" msgs/s)" -v b="$bare" -v c="$(cpu "$1" "$2/postgres+ledger")" -v bt="${bcpu##* }" 'BEGIN {
+		t = c; sub(/.* /, "", t)
+		printf "  %-9s %8.0f msgs/s  ratio %.2f  %s; CPU bound %.2f (CompleteTx in the handler'"'"'s transaction)\n", "postgres", r, r / b, c, bt / t }'
 }
 
 for round in $(seq "$rounds"); do

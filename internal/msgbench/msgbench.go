@@ -22,6 +22,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idempg"
 	"github.com/idem-dev/idem/internal/msgchaos"
+	"github.com/idem-dev/idem/internal/proccpu"
 	"github.com/idem-dev/idem/internal/storeurl"
 	"github.com/idem-dev/idem/internal/testenv"
 )
@@ -104,9 +105,40 @@ func Work(payload []byte) ([]byte, error) {
 	return mac.Sum(nil), nil
 }
 
-// Report records n messages handled in elapsed as msgs/s.
-func Report(b *testing.B, n int, elapsed time.Duration) {
+// Meter measures a benchmark's timed part: its wall time, and the CPU
+// time of this process (the consumer and idem's store client), of the
+// brokers (RabbitMQ's beam.smp, nats-server) and of the stores' servers
+// (postgres, redis-server) on this machine, from /proc. The servers' CPU
+// counts every process of those names: the figures want a machine that
+// runs nothing else.
+type Meter struct {
+	start           time.Time
+	self            time.Duration
+	broker, servers *proccpu.Meter
+}
+
+// Start starts a Meter; call it right before the timed part.
+func Start() *Meter {
+	return &Meter{
+		start:   time.Now(),
+		self:    proccpu.Self(),
+		broker:  proccpu.Start(func() []int { return proccpu.Named("beam.smp", "nats-server") }),
+		servers: proccpu.Start(func() []int { return proccpu.Named("postgres", "redis-server") }),
+	}
+}
+
+// Report records n messages handled since m started: msgs/s, and the CPU
+// time per message of this process (consumer-µs/msg), of the brokers
+// (broker-µs/msg) and of the stores' servers (store-µs/msg), which the
+// bare consumer's ledger variant uses too.
+func (m *Meter) Report(b *testing.B, n int) {
+	elapsed := time.Since(m.start)
+	self, broker, servers := proccpu.Self()-m.self, m.broker.Elapsed(), m.servers.Elapsed()
 	b.ReportMetric(float64(n)/elapsed.Seconds(), "msgs/s")
+	per := func(d time.Duration) float64 { return float64(d.Microseconds()) / float64(n) }
+	b.ReportMetric(per(self), "consumer-µs/msg")
+	b.ReportMetric(per(broker), "broker-µs/msg")
+	b.ReportMetric(per(servers), "store-µs/msg")
 }
 
 // LedgerDB is a fresh PostgreSQL schema with idem's tables and a ledger,
