@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idem-dev/idem/internal/proccpu"
 	"github.com/idem-dev/idem/internal/storeurl"
 	"github.com/idem-dev/idem/internal/tools/storebench"
 )
@@ -39,10 +40,10 @@ func BenchmarkStorePairs(b *testing.B) {
 	}
 	for _, c := range []int{16, 50} {
 		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
-			cpu := startServerCPU(servers)
+			cpu := proccpu.Start(servers)
 			storebench.Run(b, c, nil, storebench.StorePair(s))
 			if servers != nil {
-				b.ReportMetric(float64(cpu.elapsed().Microseconds())/float64(b.N), "server-µs/pair")
+				b.ReportMetric(float64(cpu.Elapsed().Microseconds())/float64(b.N), "server-µs/pair")
 			}
 		})
 	}
@@ -54,9 +55,9 @@ func serverPIDs(ctx context.Context, u string) (func() []int, error) {
 	scheme, rest, _ := strings.Cut(u, "://")
 	switch scheme {
 	case "postgres", "postgresql":
-		return func() []int { return pidsNamed("postgres") }, nil
+		return func() []int { return proccpu.Named("postgres") }, nil
 	case "mysql":
-		return func() []int { return pidsNamed("mariadbd", "mysqld") }, nil
+		return func() []int { return proccpu.Named("mariadbd", "mysqld") }, nil
 	case "redis", "redis+cluster":
 	default:
 		return nil, nil

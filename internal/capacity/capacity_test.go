@@ -21,6 +21,7 @@ import (
 	"github.com/idem-dev/idem/idemmem"
 	"github.com/idem-dev/idem/idemsqlite"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/proccpu"
 	"github.com/idem-dev/idem/internal/storeurl"
 	"github.com/idem-dev/idem/internal/testenv"
 )
@@ -166,13 +167,13 @@ func measure(t *testing.T, name string, b backend, n, m int) {
 	}
 	pctx, cancel := context.WithTimeout(ctx, purgeTimeout)
 	defer cancel()
-	srv := startServerCPU(b.server)
-	cpu0 := selfCPU()
+	srv := proccpu.Start(b.server)
+	cpu0 := proccpu.Self()
 	start := time.Now()
 	deleted, err := s.Purge(pctx, idemstore.PurgeParams{BatchSize: 500})
 	wall := time.Since(start)
-	client := selfCPU() - cpu0
-	server := srv.elapsed()
+	client := proccpu.Self() - cpu0
+	server := srv.Elapsed()
 	note := ""
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) && deleted > 0 && ctx.Err() == nil:
@@ -324,7 +325,7 @@ func postgresBackend(t *testing.T) backend {
 			c, err := total(ctx)
 			return n, c, err
 		},
-		server: func() []int { return pidsNamed("postgres") },
+		server: func() []int { return proccpu.Named("postgres") },
 	}
 }
 
@@ -387,7 +388,7 @@ func mysqlBackend(t *testing.T) backend {
 				FROM information_schema.tables WHERE table_schema = ?`, name).Scan(&n)
 			return n, -1, err
 		},
-		server: func() []int { return pidsNamed("mariadbd", "mysqld") },
+		server: func() []int { return proccpu.Named("mariadbd", "mysqld") },
 	}
 }
 

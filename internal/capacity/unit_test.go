@@ -18,42 +18,6 @@ import (
 	"github.com/idem-dev/idem/internal/testenv"
 )
 
-func TestStatTicks(t *testing.T) {
-	for _, tc := range []struct {
-		line string
-		want int64
-	}{
-		{"42 (postgres) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 5 0 0", 10},
-		// A command name may hold spaces and parentheses.
-		{"7 (a b) c)) R 1 7 7 0 -1 0 0 0 0 0 120 80 0 0 20 0 1 0 5 0 0", 200},
-	} {
-		got, err := statTicks(tc.line)
-		if err != nil || got != tc.want {
-			t.Errorf("statTicks(%q) = %d, %v; want %d", tc.line, got, err, tc.want)
-		}
-	}
-	if _, err := statTicks("42 postgres S 1"); err == nil {
-		t.Error("statTicks accepted a line without a command name")
-	}
-}
-
-func TestOwnProcessCounts(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("no /proc")
-	}
-	c := startServerCPU(func() []int { return []int{os.Getpid()} })
-	// Spin until the kernel has charged this process a few ticks; the test
-	// fails by timing out if procTicks never sees them.
-	for c.elapsed() < 3*time.Second/clockTicks {
-		for i := range 1 << 20 {
-			_ = i * i
-		}
-	}
-	if selfCPU() <= 0 {
-		t.Error("getrusage reported no CPU time")
-	}
-}
-
 func TestWorkloadShapes(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	if s := scope(7); !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(s) || s == scope(8) {
