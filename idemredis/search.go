@@ -270,11 +270,12 @@ type ranger struct {
 // walk returns a source that merges the groups' parts of an ordered
 // index. On a Cluster, a first pipeline asks every group for its first
 // element only; the k-th smallest of those, upTo, bounds a second
-// pipeline to the groups that have any: each returns its elements up to
-// upTo, at most k. At least k elements lie at or before upTo, so the k
-// first of what the second pipeline returns are the k first of the whole
-// index, and the two pipelines carry about k elements and one command a
-// group each, not k a group. A single node is one group: one pipeline.
+// pipeline to the groups whose first comes at or before it (at most k):
+// each returns its elements up to upTo, at most k. At least k elements
+// lie at or before upTo, so the k first of what the second pipeline
+// returns are the k first of the whole index, and a round costs one
+// command a group and k more, not k a group. A single node is one group:
+// one pipeline.
 func (q *search) walk(r ranger) source {
 	s := q.s
 	return func(ctx context.Context, after *cand, k int) ([]cand, bool, error) {
@@ -293,8 +294,16 @@ func (q *search) walk(r ranger) source {
 			}
 			groups = nonEmpty
 			if len(firsts) >= k {
-				slices.SortFunc(firsts, q.less)
-				upTo = &firsts[k-1]
+				sorted := slices.SortedFunc(slices.Values(firsts), q.less)
+				upTo = &sorted[k-1]
+				// Only the groups whose first comes at or before upTo hold
+				// any of the k first: at most k groups, not every one.
+				groups = nil
+				for i, f := range firsts {
+					if q.less(f, *upTo) <= 0 {
+						groups = append(groups, nonEmpty[i])
+					}
+				}
 			}
 		}
 		cands, full, err := q.read(ctx, r, groups, after, upTo, k)

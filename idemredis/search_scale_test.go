@@ -60,10 +60,19 @@ func loadSearchRecords(t *testing.T, s *Store) {
 			for i := range z.members {
 				c = c.ScoreMember(z.scores[i], z.members[i])
 			}
-			cmds = append(cmds, c.Build())
+			cmds = append(cmds, c.Build().Pin())
 			delete(pending, key)
 		}
-		if err := firstError(s.client.DoMulti(ctx, cmds...)); err != nil {
+		// Every command is idempotent: send the batch again when a
+		// connection breaks (other tests fail the Cluster's masters over).
+		var err error
+		for range 5 {
+			if err = firstError(s.client.DoMulti(ctx, cmds...)); err == nil {
+				break
+			}
+			time.Sleep(time.Second)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		cmds = cmds[:0]
@@ -97,9 +106,9 @@ func loadSearchRecords(t *testing.T, s *Store) {
 		names := s.keys(k)
 		set := s.client.B().Set().Key(names.record).Value(rueidis.BinaryString(b))
 		if st == 'c' {
-			cmds = append(cmds, set.PxMilliseconds(2*86_400_000).Build())
+			cmds = append(cmds, set.PxMilliseconds(2*86_400_000).Build().Pin())
 		} else {
-			cmds = append(cmds, set.Build())
+			cmds = append(cmds, set.Build().Pin())
 			add(names.ix.review, created, ageMember(k))
 		}
 		add(names.ix.key, 0, keyMember(k))
