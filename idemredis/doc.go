@@ -209,9 +209,9 @@
 // the master of its slot), and merges the answers: first each slot's first
 // match, then, from the slots that have any, the matches up to the k-th
 // first (see walk in search.go). That is some 16384 small commands a
-// round, whatever the number of records: about a tenth of a second on the
-// test Cluster (BENCHMARKS.md), against a millisecond or two on a single
-// node. On a single node (or behind Sentinel) there is one group of
+// round, whatever the number of records: 100 to 250 ms a search on the
+// test Cluster, against a millisecond or two on a single node
+// (BENCHMARKS.md). On a single node (or behind Sentinel) there is one group of
 // sets, that of slot 0. Moving records between a single node and a Cluster
 // therefore needs Reindex.
 //
