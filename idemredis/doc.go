@@ -190,8 +190,12 @@
 // of ia below 0, completed ones one of ia from 0 on (with the records in
 // review, filtered out), every state both ranges merged; a search by age
 // with a key, prefix or label reads their matches' ages from ia (ZMSCORE)
-// and sorts them. Each listed record is then read whole by the get
-// script. Sorted sets were chosen over RediSearch (a module many
+// and sorts them. A search in key order by neither key nor label (an age
+// or a reason alone) lists pending or review records by scope, operation
+// and key, but completed records, or every state, in the key index's
+// order (key, scope, operation), as a search by key does: the store keeps
+// no index of them by scope. Each listed record is then read whole by the
+// get script. Sorted sets were chosen over RediSearch (a module many
 // deployments lack, which indexes hashes and JSON documents, not this
 // store's binary strings) and over one set per key value or label (a key
 // per record more, and no prefix search). Members carry the key's

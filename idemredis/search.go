@@ -311,6 +311,13 @@ func (q *search) walk(r ranger) source {
 			return nil, false, err
 		}
 		slices.SortFunc(cands, q.less)
+		// A record listed twice by one round is one candidate: the ranges
+		// of a round are read by commands of one pipeline, between which
+		// another client's script may run, and a record that completes
+		// in between moves from the pending range of the set by age,
+		// read first, to the settled one, read after (same member, same
+		// created-at: equal candidates).
+		cands = slices.CompactFunc(cands, func(a, b cand) bool { return q.less(a, b) == 0 })
 		if len(cands) > k {
 			return cands[:k], true, nil
 		}
