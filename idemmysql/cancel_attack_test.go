@@ -76,19 +76,30 @@ func newHold(t testing.TB, db *sql.DB, isolation sql.IsolationLevel) *hold {
 	return h
 }
 
-// poll runs check every few milliseconds until it reports true.
+// poll runs check every few milliseconds until it reports true, and
+// fails the test with what if that takes longer than pollBound: a server
+// that never gets there must fail this test, not hang the package until
+// its timeout.
 func poll(t testing.TB, what string, check func() bool) {
 	t.Helper()
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()
+	bound := time.NewTimer(pollBound)
+	defer bound.Stop()
 	for !check() {
 		select {
 		case <-tick.C:
+		case <-bound.C:
+			t.Fatalf("after %v: %s", pollBound, what)
 		case <-t.Context().Done():
 			t.Fatal(what)
 		}
 	}
 }
+
+// pollBound bounds poll: far longer than any wait these tests make on a
+// loaded machine (innodb_lock_wait_timeout is 50 s).
+const pollBound = 2 * time.Minute
 
 // Waiter returns once another connection runs an INSERT or UPDATE in the
 // test's database: the hold keeps it from finishing, so it waits, or will.
@@ -111,14 +122,19 @@ func (h *hold) Unblock(t testing.TB) {
 	}
 }
 
-// Settled: the waiter's connection is gone. Its client dropped it (or it
-// was killed), so the server ends it once the statement is over, having
-// committed or rolled back what it did.
+// Settled: the waiter's statement is over and nothing it did can still
+// commit: its connection is gone (its client dropped it, or it was
+// killed, and the server ended it once the statement was over, having
+// committed or rolled back what it did), or it sits idle with no InnoDB
+// transaction open (its statement ended before the client could drop
+// it, and whatever it did has been committed or rolled back already).
+// Either way, what the store left behind is final.
 func (h *hold) Settled(t testing.TB) {
 	t.Helper()
-	poll(t, "the waiter still runs what its client abandoned", func() bool {
+	poll(t, "the waiter still runs what its client abandoned, or holds a transaction open", func() bool {
 		var n int
-		err := h.db.QueryRowContext(t.Context(), "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?", h.waiter).Scan(&n)
+		err := h.db.QueryRowContext(t.Context(), `SELECT COUNT(*) FROM information_schema.PROCESSLIST p WHERE p.ID = ?
+			AND (p.COMMAND <> 'Sleep' OR EXISTS (SELECT 1 FROM information_schema.INNODB_TRX x WHERE x.trx_mysql_thread_id = p.ID))`, h.waiter).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
