@@ -54,7 +54,9 @@ type Store interface {
 	// expiring p.Retention after the store's now. Fenced by p.Token; the
 	// lease deadline is not checked, the token alone fences. The store must
 	// not keep p.Response, its Header or its Body after the call returns: it
-	// encodes or copies what it keeps (callers reuse their buffers).
+	// encodes or copies what it keeps (callers reuse their buffers). Nor may
+	// it change them: a Header may be shared by many calls (the gRPC front
+	// doors store one per message type).
 	Complete(ctx context.Context, p CompleteParams) error
 
 	// Release deletes the record if it is still pending under p.Token
