@@ -81,15 +81,8 @@ if [ "$dur_secs" -lt 3 ]; then
 fi
 has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 
-if ! command -v wrk >/dev/null; then
-	echo "bench-capacity: installing wrk" >&2
-	if [ "$(id -u)" = 0 ]; then
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1 ||
-			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
-	else
-		sudo apt-get install -y -qq wrk >/dev/null
-	fi
-fi
+. scripts/benchlib.sh
+ensure_wrk bench-capacity
 
 mkdir -p .tmp
 go build -o .tmp/idem ./cmd/idem

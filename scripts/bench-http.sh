@@ -23,15 +23,8 @@ go build -o .tmp/benchserver ./internal/tools/benchserver
 case $LOADGEN in
 loadgen) go build -o .tmp/loadgen ./internal/tools/loadgen ;;
 wrk)
-  if ! command -v wrk >/dev/null; then
-    echo "bench-http: installing wrk" >&2
-    if [ "$(id -u)" = 0 ]; then
-      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1 ||
-        { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
-    else
-      sudo apt-get install -y -qq wrk >/dev/null
-    fi
-  fi
+  . scripts/benchlib.sh
+  ensure_wrk bench-http
   ;;
 *) echo "bench-http: LOADGEN must be loadgen or wrk, not $LOADGEN" >&2; exit 2 ;;
 esac

@@ -57,15 +57,8 @@ if [ "$CPU" = 1 ]; then
 	fi
 fi
 
-if ! command -v wrk >/dev/null; then
-	echo "bench-proxy: installing wrk" >&2
-	if [ "$(id -u)" = 0 ]; then
-		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1 ||
-			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
-	else
-		sudo apt-get install -y -qq wrk >/dev/null
-	fi
-fi
+. scripts/benchlib.sh
+ensure_wrk bench-proxy
 
 mkdir -p .tmp
 go build -o .tmp/idem ./cmd/idem

@@ -19,3 +19,16 @@ latencies() {
 		done
 	done
 }
+
+# ensure_wrk NAME installs wrk (the Debian package) when it is missing,
+# saying so on stderr as NAME.
+ensure_wrk() {
+	command -v wrk >/dev/null && return
+	echo "$1: installing wrk" >&2
+	if [ "$(id -u)" = 0 ]; then
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null 2>&1 ||
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk >/dev/null; }
+	else
+		sudo apt-get install -y -qq wrk >/dev/null
+	fi
+}
