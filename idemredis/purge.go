@@ -22,30 +22,20 @@ import (
 func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error) {
 	s.recheck(ctx)
 	p = p.Normalize()
-	nodes, err := s.masters(ctx)
-	if err != nil {
-		return 0, err
-	}
 	total := 0
-	for _, n := range nodes {
-		var cursor uint64
-		for {
-			keys, next, err := s.scan(ctx, n.client, cursor)
+	err := s.scanAll(ctx, func(n node, keys []string) error {
+		for chunk := range slices.Chunk(keys, p.BatchSize) {
+			deleted, err := s.purgeBatch(ctx, n.client, chunk)
+			total += deleted
+			p.Report(deleted, total)
 			if err != nil {
-				return total, err
-			}
-			for chunk := range slices.Chunk(keys, p.BatchSize) {
-				deleted, err := s.purgeBatch(ctx, n.client, chunk)
-				total += deleted
-				p.Report(deleted, total)
-				if err != nil {
-					return total, err
-				}
-			}
-			if cursor = next; cursor == 0 {
-				break
+				return err
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return total, err
 	}
 	return total, s.sweep(ctx, p.BatchSize)
 }

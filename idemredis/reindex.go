@@ -23,32 +23,16 @@ import (
 // idem migrate runs it on a Redis store; run it once after upgrading, and
 // again after moving records between a single node and a Cluster.
 func (s *Store) Reindex(ctx context.Context, progress func(indexed int)) (int, error) {
-	nodes, err := s.masters(ctx)
-	if err != nil {
-		return 0, err
-	}
 	total := 0
-	for _, n := range nodes {
-		var cursor uint64
-		for {
-			keys, next, err := s.scan(ctx, n.client, cursor)
-			if err != nil {
-				return total, err
-			}
-			done, err := s.reindexBatch(ctx, keys)
-			total += done
-			if done > 0 && progress != nil {
-				progress(total)
-			}
-			if err != nil {
-				return total, err
-			}
-			if cursor = next; cursor == 0 {
-				break
-			}
+	err := s.scanAll(ctx, func(_ node, keys []string) error {
+		done, err := s.reindexBatch(ctx, keys)
+		total += done
+		if done > 0 && progress != nil {
+			progress(total)
 		}
-	}
-	return total, nil
+		return err
+	})
+	return total, err
 }
 
 // reindexBatch reads the records under keys and indexes those that exist.

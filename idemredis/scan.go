@@ -169,6 +169,30 @@ func (s *Store) scan(ctx context.Context, c rueidis.Client, cursor uint64) (keys
 	return e.Elements, e.Cursor, nil
 }
 
+// scanAll calls fn with every SCAN batch of record keys of every master,
+// master by master, until the last batch or fn's first error.
+func (s *Store) scanAll(ctx context.Context, fn func(n node, keys []string) error) error {
+	nodes, err := s.masters(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		for cursor := uint64(0); ; {
+			keys, next, err := s.scan(ctx, n.client, cursor)
+			if err != nil {
+				return err
+			}
+			if err := fn(n, keys); err != nil {
+				return err
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	return nil
+}
+
 // serverTime decodes a TIME reply.
 func serverTime(res rueidis.RedisResult) (time.Time, error) {
 	v, err := res.AsStrSlice()
