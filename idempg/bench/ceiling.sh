@@ -19,16 +19,43 @@
 #   2. the store, BenchmarkReserveComplete/batch=on/c=50 (idempg/bench_test.go),
 #      right after, and its ratio to each line.
 #
+# For every line it also prints PostgreSQL's CPU time per pair (every
+# postgres process, the backends that ended during the run included,
+# through the postmaster's children's times) and the share of the machine
+# that idled: what the database spends on a pair in pgbench's hands is the
+# floor for what it can spend behind the store.
+#
 #   eval "$(scripts/services.sh)"; idempg/bench/ceiling.sh
 #
 # Environment: IDEM_TEST_POSTGRES_URL (required), CLIENTS (8), BATCH (32),
-# SECS (10, per pgbench run), BENCHTIME (10s), ROUNDS (1).
+# SECS (10, per pgbench run), BENCHTIME (40000x: a count, so that the store's
+# CPU per pair counts one run of the benchmark, not its ramp-up too), ROUNDS (1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/benchlib.sh
 url=${IDEM_TEST_POSTGRES_URL:?run: eval "\$(scripts/services.sh)"}
-clients=${CLIENTS:-8}; batch=${BATCH:-32}; secs=${SECS:-10}; benchtime=${BENCHTIME:-10s}; rounds=${ROUNDS:-1}
+clients=${CLIENTS:-8}; batch=${BATCH:-32}; secs=${SECS:-10}; benchtime=${BENCHTIME:-40000x}; rounds=${ROUNDS:-1}
 tmp=$(mktemp -d)
+# pgticks prints the CPU ticks every postgres process has used: the
+# postmaster's own and its ended children's (cutime, cstime), and each live
+# one's. Run on an otherwise quiet machine.
+pgticks() {
+	local pm
+	pm=$(pgrep -o -x postgres) || { echo 0; return; }
+	{
+		awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat"
+		for p in $(pgrep -P "$pm"); do awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true; done
+	} | awk '{ s += $1 } END { print s }'
+}
+# cpustat prints the machine's busy and idle ticks (/proc/stat).
+cpustat() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
+# usage PAIRS T0 T1 "BUSY0 IDLE0" "BUSY1 IDLE1" prints PostgreSQL's CPU µs per pair and the idle share.
+usage() {
+	awk -v n="$1" -v t0="$2" -v t1="$3" -v a="$4" -v b="$5" -v hz="$(getconf CLK_TCK)" 'BEGIN {
+		split(a, x, " "); split(b, y, " "); busy = y[1] - x[1]; idle = y[2] - x[2]
+		per = (n > 0) ? (t1 - t0) * 1e6 / hz / n : 0; share = (busy + idle > 0) ? 100 * idle / (busy + idle) : 0
+		printf "PostgreSQL %.0f cpu-µs/pair, idle %.0f%%", per, share }'
+}
 schemas=(ceil_idem ceil_min ceil_hot)
 drop() { for s in "${schemas[@]}"; do psql -X -q "$url" -c "DROP SCHEMA IF EXISTS $s CASCADE" >/dev/null 2>&1 || true; done; }
 trap 'drop; rm -rf "$tmp"' EXIT
@@ -84,17 +111,24 @@ for round in $(seq "$rounds"); do
 	declare -A pairs=()
 	for s in "${schemas[@]}"; do
 		before=$(psql -X -At "$url" -c "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname = 'idem_records'")
-		tps=$(pgbench -n -c "$clients" -j 2 -T "$secs" -f "$tmp/$s.sql" "$url" 2>&1 | sed -n 's/^tps = \([0-9.]*\).*/\1/p')
+		t0=$(pgticks) c0=$(cpustat)
+		out=$(pgbench -n -c "$clients" -j 2 -T "$secs" -f "$tmp/$s.sql" "$url" 2>&1)
+		t1=$(pgticks) c1=$(cpustat)
+		tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out")
+		done_pairs=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
 		sleep 1 # the statistics collector's report
 		after=$(psql -X -At "$url" -c "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname = 'idem_records'")
 		pairs[$s]=$(awk -v t="$tps" -v b="$batch" 'BEGIN { printf "%.0f", t * b }')
 		hot=$(awk -F'|' -v b="$before" -v a="$after" 'BEGIN { split(b, x, "|"); split(a, y, "|"); u = y[1] - x[1]; h = y[2] - x[2]; printf "%.0f%%", (u > 0 ? 100 * h / u : 0) }')
-		echo "round $round ${s#ceil_}: ${pairs[$s]} pairs/s, HOT settles $hot"
+		echo "round $round ${s#ceil_}: ${pairs[$s]} pairs/s, HOT settles $hot, $(usage $((done_pairs * batch)) "$t0" "$t1" "$c0" "$c1")"
 	done
+	t0=$(pgticks) c0=$(cpustat)
 	out=$("$tmp/idempg.test" -test.run '^$' -test.bench 'BenchmarkReserveComplete/batch=on/c=50$' -test.benchtime "$benchtime")
+	t1=$(pgticks) c1=$(cpustat)
 	store=$(metric "$out" "ReserveComplete/batch=on/c=50" pairs/s)
 	calls=$(metric "$out" "ReserveComplete/batch=on/c=50" calls/batch)
-	echo "round $round store batch=on c=50: ${store:-?} pairs/s (${calls:-?} calls per batch)"
+	n=$(awk -v o="$out" 'BEGIN { split(o, l, "\n"); for (i in l) if (l[i] ~ /ReserveComplete\/batch=on\/c=50/) { split(l[i], f, " "); print f[2] } }')
+	echo "round $round store batch=on c=50: ${store:-?} pairs/s (${calls:-?} calls per batch), $(usage "${n:-0}" "$t0" "$t1" "$c0" "$c1") (the test's set-up included)"
 	for s in "${schemas[@]}"; do
 		awk -v a="$store" -v b="${pairs[$s]}" -v s="${s#ceil_}" 'BEGIN { if (a != "" && b > 0) printf "round %d store / %s = %.2f\n", '"$round"', s, a / b }'
 	done
