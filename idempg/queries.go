@@ -199,7 +199,7 @@ i AS (INSERT INTO {w} (scope, operation, key) SELECT scope, operation, key FROM 
 SELECT count(*) FROM r`),
 		list: r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE `),
 		countOpen: r.Replace(`SELECT state, operation, count(*), min(created_at) FROM {t}
-WHERE state IN ('pending', 'needs_review') GROUP BY state, operation ORDER BY operation`),
+WHERE state <> 'completed' GROUP BY state, operation ORDER BY operation`),
 		// The completed records, counted up to $1, and the table's row
 		// estimate, which pg_class.reltuples keeps (-1 before the first
 		// ANALYZE).

@@ -1,0 +1,117 @@
+package idempg
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/testenv"
+)
+
+// TestOpenRecordsIndex checks that the index of states holds only pending
+// and needs_review records, and that the statements which read open
+// records can use it as prepared statements: pgx prepares every statement,
+// and after five runs PostgreSQL may keep a generic plan, which knows
+// nothing of a parameter's value and so can use a partial index only when
+// the statement itself implies the index's predicate.
+func TestOpenRecordsIndex(t *testing.T) {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testenv.Getenv(t, "IDEM_TEST_POSTGRES_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	schema := fmt.Sprintf("idem_t_open_%d", time.Now().UnixNano())
+	if err := Migrate(ctx, pool, Config{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	}()
+	var indexes []string
+	rows, _ := pool.Query(ctx, `SELECT indexname || ': ' || indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'idem_records' ORDER BY indexname`, schema)
+	indexes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(indexes, "\n")
+	if strings.Contains(all, "idem_records_state_key") {
+		t.Errorf("the index of every record's state is still there:\n%s", all)
+	}
+	if !strings.Contains(all, "idem_records_open_key") || !strings.Contains(all, "WHERE (state <> 'completed'::text)") {
+		t.Fatalf("no partial index of open records:\n%s", all)
+	}
+
+	s, err := New(pool, Config{Schema: schema, DisableBatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	plan := func(t *testing.T, sql string, args ...any) string {
+		t.Helper()
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = tx.Rollback(ctx) }()
+		// A generic plan, as a prepared statement may get, and no
+		// sequential scan, which an empty table would otherwise get.
+		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off"); err != nil {
+			t.Fatal(err)
+		}
+		// EXPLAIN of a statement with parameters plans it for their
+		// values; EXPLAIN EXECUTE of a prepared one uses its cached plan.
+		if _, err := tx.Exec(ctx, "PREPARE open_key_q AS "+sql); err != nil {
+			t.Fatal(err)
+		}
+		paren := func(p []string) string {
+			if len(p) == 0 {
+				return ""
+			}
+			return "(" + strings.Join(p, ", ") + ")"
+		}
+		// EXECUTE takes no parameters of its own: its arguments go in as
+		// literals.
+		params := make([]string, len(args))
+		for i, a := range args {
+			switch a := a.(type) {
+			case string:
+				params[i] = "'" + strings.ReplaceAll(a, "'", "''") + "'"
+			case int:
+				params[i] = fmt.Sprint(a)
+			default:
+				t.Fatalf("argument %d of type %T", i+1, a)
+			}
+		}
+		rows, _ := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE open_key_q"+paren(params))
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, "DEALLOCATE open_key_q"); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Join(lines, "\n")
+	}
+	for _, st := range []idemstore.State{idemstore.StatePending, idemstore.StateNeedsReview} {
+		for _, order := range []idemstore.Order{idemstore.OrderKey, idemstore.OrderOldest} {
+			p := idemstore.ListParams{State: st, Order: order, Limit: 50}.Normalize()
+			sql, args := listQuery(s.q.list, p, nil)
+			if got := plan(t, sql, args...); !strings.Contains(got, "idem_records_open_key") {
+				t.Errorf("List of %s records in order %d does not read the index of open records:\n%s", st, order, got)
+			}
+		}
+	}
+	if got := plan(t, s.q.countOpen); !strings.Contains(got, "idem_records_open_key") {
+		t.Errorf("Counts of open records does not read the index of open records:\n%s", got)
+	}
+
+}
