@@ -70,7 +70,7 @@ CREATE TABLE ceil_min.idem_records (
     waiters boolean NOT NULL DEFAULT false, updated_at timestamptz, request bytea,
     PRIMARY KEY (scope, operation, key)) WITH (fillfactor = 70);
 CREATE INDEX ON ceil_min.idem_records (created_at);
-DROP INDEX ceil_hot.idem_records_pending_lease, ceil_hot.idem_records_completed_expiry, ceil_hot.idem_records_state_key;
+DROP INDEX ceil_hot.idem_records_pending_lease, ceil_hot.idem_records_completed_expiry, ceil_hot.idem_records_open_key;
 ALTER TABLE ceil_hot.idem_records SET (fillfactor = 70);
 CREATE TABLE ceil_hot.idem_pending (scope text COLLATE "C" NOT NULL, operation text COLLATE "C" NOT NULL,
     key text COLLATE "C" NOT NULL, lease_until timestamptz NOT NULL, PRIMARY KEY (scope, operation, key));
