@@ -5,6 +5,7 @@ import (
 	"embed"
 	"fmt"
 	"hash/fnv"
+	"regexp"
 	"strings"
 
 	"github.com/idem-dev/idem/internal/migrations"
@@ -55,10 +56,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 		for _, v := range applied {
 			done[int(v)] = true
 		}
-		if len(done) < len(ms) {
-			if err := dropInvalidIndexes(ctx, tx, cfg.Schema); err != nil {
-				return err
+		var builds []string // the indexes that pending migrations build
+		for _, m := range ms {
+			if !done[m.Version] {
+				for _, sub := range builtIndex.FindAllStringSubmatch(m.SQL, -1) {
+					builds = append(builds, sub[1])
+				}
 			}
+		}
+		if err := dropInvalidIndexes(ctx, tx, cfg.Schema, builds); err != nil {
+			return err
 		}
 		for _, m := range ms {
 			if done[m.Version] {
@@ -88,40 +95,59 @@ func migrationLockKey(schema string) int64 {
 	return int64(h.Sum64())
 }
 
-// dropInvalidIndexes drops the invalid indexes of idem's tables in schema
-// that bear idem's names, before pending migrations run. A CREATE INDEX
-// CONCURRENTLY that failed (cancelled, a lock timeout, a lost connection)
-// leaves an invalid index under its name, which PostgreSQL keeps up to date
-// but never reads; a migration's CREATE INDEX IF NOT EXISTS would take it
-// for the index it builds, and a migration that drops an index it replaces
-// would leave none that works. Dropped, the index is built by the
-// migration, in its transaction.
+// builtIndex finds the indexes a migration builds if they are missing.
+var builtIndex = regexp.MustCompile(`(?i)CREATE\s+INDEX\s+IF\s+NOT\s+EXISTS\s+(\w+)`)
+
+// dropInvalidIndexes drops, among names (the indexes that pending
+// migrations build with CREATE INDEX IF NOT EXISTS), those that exist in
+// schema but are invalid. A CREATE INDEX CONCURRENTLY that failed
+// (cancelled, a lock timeout, a lost connection), run by an operator ahead
+// of an upgrade as the migrations suggest, leaves an invalid index under
+// its name, which PostgreSQL keeps up to date but never reads: the
+// migration would take it for the index it builds, and one that drops an
+// index it replaces would leave none that works. Dropped, the index is
+// built by the migration, in its transaction. Other indexes are left
+// alone: no pending migration would build them again.
 //
 // An index being built concurrently right now is invalid too, until its
-// build ends: the tables are locked first in SHARE UPDATE EXCLUSIVE mode,
+// build ends: the table is locked first in SHARE UPDATE EXCLUSIVE mode,
 // which waits for such a build and does not hold writes.
-func dropInvalidIndexes(ctx context.Context, tx pgx.Tx, schema string) error {
-	rows, _ := tx.Query(ctx, `SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = $1 AND c.relkind = 'r' AND c.relname LIKE 'idem\_%' ORDER BY c.relname`, schema)
-	tables, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+func dropInvalidIndexes(ctx context.Context, tx pgx.Tx, schema string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	const invalid = `SELECT t.relname, c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_class t ON t.oid = i.indrelid JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = ANY($2) AND NOT i.indisvalid ORDER BY t.relname, c.relname`
+	type index struct{ table, name string }
+	find := func() ([]index, error) {
+		rows, _ := tx.Query(ctx, invalid, schema, names)
+		return pgx.CollectRows(rows, func(row pgx.CollectableRow) (index, error) {
+			var ix index
+			err := row.Scan(&ix.table, &ix.name)
+			return ix, err
+		})
+	}
+	found, err := find()
+	if err != nil || len(found) == 0 {
 		return err
 	}
-	for _, t := range tables {
-		if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{schema, t}.Sanitize()+" IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
-			return err
+	locked := map[string]bool{}
+	for _, ix := range found {
+		if !locked[ix.table] {
+			locked[ix.table] = true
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{schema, ix.table}.Sanitize()+" IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+				return err
+			}
 		}
 	}
-	rows, _ = tx.Query(ctx, `SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_class t ON t.oid = i.indrelid
-WHERE n.nspname = $1 AND NOT i.indisvalid AND c.relname LIKE 'idem\_%' AND t.relname LIKE 'idem\_%' ORDER BY c.relname`, schema)
-	invalid, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
+	// Again, now that no build is in progress: one may have ended valid.
+	if found, err = find(); err != nil {
 		return err
 	}
-	for _, ix := range invalid {
-		if _, err := tx.Exec(ctx, "DROP INDEX "+pgx.Identifier{schema, ix}.Sanitize()); err != nil {
-			return fmt.Errorf("drop invalid index %s: %w", ix, err)
+	for _, ix := range found {
+		if _, err := tx.Exec(ctx, "DROP INDEX "+pgx.Identifier{schema, ix.name}.Sanitize()); err != nil {
+			return fmt.Errorf("drop invalid index %s: %w", ix.name, err)
 		}
 	}
 	return nil

@@ -115,3 +115,62 @@ func TestOpenRecordsIndex(t *testing.T) {
 	}
 
 }
+
+// failedConcurrentIndex runs ddl, a CREATE INDEX CONCURRENTLY on table,
+// while another transaction holds a write on it, with a short lock
+// timeout: the build fails, as an operator's may, and leaves an invalid
+// index under its name. It skips the test if the build did not fail.
+func failedConcurrentIndex(t *testing.T, pool *pgxpool.Pool, table, ddl string) {
+	t.Helper()
+	ctx := context.Background()
+	writer, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = writer.Rollback(ctx) }()
+	if _, err := writer.Exec(ctx, "INSERT INTO "+table+" (scope, operation, key, fingerprint, state, token, lease_until, created_at) VALUES ('w', 'op', 'w', 'fp', 'pending', 't', now(), now())"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SET lock_timeout = '300ms'"); err != nil {
+		t.Fatal(err)
+	}
+	_, buildErr := conn.Exec(ctx, ddl)
+	if _, err := conn.Exec(ctx, "RESET lock_timeout"); err != nil {
+		t.Fatal(err)
+	}
+	if buildErr == nil {
+		t.Skip("CREATE INDEX CONCURRENTLY did not fail: cannot set up an invalid index")
+	}
+}
+
+// TestMigrateDropsOnlyInvalidIndexesItBuilds: before pending migrations
+// run, Migrate drops an invalid index that one of them builds (so that it
+// builds it), and leaves alone an invalid index that none builds, which it
+// could not build again.
+func TestMigrateDropsOnlyInvalidIndexesItBuilds(t *testing.T) {
+	pool := oaPool(t, 4)
+	ctx := context.Background()
+	schema := oaSchemaAt(t, pool, 4)
+	table := pgx.Identifier{schema, "idem_records"}.Sanitize()
+	failedConcurrentIndex(t, pool, table, "CREATE INDEX CONCURRENTLY idem_records_open_key ON "+table+" (state, scope, operation, key) WHERE state <> 'completed'")
+	failedConcurrentIndex(t, pool, table, "CREATE INDEX CONCURRENTLY idem_records_operators_own ON "+table+" (updated_at)")
+	before := oaIndexes(t, pool, schema)
+	if before["idem_records_open_key"].valid || before["idem_records_operators_own"].valid {
+		t.Fatalf("set-up: the failed builds left valid indexes: %+v", before)
+	}
+	if err := Migrate(ctx, pool, Config{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	after := oaIndexes(t, pool, schema)
+	if ix, ok := after["idem_records_open_key"]; !ok || !ix.valid {
+		t.Errorf("the index of open records after Migrate: %+v (present %t), want valid", ix, ok)
+	}
+	if ix, ok := after["idem_records_operators_own"]; !ok || ix.valid {
+		t.Errorf("an invalid index that no migration builds: %+v (present %t) after Migrate, want left as it was", ix, ok)
+	}
+}
