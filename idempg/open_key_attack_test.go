@@ -407,12 +407,21 @@ func TestOpenKeyAttackConcurrentUpgrade(t *testing.T) {
 	}
 	defer s.Close()
 	stop := make(chan struct{})
+	// round hears of the rounds of traffic that end while someone waits
+	// on it, and is closed when the traffic ends.
+	round := make(chan struct{})
+	rounds := func(n int) {
+		for range n {
+			<-round
+		}
+	}
 	var (
 		wg      sync.WaitGroup
 		trafErr error
 		ops     int
 	)
 	wg.Go(func() {
+		defer close(round)
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -438,16 +447,20 @@ func TestOpenKeyAttackConcurrentUpgrade(t *testing.T) {
 				return
 			}
 			ops++
+			select {
+			case round <- struct{}{}:
+			default:
+			}
 		}
 	})
-	time.Sleep(100 * time.Millisecond)
+	rounds(5) // the traffic runs on statements prepared before the upgrade
 	errs := make([]error, 3)
 	var mg sync.WaitGroup
 	for i := range errs {
 		mg.Go(func() { errs[i] = Migrate(ctx, pool, Config{Schema: schema}) })
 	}
 	mg.Wait()
-	time.Sleep(100 * time.Millisecond)
+	rounds(5) // and goes on after it
 	close(stop)
 	wg.Wait()
 	for i, err := range errs {
