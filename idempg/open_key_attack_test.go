@@ -539,35 +539,10 @@ func TestOpenKeyAttackInvalidPrecreatedIndex(t *testing.T) {
 	schema := oaSchemaAt(t, pool, 4)
 	oaFill(t, pool, schema)
 	table := pgx.Identifier{schema, "idem_records"}.Sanitize()
-
-	writer, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = writer.Rollback(ctx) }()
-	if _, err := writer.Exec(ctx, "INSERT INTO "+table+" (scope, operation, key, fingerprint, state, token, lease_until, created_at) VALUES ('w', 'op0', 'w', 'fp', 'pending', 't', now(), now())"); err != nil {
-		t.Fatal(err)
-	}
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, "SET lock_timeout = '300ms'"); err != nil {
-		t.Fatal(err)
-	}
-	_, cicErr := conn.Exec(ctx, "CREATE INDEX CONCURRENTLY idem_records_open_key ON "+table+" (state, scope, operation, key) WHERE state <> 'completed'")
-	_, _ = conn.Exec(ctx, "RESET lock_timeout")
-	conn.Release()
-	if err := writer.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if cicErr == nil {
-		t.Skip("CREATE INDEX CONCURRENTLY did not fail: cannot set up an invalid index")
-	}
+	failedConcurrentIndex(t, pool, table, "CREATE INDEX CONCURRENTLY idem_records_open_key ON "+table+" (state, scope, operation, key) WHERE state <> 'completed'")
 	if ix := oaIndexes(t, pool, schema)["idem_records_open_key"]; ix.valid {
-		t.Skipf("the failed CREATE INDEX CONCURRENTLY (%v) left a valid index", cicErr)
+		t.Skip("the failed CREATE INDEX CONCURRENTLY left a valid index")
 	}
-	t.Logf("CREATE INDEX CONCURRENTLY failed as an operator's may: %v", cicErr)
 
 	if err := Migrate(ctx, pool, Config{Schema: schema}); err != nil {
 		// Failing loudly is an acceptable answer: the operator learns of
@@ -667,8 +642,8 @@ const oaExplain = "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF) "
 
 // oaGenericPlan returns the plan, run, of sql prepared and planned
 // generically (plan_cache_mode = force_generic_plan), in a transaction
-// rolled back.
-func oaGenericPlan(t *testing.T, pool *pgxpool.Pool, sql string, args []any) string {
+// rolled back, with settings ("name = value") set in it too.
+func oaGenericPlan(t *testing.T, pool *pgxpool.Pool, sql string, args []any, settings ...string) string {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := pool.Begin(ctx)
@@ -676,8 +651,10 @@ func oaGenericPlan(t *testing.T, pool *pgxpool.Pool, sql string, args []any) str
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan"); err != nil {
-		t.Fatal(err)
+	for _, set := range append([]string{"plan_cache_mode = force_generic_plan"}, settings...) {
+		if _, err := tx.Exec(ctx, "SET LOCAL "+set); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if _, err := tx.Exec(ctx, "PREPARE oa_q AS "+sql); err != nil {
 		t.Fatal(err)

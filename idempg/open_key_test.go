@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/idemstore"
-	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // TestOpenRecordsIndex checks that the index of states holds only pending
@@ -22,23 +21,10 @@ import (
 // the statement itself implies the index's predicate.
 func TestOpenRecordsIndex(t *testing.T) {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.Getenv(t, "IDEM_TEST_POSTGRES_URL"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	schema := fmt.Sprintf("idem_t_open_%d", time.Now().UnixNano())
-	if err := Migrate(ctx, pool, Config{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	}()
-	var indexes []string
+	pool := oaPool(t, 4)
+	schema := migratedSchema(t, pool)
 	rows, _ := pool.Query(ctx, `SELECT indexname || ': ' || indexdef FROM pg_indexes WHERE schemaname = $1 AND tablename = 'idem_records' ORDER BY indexname`, schema)
-	indexes, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,51 +41,11 @@ func TestOpenRecordsIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	// A generic plan, as a prepared statement may get, and no sequential
+	// scan, which an empty table would otherwise get.
 	plan := func(t *testing.T, sql string, args ...any) string {
 		t.Helper()
-		tx, err := pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = tx.Rollback(ctx) }()
-		// A generic plan, as a prepared statement may get, and no
-		// sequential scan, which an empty table would otherwise get.
-		if _, err := tx.Exec(ctx, "SET LOCAL plan_cache_mode = force_generic_plan; SET LOCAL enable_seqscan = off"); err != nil {
-			t.Fatal(err)
-		}
-		// EXPLAIN of a statement with parameters plans it for their
-		// values; EXPLAIN EXECUTE of a prepared one uses its cached plan.
-		if _, err := tx.Exec(ctx, "PREPARE open_key_q AS "+sql); err != nil {
-			t.Fatal(err)
-		}
-		paren := func(p []string) string {
-			if len(p) == 0 {
-				return ""
-			}
-			return "(" + strings.Join(p, ", ") + ")"
-		}
-		// EXECUTE takes no parameters of its own: its arguments go in as
-		// literals.
-		params := make([]string, len(args))
-		for i, a := range args {
-			switch a := a.(type) {
-			case string:
-				params[i] = "'" + strings.ReplaceAll(a, "'", "''") + "'"
-			case int:
-				params[i] = fmt.Sprint(a)
-			default:
-				t.Fatalf("argument %d of type %T", i+1, a)
-			}
-		}
-		rows, _ := tx.Query(ctx, "EXPLAIN (COSTS OFF) EXECUTE open_key_q"+paren(params))
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.Exec(ctx, "DEALLOCATE open_key_q"); err != nil {
-			t.Fatal(err)
-		}
-		return strings.Join(lines, "\n")
+		return oaGenericPlan(t, pool, sql, args, "enable_seqscan = off")
 	}
 	for _, st := range []idemstore.State{idemstore.StatePending, idemstore.StateNeedsReview} {
 		for _, order := range []idemstore.Order{idemstore.OrderKey, idemstore.OrderOldest} {
@@ -173,4 +119,20 @@ func TestMigrateDropsOnlyInvalidIndexesItBuilds(t *testing.T) {
 	if ix, ok := after["idem_records_operators_own"]; !ok || ix.valid {
 		t.Errorf("an invalid index that no migration builds: %+v (present %t) after Migrate, want left as it was", ix, ok)
 	}
+}
+
+// migratedSchema creates a schema of its own through Migrate, dropped in
+// cleanup, and returns its name.
+func migratedSchema(t *testing.T, pool *pgxpool.Pool) string {
+	t.Helper()
+	schema := fmt.Sprintf("idem_t_%d", time.Now().UnixNano())
+	t.Cleanup(func() {
+		if _, err := pool.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	if err := Migrate(context.Background(), pool, Config{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	return schema
 }

@@ -8,11 +8,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/searchbench"
-	"github.com/idem-dev/idem/internal/testenv"
 )
 
 // TestSearchAtScale times the admin searches on a million records, ten
@@ -20,25 +18,13 @@ import (
 func TestSearchAtScale(t *testing.T) {
 	runs := searchbench.Enabled(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testenv.Getenv(t, "IDEM_TEST_POSTGRES_URL"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	schema := fmt.Sprintf("idem_bench_%d", time.Now().UnixNano())
-	if err := Migrate(ctx, pool, Config{Schema: schema}); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if _, err := pool.Exec(context.Background(), "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-			t.Errorf("drop schema %s: %v", schema, err)
-		}
-	}()
+	pool := oaPool(t, 4)
+	schema := migratedSchema(t, pool)
 	table := pgx.Identifier{schema, "idem_records"}.Sanitize()
 	start := time.Now()
 	resp := idemstore.EncodeResponse(&idemstore.Response{Status: 201, Body: []byte(strings.Repeat("x", 120))})
 	req := idemstore.EncodeRequest(&idemstore.Request{Method: "POST", Path: "/payments"})
-	_, err = pool.Exec(ctx, `INSERT INTO `+table+` (scope, operation, key, fingerprint, state, token, lease_until, response, reason,
+	_, err := pool.Exec(ctx, `INSERT INTO `+table+` (scope, operation, key, fingerprint, state, token, lease_until, response, reason,
     created_at, updated_at, expires_at, request, scope_label, label_index)
 SELECT 'tenant-' || lpad((i % $1)::text, 41, '0'), 'POST /payments', 'order-' || (i % $2), 'v2:fp', s, 'tok-' || i,
     c, CASE WHEN s = 'completed' THEN $3::bytea END,
