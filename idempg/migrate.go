@@ -80,7 +80,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 				return err
 			}
 		}
-		return nil
+		return checkBuiltIndexes(ctx, tx, cfg.Schema, builds)
 	})
 	if err != nil {
 		return fmt.Errorf("idempg: migrate: %w", interpretError(ctx, err))
@@ -110,8 +110,9 @@ var builtIndex = regexp.MustCompile(`(?i)CREATE\s+INDEX\s+IF\s+NOT\s+EXISTS\s+(\
 // alone: no pending migration would build them again.
 //
 // An index being built concurrently right now is invalid too, until its
-// build ends: the table is locked first in SHARE UPDATE EXCLUSIVE mode,
-// which waits for such a build and does not hold writes.
+// build ends: the table is locked first, which waits for such a build. The
+// lock is the one DROP INDEX takes (ACCESS EXCLUSIVE), so that it is never
+// raised while a store's transaction waits behind it.
 func dropInvalidIndexes(ctx context.Context, tx pgx.Tx, schema string, names []string) error {
 	if len(names) == 0 {
 		return nil
@@ -136,7 +137,7 @@ WHERE n.nspname = $1 AND c.relname = ANY($2) AND NOT i.indisvalid ORDER BY t.rel
 	for _, ix := range found {
 		if !locked[ix.table] {
 			locked[ix.table] = true
-			if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{schema, ix.table}.Sanitize()+" IN SHARE UPDATE EXCLUSIVE MODE"); err != nil {
+			if _, err := tx.Exec(ctx, "LOCK TABLE "+pgx.Identifier{schema, ix.table}.Sanitize()+" IN ACCESS EXCLUSIVE MODE"); err != nil {
 				return err
 			}
 		}
@@ -149,6 +150,29 @@ WHERE n.nspname = $1 AND c.relname = ANY($2) AND NOT i.indisvalid ORDER BY t.rel
 		if _, err := tx.Exec(ctx, "DROP INDEX "+pgx.Identifier{schema, ix.name}.Sanitize()); err != nil {
 			return fmt.Errorf("drop invalid index %s: %w", ix.name, err)
 		}
+	}
+	return nil
+}
+
+// checkBuiltIndexes fails the migration, rolled back, when an index that
+// it was to build (names) is missing or invalid: an operator's CREATE
+// INDEX CONCURRENTLY of the same name that started after
+// dropInvalidIndexes looked and then failed leaves an invalid index, which
+// CREATE INDEX IF NOT EXISTS takes for its own. Run again, Migrate drops it
+// and builds the index.
+func checkBuiltIndexes(ctx context.Context, tx pgx.Tx, schema string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	rows, _ := tx.Query(ctx, `SELECT n.name FROM unnest($2::text[]) n(name) WHERE NOT EXISTS (
+    SELECT FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_namespace s ON s.oid = c.relnamespace
+    WHERE s.nspname = $1 AND c.relname = n.name AND i.indisvalid) ORDER BY n.name`, schema, names)
+	bad, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("index %s is missing or invalid after the migrations (a concurrent build of it that failed?); nothing was changed: run migrate again", strings.Join(bad, ", "))
 	}
 	return nil
 }

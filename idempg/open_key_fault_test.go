@@ -72,15 +72,15 @@ func fkPoll(t *testing.T, within time.Duration, cond func(ctx context.Context) (
 	}
 }
 
-// fkWaiter polls until a backend of app waits for a lock of mode on
-// table, and returns its pid; it fails t after 5 s.
+// fkWaiter polls until a backend of app waits for a lock of mode (any
+// mode when empty) on table, and returns its pid; it fails t after 5 s.
 func fkWaiter(t *testing.T, pool *pgxpool.Pool, app, table, mode string) int32 {
 	t.Helper()
 	var pid int32
 	if !fkPoll(t, 5*time.Second, func(ctx context.Context) (bool, error) {
 		err := pool.QueryRow(ctx, `SELECT l.pid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE a.application_name = $1 AND l.locktype = 'relation' AND l.relation = to_regclass($2)
-  AND l.mode = $3 AND NOT l.granted LIMIT 1`, app, table, mode).Scan(&pid)
+  AND ($3 = '' OR l.mode = $3) AND NOT l.granted LIMIT 1`, app, table, mode).Scan(&pid)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return false, nil
 		}
@@ -318,7 +318,7 @@ var fkStages = []fkStage{
 	{
 		// Migration 005's CREATE INDEX waits for a writer's transaction
 		// (a long CompleteTx, say).
-		name: "build waits for a writer", mode: "ShareLock",
+		name: "build waits for a writer", mode: "AccessExclusiveLock",
 		block: func(t *testing.T, pool *pgxpool.Pool, schema, table string) func() {
 			end := fkTx(t, pool, fkWriterSQL(table))
 			return func() { end(false) }
@@ -338,7 +338,7 @@ var fkStages = []fkStage{
 		// dropInvalidIndexes' LOCK TABLE waits for an operator's CREATE
 		// INDEX CONCURRENTLY of the index of open records, which waits
 		// for a writer.
-		name: "lock waits for a concurrent build", mode: "ShareUpdateExclusiveLock", build: true,
+		name: "lock waits for a concurrent build", mode: "AccessExclusiveLock", build: true,
 		block: func(t *testing.T, pool *pgxpool.Pool, schema, table string) func() {
 			end := fkTx(t, pool, fkWriterSQL(table))
 			app := fkApp("build")
@@ -474,7 +474,7 @@ func TestOpenKeyFaultConcurrentBuild(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	migrated := fkGo(func() error { return Migrate(ctx, mpool, Config{Schema: schema}) })
-	fkWaiter(t, pool, migApp, table, "ShareUpdateExclusiveLock")
+	fkWaiter(t, pool, migApp, table, "AccessExclusiveLock")
 	// Migrate waits for the build, which waits for the writer: nothing of
 	// the build is dropped meanwhile.
 	if o, _ := fkOpenKey(t, pool, schema); o != oid {
@@ -531,7 +531,7 @@ func TestOpenKeyFaultBuildStartsAfterCheck(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			migrated := fkGo(func() error { return Migrate(ctx, mpool, Config{Schema: schema}) })
-			fkWaiter(t, pool, migApp, table, "ShareLock") // migration 005's CREATE INDEX
+			fkWaiter(t, pool, migApp, table, "AccessExclusiveLock") // migration 005's LOCK TABLE
 			vacuum(true)
 			fkBuildWaits(t, pool, schema, buildApp) // its invalid index made, it waits for the writer
 			if variant == "fails" {
@@ -854,8 +854,10 @@ func TestOpenKeyFaultStoreAcrossUpgrade(t *testing.T) {
 //     UPDATE (ROW SHARE) and then updates it (ROW EXCLUSIVE).
 //
 // The test makes that order happen: Migrate queued behind a writer, the
-// store's call holding its first lock and waiting behind Migrate, then the
-// writer ends. The store's call and Migrate must both succeed.
+// store's call waiting behind Migrate, then the writer ends. The store's
+// call and Migrate must both succeed. (Migration 005 now takes the table's
+// ACCESS EXCLUSIVE lock first, so the store's call waits for its first
+// lock instead of holding it.)
 func TestOpenKeyFaultMigrateDeadlocks(t *testing.T) {
 	for _, path := range []string{"batched Reserves", "Takeover"} {
 		t.Run(path, func(t *testing.T) {
@@ -925,18 +927,21 @@ func TestOpenKeyFaultMigrateDeadlocks(t *testing.T) {
 			defer cancel()
 			mpool := fkAppPool(t, migApp, 1, nil)
 			migrated := fkGo(func() error { return Migrate(mctx, mpool, Config{Schema: schema}) })
-			fkWaiter(t, pool, migApp, table, "ShareLock")
+			fkWaiter(t, pool, migApp, table, "AccessExclusiveLock")
 			sctx, scancel := context.WithTimeout(ctx, 10*time.Second)
 			defer scancel()
 			calls := start(sctx)
-			fkWaiter(t, pool, storeApp, table, "RowExclusiveLock")
+			// Its first lock (ACCESS SHARE, ROW SHARE) or, before migration
+			// 005 took the table's exclusive lock first, ROW EXCLUSIVE
+			// while holding that first lock.
+			fkWaiter(t, pool, storeApp, table, "")
 			rows, _ := pool.Query(ctx, `SELECT l.mode FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE a.application_name = $1 AND l.relation = to_regclass($2) AND l.granted`, storeApp, table)
 			held, err := pgx.CollectRows(rows, pgx.RowTo[string])
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("the store's call holds %v on idem_records and waits for RowExclusiveLock behind Migrate", held)
+			t.Logf("the store's call holds %v on idem_records and waits behind Migrate", held)
 			writer(false)
 
 			migErr := fkResult(t, "Migrate", migrated, 10*time.Second)

@@ -11,6 +11,13 @@
 -- INDEX CONCURRENTLY (same name and definition) so that this migration,
 -- which runs in one transaction, does not hold writes while it builds it.
 -- Dropping the old index takes a brief exclusive lock on the table.
+-- The table's exclusive lock first: building the index takes SHARE and
+-- dropping the old one ACCESS EXCLUSIVE, and a lock raised from one to the
+-- other in the middle deadlocks with a store's transaction that holds a
+-- weaker lock on the table and waits to write. Reads wait too while the
+-- index builds: another reason to build it beforehand on a large table.
+LOCK TABLE {schema}.idem_records IN ACCESS EXCLUSIVE MODE;
+
 CREATE INDEX IF NOT EXISTS idem_records_open_key ON {schema}.idem_records (state, scope, operation, key)
     WHERE state <> 'completed';
 
