@@ -15,10 +15,11 @@ import (
 
 // testProxy is a proxy on a memory store in front of a counting upstream.
 type testProxy struct {
-	url   string
-	runs  *atomic.Int32
-	proxy *idemproxy.Proxy
-	store *idemmem.Store
+	url    string
+	runs   *atomic.Int32
+	proxy  *idemproxy.Proxy
+	store  *idemmem.Store
+	client *http.Client // to the proxy
 }
 
 // newTestProxy starts an upstream running api, which counts its runs, and
@@ -52,6 +53,10 @@ func newTestProxyConfig(t *testing.T, cfg idemproxy.Config, api http.HandlerFunc
 	front := httptest.NewServer(tp.proxy)
 	t.Cleanup(front.Close)
 	tp.url = front.URL
+	// A client of the proxy's own: httptest.Server.Close closes
+	// http.DefaultTransport's idle connections, which breaks a request
+	// of a parallel test that is reusing one.
+	tp.client = front.Client()
 	return tp
 }
 
@@ -64,7 +69,11 @@ func (tp *testProxy) send(t *testing.T, method, path, key string, body io.Reader
 		t.Fatal(err)
 	}
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := http.DefaultClient.Do(req)
+	client := tp.client
+	if client == nil { // a testProxy made elsewhere
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

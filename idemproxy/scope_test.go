@@ -167,7 +167,7 @@ func TestProxyRejectsAnonymous(t *testing.T) {
 	tp := newTestProxyConfig(t, idemproxy.Config{}, func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })
 	req, _ := http.NewRequest("POST", tp.url+"/payments", strings.NewReader(`{}`))
 	req.Header.Set("Idempotency-Key", "k")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := tp.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestProxyRejectsAnonymous(t *testing.T) {
 		t.Fatal("an anonymous request was forwarded")
 	}
 	// Unprotected methods pass without credentials.
-	if resp, err := http.Get(tp.url + "/payments"); err != nil || resp.StatusCode != 201 {
+	if resp, err := tp.client.Get(tp.url + "/payments"); err != nil || resp.StatusCode != 201 {
 		t.Fatalf("GET: %v %v", resp, err)
 	}
 }
