@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/metrics"
 	"runtime/pprof"
 	"sync/atomic"
 	"syscall"
@@ -82,6 +83,7 @@ func main() {
 				fmt.Fprintf(os.Stderr, ", batches %d carrying %.1f calls each, %d calls alone", bs.Batches, float64(bs.Batched)/float64(bs.Batches), bs.Alone)
 			}
 		}
+		fmt.Fprintf(os.Stderr, ", %s", gcSplit())
 		fmt.Fprintln(os.Stderr)
 		if *cpuprofile != "" {
 			pprof.StopCPUProfile()
@@ -139,4 +141,20 @@ func main() {
 	}
 	fmt.Println("listening", lis.Addr())
 	log.Fatal(s.Serve(lis))
+}
+
+// gcSplit reports, from runtime/metrics, how many collections ran and
+// what share of the process's CPU (the runtime's estimate, idle excluded)
+// went to the garbage collector, and the heap's live size at the last one.
+func gcSplit() string {
+	s := []metrics.Sample{
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"},
+		{Name: "/cpu/classes/idle:cpu-seconds"},
+		{Name: "/gc/heap/live:bytes"},
+	}
+	metrics.Read(s)
+	busy := s[2].Value.Float64() - s[3].Value.Float64()
+	return fmt.Sprintf("gc %d cycles, %.0f%% of busy CPU, live heap %d MB", s[0].Value.Uint64(), 100*s[1].Value.Float64()/max(busy, 1e-9), s[4].Value.Uint64()>>20)
 }
