@@ -4,49 +4,50 @@
 # (installed from the Go module proxy into .tmp/bin on first use). Every call
 # carries a fresh request_id, so each one reserves and completes a key.
 #
-# The servers run interleaved, ROUNDS times, each fresh in each round. For
-# every run it prints calls/s, the server's CPU time per call (user + system,
-# from /proc/<pid>/stat: what the server spends, which other processes' load
-# on the machine changes far less than calls/s), ghz's own CPU time per call
-# (it shares the machine's cores with the server), the server's minor page
+# The servers run interleaved, ROUNDS times, each fresh in each round, in
+# order in odd rounds and in reverse in even ones. For every run it prints
+# calls/s (the calls answered OK, over ghz's time), the server's CPU time
+# per call (user + system, from /proc/<pid>/stat: what the server spends,
+# which other processes' load on the machine changes far less than
+# calls/s), ghz's own CPU time per call (it shares the machine's cores with
+# the server, and spends about twice the bare server's CPU: the calls/s
+# ratio is diluted by it, the CPU ratio is not), the server's minor page
 # faults per call, and what the server counted at exit: handler runs,
-# records (equal to the calls answered OK: no key was used twice; with a
-# warm-up, the runs include its calls, and the memory store holds at most
-# its MaxRecords), for PostgreSQL how many calls each group-commit
-# transaction carried, and the garbage collector's cycles, share of the
-# server's CPU and live heap (from runtime/metrics). Then the medians, and their ratios to the bare
-# server's.
+# records, for the memory store its evictions, for PostgreSQL how many calls
+# each group-commit transaction carried, and the collections in the
+# measured window and the live heap (runtime/metrics). Then the medians,
+# their ratios to the bare server's, and the median, quartiles and range of
+# per-round ratios (each store's calls/s over the bare server's in the same
+# round, so that the machine's drift between rounds cancels out).
 #
-# Each server first serves WARMUP (10s) of the same load, not counted, so
-# that what is measured is a server that has run for a while: the memory
-# store full (its default MaxRecords, 100 000 records, is reached in about
-# 8s) and the Go heap at its steady size. WARMUP=0 measures from a fresh
-# process instead, while the store and the heap grow; on a virtual machine
-# where a page fault is dear, the faults of that growth (faults/call) cost
-# the memory store more than the interceptor's own work does.
+# The script stops, failing, when a run is not what it claims to be:
+# something already listens on ADDR, more than 1% of the calls fail, or the
+# server's handler runs fall outside [calls answered OK, calls sent] (every
+# call carries a new key, so the handler runs at most once per call).
 #
-# Besides the medians it prints the median of per-round ratios: each
-# store's calls/s over the bare server's in the same round, which ran just
-# before it, so that the machine's drift between rounds cancels out.
+# WARMUP (default 0) has each server serve that long of the same load
+# first, uncounted: the memory store then starts the measured window full
+# (100 000 records, its default MaxRecords, evicting one a call).
 #
-#   scripts/bench-grpc.sh                      # 10s per run after 10s of warm-up, 3 rounds, 32 concurrent calls
+#   scripts/bench-grpc.sh                      # 10s per run, 3 rounds, 32 concurrent calls
 #   DUR=30s ROUNDS=5 CONC=64 scripts/bench-grpc.sh
-#   WARMUP=0 scripts/bench-grpc.sh             # measured from each server's start
+#   WARMUP=10s scripts/bench-grpc.sh           # measured after 10s of the same load
 #   PROFILE=.tmp/prof scripts/bench-grpc.sh    # also CPU profiles, one per run
 #   BASE=31112a9 scripts/bench-grpc.sh         # also "base", the memory store at that commit
 #
 # With BASE, a server built from that commit (git archive into .tmp) runs
-# the memory store in every round too, between the bare server and this
-# tree's: an A/B of the two under the same load, run after run.
+# the memory store in every round too, next to this tree's: an A/B of the
+# two under the same load, run after run.
 #
 # PostgreSQL is skipped when IDEM_TEST_POSTGRES_URL is unset (scripts/services.sh
 # prints it). Everything runs on loopback.
 set -euo pipefail
+shopt -s inherit_errexit # a failing run stops the script
 cd "$(dirname "$0")/.."
 DUR=${DUR:-10s}
 CONC=${CONC:-32}
 ROUNDS=${ROUNDS:-3}
-WARMUP=${WARMUP:-10s}
+WARMUP=${WARMUP:-0}
 ADDR=${ADDR:-127.0.0.1:50151}
 PROFILE=${PROFILE:-}
 mkdir -p .tmp/bin
@@ -65,64 +66,99 @@ if [ -n "$BASE" ]; then
 	stores="none base mem"
 fi
 [ -n "${IDEM_TEST_POSTGRES_URL:-}" ] && { export IDEM_TEST_POSTGRES_URL; stores="$stores pg"; }
-ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
-faults() { awk '{ print $10 }' "/proc/$1/stat"; } # minor page faults
+# stat PID: the fields of /proc/PID/stat after the command's name (which
+# may hold spaces), so that $12 + $13 is utime + stime and $8 minflt
+stat() { sed 's/.*) //' "/proc/$1/stat"; }
+ticks() { stat "$1" | awk '{ print $12 + $13 }'; }
+faults() { stat "$1" | awk '{ print $8 }'; } # minor page faults
+case "$WARMUP" in 0 | 0s | "") WARMUP=0 ;; esac
 
 # ghz's load: every call a Charge with a new request_id
 ghz=(.tmp/bin/ghz --insecure --proto internal/rpctest/testpb/payments.proto --import-paths /usr/include,internal/rpctest/testpb
 	--call idem.test.v1.Payments.Charge -d '{"account":"acc","amount":5,"request_id":"{{newUUID}}"}'
 	-c "$CONC" --connections 4 -O json "$ADDR")
 
-# run STORE ROUND: prints "calls/s cpu-us/call ok calls ghz-cpu-us/call | what the server counted"
+listening() { (exec 3<>"/dev/tcp/${ADDR%:*}/${ADDR#*:}") 2>/dev/null; }
+
+# run STORE ROUND: prints "calls/s cpu-us/call ok calls ghz-cpu-us/call
+# faults/call | what the server counted", or fails
 run() {
-	local prof=() log gt
+	local prof=() log out0 gt warm res
 	[ -n "$PROFILE" ] && prof=(-cpuprofile "$PROFILE/$1-$2.cpu")
-	log=$(mktemp)
-	gt=$(mktemp)
+	log=$(mktemp) out0=$(mktemp) gt=$(mktemp) warm=$(mktemp) res=$(mktemp)
 	local bin=.tmp/bin/grpc-benchserver store=$1
 	[ "$1" = base ] && bin=.tmp/bin/grpc-benchserver-base store=mem
-	"$bin" -addr "$ADDR" -store "$store" "${prof[@]}" >/dev/null 2>"$log" &
-	local pid=$!
-	for _ in $(seq 100); do (exec 3<>"/dev/tcp/${ADDR%:*}/${ADDR#*:}") 2>/dev/null && break; sleep 0.1; done
-	if ! kill -0 $pid 2>/dev/null; then # another process holds ADDR: its figures would not be this server's
-		echo "bench-grpc: the $1 server did not start: $(cat "$log")" >&2
-		exit 1
+	if listening; then # another process holds ADDR: its figures would not be this server's
+		echo "bench-grpc: something already listens on $ADDR" >&2
+		return 1
 	fi
-	local t0 t1 f0 f1 out
-	[ "$WARMUP" != 0 ] && "${ghz[@]}" -z "$WARMUP" >/dev/null 2>&1
+	"$bin" -addr "$ADDR" -store "$store" "${prof[@]}" >"$out0" 2>"$log" &
+	local pid=$!
+	for _ in $(seq 100); do grep -q '^listening' "$out0" && break; kill -0 $pid 2>/dev/null || break; sleep 0.1; done
+	if ! grep -q '^listening' "$out0"; then
+		echo "bench-grpc: the $1 server did not start: $(cat "$log")" >&2
+		kill $pid 2>/dev/null || true
+		return 1
+	fi
+	echo '{"count":0,"statusCodeDistribution":{}}' >"$warm"
+	[ "$WARMUP" != 0 ] && "${ghz[@]}" -z "$WARMUP" >"$warm" 2>/dev/null
+	local t0 t1 f0 f1
+	# the server's counters start here (a BASE server from before the mark
+	# existed would die of the signal)
+	[ "$1" = base ] || kill -USR1 $pid
 	t0=$(ticks $pid)
 	f0=$(faults $pid)
 	local timed=()
 	[ -x /usr/bin/time ] && timed=(/usr/bin/time -o "$gt" -f "%U %S") # Debian's time package
-	out=$("${timed[@]}" "${ghz[@]}" -z "$DUR" 2>/dev/null)
+	"${timed[@]}" "${ghz[@]}" -z "$DUR" >"$res" 2>/dev/null
 	t1=$(ticks $pid)
 	f1=$(faults $pid)
-	kill -TERM $pid 2>/dev/null || true
-	wait $pid 2>/dev/null || true
-	python3 -c 'import json,sys
-r=json.load(sys.stdin); ok=r["statusCodeDistribution"].get("OK",0); n=max(r["count"],1)
+	kill -TERM $pid
+	wait $pid || true
+	# calls/s counts the calls answered OK. The server's handler runs must
+	# lie between the calls answered OK and the calls sent, warm-up
+	# included: every call carries a new key, so each ran at most once.
+	python3 -c 'import json,re,sys
+r=json.load(open(sys.argv[5])); w=json.load(open(sys.argv[6])); log=open(sys.argv[7]).read()
+ok=r["statusCodeDistribution"].get("OK",0); n=r["count"]
+if n == 0 or n - ok > n / 100:
+    sys.exit("bench-grpc: %d of %d calls failed: %s" % (n - ok, n, r["statusCodeDistribution"]))
+m=re.search(r"runs (\d+)", log)
+if not m:
+    sys.exit("bench-grpc: the server did not report its runs: " + log)
+runs=int(m.group(1)); wok=w["statusCodeDistribution"].get("OK",0)
+if not (ok + wok <= runs <= n + w["count"]):
+    sys.exit("bench-grpc: %d handler runs for %d+%d calls answered OK of %d+%d sent" % (runs, wok, ok, w["count"], n))
 g=open(sys.argv[3]).read().split()
 g="%.1f" % (sum(map(float,g))*1e6/n) if g else "-"
-print("%.0f %.1f %d %d %s %.3f" % (r["rps"], (int(sys.argv[1])*1e6/int(sys.argv[2]))/n, ok, r["count"], g, int(sys.argv[4])/n), end="")' \
-		$((t1 - t0)) "$(getconf CLK_TCK)" "$gt" $((f1 - f0)) <<<"$out"
+print("%.0f %.1f %d %d %s %.3f" % (ok / (r["total"] / 1e9), (int(sys.argv[1])*1e6/int(sys.argv[2]))/n, ok, n, g, int(sys.argv[4])/n), end="")' \
+		$((t1 - t0)) "$(getconf CLK_TCK)" "$gt" $((f1 - f0)) "$res" "$warm" "$log"
 	echo " | $(tr -d '\n' <"$log")"
-	rm -f "$log" "$gt"
+	rm -f "$log" "$out0" "$gt" "$warm" "$res"
 }
 
-echo "# $(date -u +%FT%TZ) ghz -c $CONC -z $DUR --connections 4 after $WARMUP of warm-up, $ROUNDS rounds; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
+warmup="from each server's start"
+[ "$WARMUP" != 0 ] && warmup="after $WARMUP of warm-up"
+echo "# $(date -u +%FT%TZ) ghz -c $CONC -z $DUR --connections 4 $warmup, $ROUNDS rounds; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
 declare -A rps cpu pair
 for r in $(seq "$ROUNDS"); do
-	for s in $stores; do
+	# odd rounds run the servers in order, even rounds in reverse, so that
+	# none always runs first
+	order=$stores
+	[ $((r % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$stores" | tac | tr '\n' ' ')
+	declare -A got=()
+	for s in $order; do
 		line=$(run "$s" "$r")
 		read -r c u ok n g f _ <<<"$line"
+		got[$s]=$c
 		rps[$s]+="$c "
 		cpu[$s]+="$u "
-		# this store's calls/s over the bare server's in the same round:
-		# the two ran back to back, so the machine's drift between rounds
-		# cancels out of the ratio
-		[ "$s" = none ] && bare=$c
-		pair[$s]+="$(awk -v a="$c" -v b="$bare" 'BEGIN { printf "%.3f", a / b }') "
 		printf 'round %d %-4s %6s calls/s  %6s cpu-us/call  ghz %6s cpu-us/call  %s faults/call  %s of %s OK  (%s)\n' "$r" "$s" "$c" "$u" "$g" "$f" "$ok" "$n" "${line#*| }"
+	done
+	# each store's calls/s over the bare server's in the same round: they
+	# ran close together, so the machine's drift between rounds cancels out
+	for s in $stores; do
+		pair[$s]+="$(awk -v a="${got[$s]}" -v b="${got[none]}" 'BEGIN { printf "%.3f", a / b }') "
 	done
 done
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -136,9 +172,10 @@ for s in $stores; do
 		"$(awk -v a="$m" -v b="$bare_rps" 'BEGIN { printf "%.2f", a / b }')" "$u" \
 		"$(awk -v a="$bare_cpu" -v b="$u" 'BEGIN { printf "%.2f", a / b }')"
 done
-echo "per-round ratios to the bare server's calls/s in the same round (median, and the range):"
+echo "per-round ratios to the bare server's calls/s in the same round (median, quartiles, range):"
 for s in $stores; do
 	[ "$s" = none ] && continue
-	sorted=$(tr ' ' '\n' <<<"${pair[$s]}" | grep . | sort -g)
-	printf '  %-4s %.2f  (%s .. %s)\n' "$s" "$(median <<<"${pair[$s]}")" "$(head -1 <<<"$sorted")" "$(tail -1 <<<"$sorted")"
+	tr ' ' '\n' <<<"${pair[$s]}" | grep . | sort -g | awk -v s="$s" '{ v[NR] = $1 }
+		function q(p,  i) { i = 1 + p * (NR - 1); return v[int(i)] + (i - int(i)) * (v[int(i) + 1] - v[int(i)]) }
+		END { printf "  %-4s %.2f  (%.2f, %.2f; %.2f .. %.2f, %d rounds)\n", s, q(0.5), q(0.25), q(0.75), v[1], v[NR], NR }'
 done

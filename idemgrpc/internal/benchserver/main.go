@@ -2,7 +2,9 @@
 // scripts/bench-grpc.sh: bare, or behind idemgrpc's interceptor over the
 // memory store or PostgreSQL (IDEM_TEST_POSTGRES_URL). It listens on
 // loopback only. With -cpuprofile or -memprofile it writes the profiles
-// when it gets SIGINT or SIGTERM.
+// when it gets SIGINT or SIGTERM. SIGUSR1 marks the start of a measured
+// window: the collections and evictions it reports at exit count from the
+// last mark.
 package main
 
 import (
@@ -63,27 +65,48 @@ func main() {
 	}
 	srv := &server{}
 	var (
-		st    idemstore.Store
-		count func() (int64, error) // the records the store holds
+		st      idemstore.Store
+		count   func() (int64, error) // the records the store holds
+		evicted func() int64          // the records the store evicted to make room
 	)
+	// SIGUSR1 marks the start of the measured window (after a warm-up):
+	// the collections and evictions reported at exit count from there.
+	var mark atomic.Pointer[counters]
+	mark.Store(&counters{})
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			c := &counters{gcCycles: gcCycles()}
+			if evicted != nil {
+				c.evicted = evicted()
+			}
+			mark.Store(c)
+		}
+	}()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() {
 		<-sig
-		// What the run did: handler runs, records, and for a store that
-		// batches, how many calls each transaction carried. Every call
-		// has a new key, so runs and records match the calls answered.
+		// What the run did: handler runs (all of them, the warm-up's
+		// too), records, and for a store that batches, how many calls
+		// each transaction carried. Every call has a new key, so the
+		// handler runs once per call.
 		fmt.Fprintf(os.Stderr, "runs %d", srv.runs.Load())
 		if count != nil {
 			n, err := count()
 			fmt.Fprintf(os.Stderr, ", records %d (%v)", n, err)
+		}
+		m := mark.Load()
+		if evicted != nil {
+			fmt.Fprintf(os.Stderr, ", %d evicted since the mark", evicted()-m.evicted)
 		}
 		if br, ok := st.(idemstore.BatchReporter); ok {
 			if bs, ok := br.BatchStats(); ok && bs.Batches > 0 {
 				fmt.Fprintf(os.Stderr, ", batches %d carrying %.1f calls each, %d calls alone", bs.Batches, float64(bs.Batched)/float64(bs.Batches), bs.Alone)
 			}
 		}
-		fmt.Fprintf(os.Stderr, ", %s", gcSplit())
+		fmt.Fprintf(os.Stderr, ", %d collections since the mark, live heap %.1f MB", gcCycles()-m.gcCycles, liveHeapMB())
 		fmt.Fprintln(os.Stderr)
 		if *cpuprofile != "" {
 			pprof.StopCPUProfile()
@@ -104,6 +127,7 @@ func main() {
 		case "mem":
 			mem := idemmem.MustNew(idemmem.Config{MaxRecords: *maxRecords})
 			st, count = mem, func() (int64, error) { return int64(mem.Len()), nil }
+			evicted = func() int64 { return mem.Usage().Evicted }
 		case "pg":
 			ctx := context.Background()
 			pool, err := pgxpool.New(ctx, os.Getenv("IDEM_TEST_POSTGRES_URL"))
@@ -143,18 +167,22 @@ func main() {
 	log.Fatal(s.Serve(lis))
 }
 
-// gcSplit reports, from runtime/metrics, how many collections ran and
-// what share of the process's CPU (the runtime's estimate, idle excluded)
-// went to the garbage collector, and the heap's live size at the last one.
-func gcSplit() string {
-	s := []metrics.Sample{
-		{Name: "/gc/cycles/total:gc-cycles"},
-		{Name: "/cpu/classes/gc/total:cpu-seconds"},
-		{Name: "/cpu/classes/total:cpu-seconds"},
-		{Name: "/cpu/classes/idle:cpu-seconds"},
-		{Name: "/gc/heap/live:bytes"},
-	}
+// counters are what the server had counted at the mark (SIGUSR1).
+type counters struct {
+	gcCycles uint64
+	evicted  int64
+}
+
+// gcCycles is the number of garbage collections so far.
+func gcCycles() uint64 {
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 	metrics.Read(s)
-	busy := s[2].Value.Float64() - s[3].Value.Float64()
-	return fmt.Sprintf("gc %d cycles, %.0f%% of busy CPU, live heap %d MB", s[0].Value.Uint64(), 100*s[1].Value.Float64()/max(busy, 1e-9), s[4].Value.Uint64()>>20)
+	return s[0].Value.Uint64()
+}
+
+// liveHeapMB is the heap's live size at the last collection.
+func liveHeapMB() float64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return float64(s[0].Value.Uint64()) / (1 << 20)
 }
