@@ -58,6 +58,7 @@ func newObserveProxy(t *testing.T, cfg idemproxy.Config, api http.HandlerFunc) *
 	}
 	front := httptest.NewServer(op.proxy)
 	t.Cleanup(front.Close)
+	op.client = front.Client()
 	op.url = front.URL
 	return op
 }
@@ -125,7 +126,7 @@ func TestObserveInFlightWouldWait(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, op.url+"/pay", strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := op.do(req)
 		if err != nil {
 			done <- err.Error()
 			return
@@ -235,7 +236,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := tp.do(req)
 		if err != nil {
 			return -1
 		}
@@ -327,7 +328,7 @@ func TestCORSReplayOtherOrigin(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, tp.url+"/pay", strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k")
 		req.Header.Set("Origin", origin)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := tp.do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

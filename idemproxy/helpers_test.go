@@ -60,6 +60,14 @@ func newTestProxyConfig(t *testing.T, cfg idemproxy.Config, api http.HandlerFunc
 	return tp
 }
 
+// do sends req through the proxy's own client (see newTestProxyConfig).
+func (tp *testProxy) do(req *http.Request) (*http.Response, error) {
+	if tp.client == nil { // a testProxy made elsewhere
+		return http.DefaultClient.Do(req)
+	}
+	return tp.client.Do(req)
+}
+
 // send sends method path to the proxy with Idempotency-Key key and body
 // (nil: none), and returns the response and its body, read whole.
 func (tp *testProxy) send(t *testing.T, method, path, key string, body io.Reader) (*http.Response, string) {
@@ -69,11 +77,7 @@ func (tp *testProxy) send(t *testing.T, method, path, key string, body io.Reader
 		t.Fatal(err)
 	}
 	req.Header.Set("Idempotency-Key", key)
-	client := tp.client
-	if client == nil { // a testProxy made elsewhere
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
+	resp, err := tp.do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

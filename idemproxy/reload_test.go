@@ -47,9 +47,13 @@ func TestServerReload(t *testing.T) {
 	go func() { done <- srv.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	base := "http://" + (<-ready).String()
+	// A transport of its own: httptest.Server.Close in a parallel test
+	// closes http.DefaultTransport's idle connections.
+	client := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(client.CloseIdleConnections)
 	status := func() int {
 		t.Helper()
-		resp, err := http.Post(base+"/pay", "application/json", strings.NewReader("{}"))
+		resp, err := client.Post(base+"/pay", "application/json", strings.NewReader("{}"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -84,7 +84,7 @@ func TestProxyScopeLabel(t *testing.T) {
 		for i := 0; i+1 < len(header); i += 2 {
 			req.Header.Add(header[i], header[i+1])
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := tp.do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -32,7 +32,7 @@ func TestShutdownReleasesUnforwarded(t *testing.T) {
 		t.Fatalf("key after a refused request: %v, want released (ErrNotFound)", err)
 	}
 	// Unprotected requests still pass while the server drains.
-	if resp, err := http.Get(tp.url + "/pay"); err != nil || resp.StatusCode != http.StatusOK || tp.runs.Load() != 1 {
+	if resp, err := tp.client.Get(tp.url + "/pay"); err != nil || resp.StatusCode != http.StatusOK || tp.runs.Load() != 1 {
 		t.Fatalf("GET during shutdown: %v, %v", resp, err)
 	}
 }

@@ -104,7 +104,7 @@ func TestTracingHostileAndBrokenPaths(t *testing.T) {
 			req.Header["Traceparent"] = []string{tpv, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
 			req.Header.Set("Tracestate", "=,,,"+strings.Repeat("a=b,", 100))
 			req.Header.Set("Baggage", strings.Repeat("k=v,", 5000))
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := front.Client().Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -135,7 +135,7 @@ func TestTracingHostileAndBrokenPaths(t *testing.T) {
 	// An answer cut short after its headers.
 	cut, _ := http.NewRequest(http.MethodPost, front.URL+"/cut", strings.NewReader("{}"))
 	cut.Header.Set("Idempotency-Key", "cut")
-	if resp, err := http.DefaultClient.Do(cut); err == nil {
+	if resp, err := front.Client().Do(cut); err == nil {
 		resp.Body.Close()
 	}
 
@@ -145,7 +145,7 @@ func TestTracingHostileAndBrokenPaths(t *testing.T) {
 	req.Header.Set("Idempotency-Key", "slow")
 	done := make(chan struct{})
 	go func() {
-		if resp, err := http.DefaultClient.Do(req); err == nil {
+		if resp, err := front.Client().Do(req); err == nil {
 			resp.Body.Close()
 		}
 		close(done)

@@ -55,7 +55,7 @@ func TestProxyTracing(t *testing.T) {
 	req, _ := http.NewRequestWithContext(clientCtx, http.MethodPost, front.URL+"/pay", strings.NewReader("{}"))
 	req.Header.Set("Idempotency-Key", "k")
 	propagation.TraceContext{}.Inject(clientCtx, propagation.HeaderCarrier(req.Header))
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := front.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
