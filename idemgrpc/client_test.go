@@ -82,7 +82,11 @@ func TestClientInFlight(t *testing.T) {
 	t.Parallel()
 	entered, release := make(chan struct{}), make(chan struct{})
 	f := &fakeSleep{clock: testenv.NewClock(time.Unix(0, 0))}
-	f.each = func(time.Duration) { close(release) }
+	// The first wait lets the first call finish. The retry after it can
+	// still find the key in flight, if the first call has not stored its
+	// answer yet, and wait again.
+	var once sync.Once
+	f.each = func(time.Duration) { once.Do(func() { close(release) }) }
 	ev := newEnv(t, idemgrpc.Config{}, envOptions{client: []grpc.DialOption{clientWith(idemgrpc.ClientConfig{}, f)}})
 	ev.svc.charge = func(_ context.Context, _ *testpb.ChargeRequest, run int64) (*testpb.Payment, error) {
 		close(entered)
