@@ -1,11 +1,8 @@
 package idemgrpc_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
-
-	"google.golang.org/grpc"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemgrpc"
@@ -34,12 +31,7 @@ func TestProtectedCallAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	handler := func(_ context.Context, req any) (any, error) {
-		r := req.(*testpb.ChargeRequest)
-		return &testpb.Payment{Id: "pay", Account: r.Account, Amount: r.Amount, Run: 1}, nil
-	}
-	info := &grpc.UnaryServerInfo{FullMethod: chargeMethod}
-	ctx := grpc.NewContextWithServerTransportStream(context.Background(), &benchStream{method: chargeMethod})
+	charge := chargeDirect(in)
 	const runs = 500
 	reqs := make([]*testpb.ChargeRequest, runs+1)
 	for i := range reqs {
@@ -47,7 +39,7 @@ func TestProtectedCallAllocations(t *testing.T) {
 	}
 	i := 0
 	allocs := testing.AllocsPerRun(runs, func() {
-		if _, err := in(ctx, reqs[i], info, handler); err != nil {
+		if _, err := charge(reqs[i]); err != nil {
 			t.Fatal(err)
 		}
 		i++

@@ -393,6 +393,58 @@ func TestOpenKeyAttackUpgradeFrom004(t *testing.T) {
 	}
 }
 
+// oaTraffic is traffic on a store during an upgrade: rounds run one after
+// another in a goroutine until end, or until one fails.
+type oaTraffic struct {
+	stop  chan struct{}
+	round chan struct{} // hears of the rounds that end while someone waits on it; closed when the traffic ends
+	wg    sync.WaitGroup
+	n     int // rounds completed
+	err   error
+}
+
+// oaRunTraffic starts running round(0), round(1), ...
+func oaRunTraffic(round func(i int) error) *oaTraffic {
+	tr := &oaTraffic{stop: make(chan struct{}), round: make(chan struct{})}
+	tr.wg.Go(func() {
+		defer close(tr.round)
+		for i := 0; ; i++ {
+			select {
+			case <-tr.stop:
+				return
+			default:
+			}
+			if err := round(i); err != nil {
+				tr.err = err
+				return
+			}
+			tr.n++
+			select {
+			case tr.round <- struct{}{}:
+			default:
+			}
+		}
+	})
+	return tr
+}
+
+// wait waits for n rounds to end, or for the traffic to end.
+func (tr *oaTraffic) wait(n int) {
+	for range n {
+		if _, ok := <-tr.round; !ok {
+			return
+		}
+	}
+}
+
+// end stops the traffic, and returns the rounds it completed and the
+// error it stopped on.
+func (tr *oaTraffic) end() (rounds int, err error) {
+	close(tr.stop)
+	tr.wg.Wait()
+	return tr.n, tr.err
+}
+
 // TestOpenKeyAttackConcurrentUpgrade runs three Migrate calls at once on a
 // populated schema at version 4, while a store reserves and settles keys on
 // it through statements prepared before the upgrade.
@@ -406,63 +458,32 @@ func TestOpenKeyAttackConcurrentUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	stop := make(chan struct{})
-	// round hears of the rounds of traffic that end while someone waits
-	// on it, and is closed when the traffic ends.
-	round := make(chan struct{})
-	rounds := func(n int) {
-		for range n {
-			<-round
+	tr := oaRunTraffic(func(i int) error {
+		k := idemstore.Key{Scope: "traffic", Operation: "op1", Key: fmt.Sprintf("t-%d", i)}
+		if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok", Lease: time.Minute}); err != nil {
+			return fmt.Errorf("Reserve %v: %w", k, err)
 		}
-	}
-	var (
-		wg      sync.WaitGroup
-		trafErr error
-		ops     int
-	)
-	wg.Go(func() {
-		defer close(round)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
+		if i%3 == 0 {
+			if err := s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: "tok", Reason: "x"}); err != nil {
+				return fmt.Errorf("Escalate %v: %w", k, err)
 			}
-			k := idemstore.Key{Scope: "traffic", Operation: "op1", Key: fmt.Sprintf("t-%d", i)}
-			if _, _, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok", Lease: time.Minute}); err != nil {
-				trafErr = fmt.Errorf("Reserve %v: %w", k, err)
-				return
-			}
-			if i%3 == 0 {
-				if err := s.Escalate(ctx, idemstore.EscalateParams{Key: k, Token: "tok", Reason: "x"}); err != nil {
-					trafErr = fmt.Errorf("Escalate %v: %w", k, err)
-					return
-				}
-			} else if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "tok", Response: &idemstore.Response{Status: 200}, Retention: time.Hour}); err != nil {
-				trafErr = fmt.Errorf("Complete %v: %w", k, err)
-				return
-			}
-			if _, err := s.List(ctx, idemstore.ListParams{State: idemstore.StateNeedsReview, Limit: 5}); err != nil {
-				trafErr = fmt.Errorf("List: %w", err)
-				return
-			}
-			ops++
-			select {
-			case round <- struct{}{}:
-			default:
-			}
+		} else if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: "tok", Response: &idemstore.Response{Status: 200}, Retention: time.Hour}); err != nil {
+			return fmt.Errorf("Complete %v: %w", k, err)
 		}
+		if _, err := s.List(ctx, idemstore.ListParams{State: idemstore.StateNeedsReview, Limit: 5}); err != nil {
+			return fmt.Errorf("List: %w", err)
+		}
+		return nil
 	})
-	rounds(5) // the traffic runs on statements prepared before the upgrade
+	tr.wait(5) // the traffic runs on statements prepared before the upgrade
 	errs := make([]error, 3)
 	var mg sync.WaitGroup
 	for i := range errs {
 		mg.Go(func() { errs[i] = Migrate(ctx, pool, Config{Schema: schema}) })
 	}
 	mg.Wait()
-	rounds(5) // and goes on after it
-	close(stop)
-	wg.Wait()
+	tr.wait(5) // and goes on after it
+	ops, trafErr := tr.end()
 	for i, err := range errs {
 		if err != nil {
 			t.Errorf("migrator %d: %v", i, err)

@@ -638,89 +638,55 @@ func TestOpenKeyFaultStoreAcrossUpgrade(t *testing.T) {
 	}
 
 	// Traffic through the batching store while Migrate runs.
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		trafErr []error
-		rounds  int
-	)
-	fail := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		trafErr = append(trafErr, err)
-	}
-	stop := make(chan struct{})
-	round := make(chan struct{})
-	wg.Go(func() {
-		defer close(round)
-		for i := 0; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			k := key("traffic", i)
-			var (
-				cwg     sync.WaitGroup
-				winners []string
-			)
-			for c := range 3 {
-				cwg.Go(func() {
-					token := fmt.Sprintf("t%d", c)
-					_, created, err := batching.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: token, Lease: time.Minute})
-					if err != nil {
-						fail(fmt.Errorf("Reserve %v: %w", k, err))
-						return
-					}
-					if created {
-						mu.Lock()
-						winners = append(winners, token)
-						mu.Unlock()
-					}
-				})
-			}
-			cwg.Wait()
-			if len(winners) != 1 {
-				fail(fmt.Errorf("%d concurrent Reserves of %v: acquired by %q, want exactly one", 3, k, winners))
-				return
-			}
-			if rec, created, err := batching.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "late", Lease: time.Minute}); err != nil || created || rec == nil || rec.Token != winners[0] {
-				fail(fmt.Errorf("a late Reserve of %v held by %s: created %t, %+v, %v", k, winners[0], created, rec, err))
-				return
-			}
-			if err := batching.Complete(ctx, idemstore.CompleteParams{Key: k, Token: winners[0], Response: answer(k), Retention: time.Hour}); err != nil {
-				fail(fmt.Errorf("Complete %v: %w", k, err))
-				return
-			}
-			d := key("done", i%nDone)
-			if rec, created, err := batching.Reserve(ctx, idemstore.ReserveParams{Key: d, Fingerprint: "fp", Token: "again", Lease: time.Minute}); err != nil || created ||
-				rec == nil || rec.Response == nil || string(rec.Response.Body) != string(answer(d).Body) {
-				fail(fmt.Errorf("a Reserve of the completed %v: created %t, %+v, %v", d, created, rec, err))
-				return
-			}
-			mu.Lock()
-			rounds++
-			mu.Unlock()
-			select {
-			case round <- struct{}{}:
-			default:
-			}
+	tr := oaRunTraffic(func(i int) error {
+		k := key("traffic", i)
+		var (
+			cwg     sync.WaitGroup
+			mu      sync.Mutex
+			errs    []error
+			winners []string
+		)
+		for c := range 3 {
+			cwg.Go(func() {
+				token := fmt.Sprintf("t%d", c)
+				_, created, err := batching.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: token, Lease: time.Minute})
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("Reserve %v: %w", k, err))
+				} else if created {
+					winners = append(winners, token)
+				}
+			})
 		}
+		cwg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+		if len(winners) != 1 {
+			return fmt.Errorf("%d concurrent Reserves of %v: acquired by %q, want exactly one", 3, k, winners)
+		}
+		if rec, created, err := batching.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "late", Lease: time.Minute}); err != nil || created || rec == nil || rec.Token != winners[0] {
+			return fmt.Errorf("a late Reserve of %v held by %s: created %t, %+v, %v", k, winners[0], created, rec, err)
+		}
+		if err := batching.Complete(ctx, idemstore.CompleteParams{Key: k, Token: winners[0], Response: answer(k), Retention: time.Hour}); err != nil {
+			return fmt.Errorf("Complete %v: %w", k, err)
+		}
+		d := key("done", i%nDone)
+		if rec, created, err := batching.Reserve(ctx, idemstore.ReserveParams{Key: d, Fingerprint: "fp", Token: "again", Lease: time.Minute}); err != nil || created ||
+			rec == nil || rec.Response == nil || string(rec.Response.Body) != string(answer(d).Body) {
+			return fmt.Errorf("a Reserve of the completed %v: created %t, %+v, %v", d, created, rec, err)
+		}
+		return nil
 	})
-	waitRounds := func(n int) {
-		for range n {
-			if _, ok := <-round; !ok {
-				return
-			}
-		}
-	}
-	waitRounds(3)
+	tr.wait(3)
 	mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	// Migrate may fail with a deadlock against a batch of Reserves (see
-	// TestOpenKeyFaultMigrateDeadlocks): that is a clean failure, rolled
-	// back; here the store's safety is what is checked, so it is run
-	// again.
+	// Migrate failed with a deadlock against a batch of Reserves before
+	// migration 005 took its lock first (TestOpenKeyFaultMigrateDeadlocks
+	// holds that it no longer does). A deadlock is a clean failure, rolled
+	// back; here the store's safety is what is checked, so Migrate is run
+	// again after one.
 	var migErr error
 	deadlocks := 0
 	for range 5 {
@@ -729,17 +695,16 @@ func TestOpenKeyFaultStoreAcrossUpgrade(t *testing.T) {
 		}
 		deadlocks++
 		fkCheckAt4(t, pool, schema)
-		waitRounds(1)
+		tr.wait(1)
 	}
-	waitRounds(3)
-	close(stop)
-	wg.Wait()
+	tr.wait(3)
+	rounds, trafErr := tr.end()
 	t.Logf("Migrate failed %d times with a deadlock (then %v)", deadlocks, migErr)
 	if migErr != nil {
 		t.Fatalf("Migrate during traffic: %v", migErr)
 	}
-	for _, err := range trafErr {
-		t.Errorf("traffic across the upgrade (%d rounds): %v", rounds, err)
+	if trafErr != nil {
+		t.Errorf("traffic across the upgrade (%d rounds): %v", rounds, trafErr)
 	}
 	oaCheckOpenIndex(t, pool, schema)
 	after, err := New(pool, Config{Schema: schema})

@@ -126,7 +126,7 @@ func TestObserveInFlightWouldWait(t *testing.T) {
 	go func() {
 		req, _ := http.NewRequest(http.MethodPost, op.url+"/pay", strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k")
-		resp, err := op.do(req)
+		resp, err := op.client.Do(req)
 		if err != nil {
 			done <- err.Error()
 			return
@@ -236,7 +236,7 @@ func TestReloadUnderLoad(t *testing.T) {
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
 		}
-		resp, err := tp.do(req)
+		resp, err := tp.client.Do(req)
 		if err != nil {
 			return -1
 		}
@@ -328,7 +328,7 @@ func TestCORSReplayOtherOrigin(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodPost, tp.url+"/pay", strings.NewReader("{}"))
 		req.Header.Set("Idempotency-Key", "k")
 		req.Header.Set("Origin", origin)
-		resp, err := tp.do(req)
+		resp, err := tp.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

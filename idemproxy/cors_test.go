@@ -45,7 +45,7 @@ func TestCORS(t *testing.T) {
 			req.Header.Set("Access-Control-Request-Method", "POST")
 			req.Header.Set("Access-Control-Request-Headers", "idempotency-key, content-type")
 		}
-		resp, err := tp.do(req)
+		resp, err := tp.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,7 +19,7 @@ type testProxy struct {
 	runs   *atomic.Int32
 	proxy  *idemproxy.Proxy
 	store  *idemmem.Store
-	client *http.Client // to the proxy
+	client *http.Client // to the proxy: its server's own (see newTestProxyConfig)
 }
 
 // newTestProxy starts an upstream running api, which counts its runs, and
@@ -60,14 +60,6 @@ func newTestProxyConfig(t *testing.T, cfg idemproxy.Config, api http.HandlerFunc
 	return tp
 }
 
-// do sends req through the proxy's own client (see newTestProxyConfig).
-func (tp *testProxy) do(req *http.Request) (*http.Response, error) {
-	if tp.client == nil { // a testProxy made elsewhere
-		return http.DefaultClient.Do(req)
-	}
-	return tp.client.Do(req)
-}
-
 // send sends method path to the proxy with Idempotency-Key key and body
 // (nil: none), and returns the response and its body, read whole.
 func (tp *testProxy) send(t *testing.T, method, path, key string, body io.Reader) (*http.Response, string) {
@@ -77,7 +69,7 @@ func (tp *testProxy) send(t *testing.T, method, path, key string, body io.Reader
 		t.Fatal(err)
 	}
 	req.Header.Set("Idempotency-Key", key)
-	resp, err := tp.do(req)
+	resp, err := tp.client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func TestProxyScopeLabel(t *testing.T) {
 		for i := 0; i+1 < len(header); i += 2 {
 			req.Header.Add(header[i], header[i+1])
 		}
-		resp, err := tp.do(req)
+		resp, err := tp.client.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

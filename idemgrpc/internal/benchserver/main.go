@@ -69,58 +69,6 @@ func main() {
 		count   func() (int64, error) // the records the store holds
 		evicted func() int64          // the records the store evicted to make room
 	)
-	// SIGUSR1 marks the start of the measured window (after a warm-up):
-	// the collections and evictions reported at exit count from there.
-	var mark atomic.Pointer[counters]
-	mark.Store(&counters{})
-	usr1 := make(chan os.Signal, 1)
-	signal.Notify(usr1, syscall.SIGUSR1)
-	go func() {
-		for range usr1 {
-			c := &counters{gcCycles: gcCycles()}
-			if evicted != nil {
-				c.evicted = evicted()
-			}
-			mark.Store(c)
-		}
-	}()
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		<-sig
-		// What the run did: handler runs (all of them, the warm-up's
-		// too), records, and for a store that batches, how many calls
-		// each transaction carried. Every call has a new key, so the
-		// handler runs once per call.
-		fmt.Fprintf(os.Stderr, "runs %d", srv.runs.Load())
-		if count != nil {
-			n, err := count()
-			fmt.Fprintf(os.Stderr, ", records %d (%v)", n, err)
-		}
-		m := mark.Load()
-		if evicted != nil {
-			fmt.Fprintf(os.Stderr, ", %d evicted since the mark", evicted()-m.evicted)
-		}
-		if br, ok := st.(idemstore.BatchReporter); ok {
-			if bs, ok := br.BatchStats(); ok && bs.Batches > 0 {
-				fmt.Fprintf(os.Stderr, ", batches %d carrying %.1f calls each, %d calls alone", bs.Batches, float64(bs.Batched)/float64(bs.Batches), bs.Alone)
-			}
-		}
-		fmt.Fprintf(os.Stderr, ", %d collections since the mark, live heap %.1f MB", gcCycles()-m.gcCycles, liveHeapMB())
-		fmt.Fprintln(os.Stderr)
-		if *cpuprofile != "" {
-			pprof.StopCPUProfile()
-		}
-		if *memprofile != "" {
-			f, err := os.Create(*memprofile)
-			if err == nil {
-				_ = pprof.Lookup("allocs").WriteTo(f, 0)
-				f.Close()
-			}
-		}
-		os.Exit(0)
-	}()
-
 	var opts []grpc.ServerOption
 	if *store != "none" {
 		switch *store {
@@ -157,6 +105,54 @@ func main() {
 		}
 		opts = append(opts, grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(e, idemgrpc.Config{Scope: idemgrpc.GlobalScope})))
 	}
+	// The signals are heard once the store is set up.
+	// SIGUSR1 marks the start of the measured window (after a warm-up):
+	// the collections and evictions reported at exit count from there.
+	var mark atomic.Pointer[counters]
+	mark.Store(&counters{})
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	go func() {
+		for range usr1 {
+			mark.Store(counted(evicted))
+		}
+	}()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-sig
+		// What the run did: handler runs (all of them, the warm-up's
+		// too), records, and for a store that batches, how many calls
+		// each transaction carried. Every call has a new key, so the
+		// handler runs once per call.
+		fmt.Fprintf(os.Stderr, "runs %d", srv.runs.Load())
+		if count != nil {
+			n, err := count()
+			fmt.Fprintf(os.Stderr, ", records %d (%v)", n, err)
+		}
+		m, now := mark.Load(), counted(evicted)
+		if evicted != nil {
+			fmt.Fprintf(os.Stderr, ", %d evicted since the mark", now.evicted-m.evicted)
+		}
+		if br, ok := st.(idemstore.BatchReporter); ok {
+			if bs, ok := br.BatchStats(); ok && bs.Batches > 0 {
+				fmt.Fprintf(os.Stderr, ", batches %d carrying %.1f calls each, %d calls alone", bs.Batches, float64(bs.Batched)/float64(bs.Batches), bs.Alone)
+			}
+		}
+		fmt.Fprintf(os.Stderr, ", %d collections since the mark, live heap %.1f MB", now.gcCycles-m.gcCycles, liveHeapMB())
+		fmt.Fprintln(os.Stderr)
+		if *cpuprofile != "" {
+			pprof.StopCPUProfile()
+		}
+		if *memprofile != "" {
+			f, err := os.Create(*memprofile)
+			if err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}
+		os.Exit(0)
+	}()
 	s := grpc.NewServer(opts...)
 	testpb.RegisterPaymentsServer(s, srv)
 	lis, err := net.Listen("tcp", *addr)
@@ -173,11 +169,16 @@ type counters struct {
 	evicted  int64
 }
 
-// gcCycles is the number of garbage collections so far.
-func gcCycles() uint64 {
+// counted returns what the server has counted so far; evicted is the
+// store's count of evictions, or nil.
+func counted(evicted func() int64) *counters {
 	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
 	metrics.Read(s)
-	return s[0].Value.Uint64()
+	c := &counters{gcCycles: s[0].Value.Uint64()}
+	if evicted != nil {
+		c.evicted = evicted()
+	}
+	return c
 }
 
 // liveHeapMB is the heap's live size at the last collection.
