@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -68,7 +69,8 @@ func benchEngine(b *testing.B, ring int) *idem.Engine {
 // handler that answers at once: what idem adds to each call. acquire
 // reserves and completes a new key per call (4096 keys cycle through a
 // store of constant size: about 1 400 records, see benchEngine); replay
-// answers a completed one. cpu-µs/op is
+// answers a completed one; acquire-full reserves and completes a new key
+// per call in a full store of default size. cpu-µs/op is
 // the process's CPU time per call, which other processes' load on the
 // machine changes less than ns/op.
 func BenchmarkInterceptor(b *testing.B) {
@@ -94,6 +96,20 @@ func BenchmarkInterceptor(b *testing.B) {
 		defer reportCPU(b)()
 		for i := 0; b.Loop(); i++ {
 			if _, err := in(reqs[i%ring]); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("acquire-full", func(b *testing.B) {
+		// The memory store with its defaults, full: every call evicts the
+		// oldest record, and each collection marks 100 000 of them.
+		in := chargeDirect(fullMemoryInterceptor(b))
+		runtime.GC()
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for i := 0; b.Loop(); i++ {
+			req := &testpb.ChargeRequest{Account: "acc", Amount: 5, RequestId: fmt.Sprintf("0190a0e0-0000-7000-8000-%012d", i)}
+			if _, err := in(req); err != nil {
 				b.Fatal(err)
 			}
 		}

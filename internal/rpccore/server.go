@@ -213,80 +213,28 @@ func (s *Server) Serve(ctx context.Context, c *Call, handler func(context.Contex
 }
 
 func (s *Server) serve(ctx context.Context, c *Call, m *method, ev *Event, handler func(context.Context) Result) Answer {
+	// The rare branches (a refused key, a refused scope, a failed Begin,
+	// a refusing outcome) are methods of their own, so that this frame,
+	// which stays on the stack under the handler, is small: every call's
+	// goroutine grows its stack less.
 	k, kerr := findKey(c.Keys, c.Request.ProtoReflect(), m.fields, s.o.AnyRequestID)
 	if kerr == nil {
 		kerr = checkFirstSent(k, s.o.Now(), s.retentionOf(m), s.o.MaxClockSkew)
 	}
-	switch {
-	case kerr != nil && kerr.missing && !m.require:
-		ev.Outcome = idem.SituationNoKey.Name
-		ans := s.pass(ctx, handler)
-		ev.Code = s.codeOf(ans)
-		return ans
-	case kerr != nil && kerr.missing:
-		return s.refuse(ev, Refusal{Row: rowOf(idem.SituationMissingKey.Name), Field: kerr.field,
-			Message: "This method requires an idempotency key: set " + kerr.field + " (a UUID), or the " + MetadataKey + " metadata, and keep it when you retry."})
-	case kerr != nil:
-		return s.refuse(ev, Refusal{Row: rowOf(idem.SituationInvalidKey.Name), Field: kerr.field, Message: kerr.reason})
+	if kerr != nil {
+		return s.keyRefused(ctx, m, ev, kerr, handler)
 	}
 	ev.Key = k.key
-	refuse := func(name, msg string) Answer {
-		return s.refuse(ev, Refusal{Row: rowOf(name), Key: k.key, Method: c.Method, Field: k.field, Message: msg})
-	}
-
 	scope, err := s.o.Scope(ctx)
 	if err != nil {
-		if errors.Is(err, idem.ErrScopeMissing) {
-			return refuse(idem.SituationScopeMissing.Name, "The call carries no credentials, so its key cannot be told from another client's.")
-		}
-		if st, ok := s.o.StatusOf(err); ok && st.Code != int32(code.Code_UNKNOWN) {
-			ev.Outcome = idem.SituationScopeDenied.Name
-			return Answer{Status: st}
-		}
-		return refuse(idem.SituationScopeDenied.Name, "The call's credentials do not identify a client.")
+		return s.scopeRefused(ev, c, &k, err)
 	}
-	fpBuf := fpBuffer()
-	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, k, s.o.FingerprintKey, fpBuf)
-	if err != nil {
-		putFPBuffer(fpBuf)
-		return Answer{Status: &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}}
-	}
-	wait := m.pol.Wait
-	if dl, ok := ctx.Deadline(); ok && wait > 0 {
-		// End the wait while the caller can still hear about it.
-		wait = max(min(wait, time.Until(dl)*9/10), 0)
-	}
-	res, err := s.e.Begin(ctx, idem.Request{
-		Key: idem.Key{Scope: scope, Operation: c.Method, Key: k.key}, Fingerprint: fp, FingerprintSource: src,
-		Kind: m.pol.Kind, Wait: wait, Lease: m.pol.Lease, Retention: m.pol.Retention,
-		Info: m.info,
-	})
-	putFPBuffer(fpBuf) // src holds it, and Begin is done with src
-	if err != nil {
-		switch {
-		case ctx.Err() != nil:
-			ev.Outcome = idem.SituationCanceled.Name
-			return Answer{Status: &spb.Status{Code: int32(code.Code_CANCELLED), Message: ctx.Err().Error()}}
-		case errors.Is(err, idem.ErrScopeMissing):
-			// The Scope function gave an empty or white-space scope:
-			// no credentials, as its own ErrScopeMissing would say.
-			return refuse(idem.SituationScopeMissing.Name, "The call carries no credentials, so its key cannot be told from another client's.")
-		case errors.Is(err, idem.ErrTooLong):
-			return refuse(idem.SituationTooLong.Name, fmt.Sprintf("The call's scope is longer than the %d bytes idem keeps.", idem.MaxScopeLength))
-		case errors.Is(err, idem.ErrSealed):
-			return refuse(idem.SituationSealed.Name, "A call with this key was already processed, but its stored answer cannot be read. It will not run again; retry later with the same key.")
-		}
-		s.o.Logger.LogAttrs(ctx, slog.LevelError, "idem: store unavailable",
-			slog.String("method", c.Method), slog.Any("error", err), slog.Bool("fail_open", s.o.FailOpen))
-		if s.o.FailOpen {
-			ev.Outcome = idem.SituationFailOpen.Name
-			ans := s.pass(ctx, handler)
-			ev.Code = s.codeOf(ans)
-			return ans
-		}
-		r := Refusal{Row: rowOf(idem.SituationUnavailable.Name), Key: k.key, Method: c.Method, RetryAfter: time.Second,
-			Message: "The call was not processed because its idempotency key could not be checked; retry with the same key."}
-		return s.refuse(ev, r)
+	res, st, err := s.begin(ctx, c, m, &k, scope)
+	switch {
+	case st != nil:
+		return Answer{Status: st}
+	case err != nil:
+		return s.beginFailed(ctx, c, ev, &k, err, handler)
 	}
 	ev.Outcome = res.Outcome.String()
 	switch res.Outcome {
@@ -294,14 +242,110 @@ func (s *Server) serve(ctx context.Context, c *Call, m *method, ev *Event, handl
 		return s.run(ctx, m, res.Lease, ev, handler)
 	case idem.Replayed:
 		return s.replay(ctx, c, m, ev, res.Response, k.key)
+	}
+	return s.refuseOutcome(ev, c, &k, &res)
+}
+
+// keyRefused answers a call without a valid key: it runs unprotected when
+// the key is missing and the method does not require one, and is refused
+// otherwise.
+func (s *Server) keyRefused(ctx context.Context, m *method, ev *Event, kerr *keyError, handler func(context.Context) Result) Answer {
+	switch {
+	case kerr.missing && !m.require:
+		ev.Outcome = idem.SituationNoKey.Name
+		ans := s.pass(ctx, handler)
+		ev.Code = s.codeOf(ans)
+		return ans
+	case kerr.missing:
+		return s.refuse(ev, Refusal{Row: rowOf(idem.SituationMissingKey.Name), Field: kerr.field,
+			Message: "This method requires an idempotency key: set " + kerr.field + " (a UUID), or the " + MetadataKey + " metadata, and keep it when you retry."})
+	}
+	return s.refuse(ev, Refusal{Row: rowOf(idem.SituationInvalidKey.Name), Field: kerr.field, Message: kerr.reason})
+}
+
+// refuseKey answers the situation name about the call's valid key k.
+func (s *Server) refuseKey(ev *Event, c *Call, k *found, name, msg string) Answer {
+	return s.refuse(ev, Refusal{Row: rowOf(name), Key: k.key, Method: c.Method, Field: k.field, Message: msg})
+}
+
+// scopeRefused answers a call whose Scope function failed with err.
+func (s *Server) scopeRefused(ev *Event, c *Call, k *found, err error) Answer {
+	if errors.Is(err, idem.ErrScopeMissing) {
+		return s.refuseKey(ev, c, k, idem.SituationScopeMissing.Name, msgScopeMissing)
+	}
+	if st, ok := s.o.StatusOf(err); ok && st.Code != int32(code.Code_UNKNOWN) {
+		ev.Outcome = idem.SituationScopeDenied.Name
+		return Answer{Status: st}
+	}
+	return s.refuseKey(ev, c, k, idem.SituationScopeDenied.Name, "The call's credentials do not identify a client.")
+}
+
+// msgScopeMissing answers a call without credentials.
+const msgScopeMissing = "The call carries no credentials, so its key cannot be told from another client's."
+
+// begin fingerprints the call and begins its key in scope. A request that
+// cannot be fingerprinted is answered st.
+func (s *Server) begin(ctx context.Context, c *Call, m *method, k *found, scope string) (res idem.Result, st *spb.Status, err error) {
+	fpBuf := fpBuffer()
+	defer putFPBuffer(fpBuf) // src holds it, and Begin is done with src
+	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey, fpBuf)
+	if err != nil {
+		return res, &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}, nil
+	}
+	wait := m.pol.Wait
+	if dl, ok := ctx.Deadline(); ok && wait > 0 {
+		// End the wait while the caller can still hear about it.
+		wait = max(min(wait, time.Until(dl)*9/10), 0)
+	}
+	res, err = s.e.Begin(ctx, idem.Request{
+		Key: idem.Key{Scope: scope, Operation: c.Method, Key: k.key}, Fingerprint: fp, FingerprintSource: src,
+		Kind: m.pol.Kind, Wait: wait, Lease: m.pol.Lease, Retention: m.pol.Retention,
+		Info: m.info,
+	})
+	return res, nil, err
+}
+
+// beginFailed answers a call whose Begin failed with err: cancelled, a
+// scope or record Begin refused, or a store that cannot be reached.
+func (s *Server) beginFailed(ctx context.Context, c *Call, ev *Event, k *found, err error, handler func(context.Context) Result) Answer {
+	switch {
+	case ctx.Err() != nil:
+		ev.Outcome = idem.SituationCanceled.Name
+		return Answer{Status: &spb.Status{Code: int32(code.Code_CANCELLED), Message: ctx.Err().Error()}}
+	case errors.Is(err, idem.ErrScopeMissing):
+		// The Scope function gave an empty or white-space scope:
+		// no credentials, as its own ErrScopeMissing would say.
+		return s.refuseKey(ev, c, k, idem.SituationScopeMissing.Name, msgScopeMissing)
+	case errors.Is(err, idem.ErrTooLong):
+		return s.refuseKey(ev, c, k, idem.SituationTooLong.Name, fmt.Sprintf("The call's scope is longer than the %d bytes idem keeps.", idem.MaxScopeLength))
+	case errors.Is(err, idem.ErrSealed):
+		return s.refuseKey(ev, c, k, idem.SituationSealed.Name, "A call with this key was already processed, but its stored answer cannot be read. It will not run again; retry later with the same key.")
+	}
+	s.o.Logger.LogAttrs(ctx, slog.LevelError, "idem: store unavailable",
+		slog.String("method", c.Method), slog.Any("error", err), slog.Bool("fail_open", s.o.FailOpen))
+	if s.o.FailOpen {
+		ev.Outcome = idem.SituationFailOpen.Name
+		ans := s.pass(ctx, handler)
+		ev.Code = s.codeOf(ans)
+		return ans
+	}
+	r := Refusal{Row: rowOf(idem.SituationUnavailable.Name), Key: k.key, Method: c.Method, RetryAfter: time.Second,
+		Message: "The call was not processed because its idempotency key could not be checked; retry with the same key."}
+	return s.refuse(ev, r)
+}
+
+// refuseOutcome answers an outcome of Begin that refuses the call: a
+// mismatch, a call in flight, a key that needs review.
+func (s *Server) refuseOutcome(ev *Event, c *Call, k *found, res *idem.Result) Answer {
+	switch res.Outcome {
 	case idem.Mismatch:
-		return refuse(idem.SituationMismatch.Name, "This idempotency key was already used with a different request. Use a new key for a new request.")
+		return s.refuseKey(ev, c, k, idem.SituationMismatch.Name, "This idempotency key was already used with a different request. Use a new key for a new request.")
 	case idem.InFlight:
 		r := Refusal{Row: rowOf(idem.SituationInFlight.Name), Key: k.key, Method: c.Method, RetryAfter: res.RetryAfter,
 			Message: "A call with this idempotency key is still being processed. Retry after the RetryInfo delay to get its answer."}
 		return s.refuse(ev, r)
 	}
-	return refuse(idem.SituationNeedsReview.Name, "An earlier call with this idempotency key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer.")
+	return s.refuseKey(ev, c, k, idem.SituationNeedsReview.Name, "An earlier call with this idempotency key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer.")
 }
 
 // pass runs the handler unprotected.
