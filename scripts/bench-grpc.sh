@@ -18,7 +18,8 @@
 # measured window and the live heap (runtime/metrics). Then the medians,
 # their ratios to the bare server's, and the median, quartiles and range of
 # per-round ratios (each store's calls/s over the bare server's in the same
-# round, so that the machine's drift between rounds cancels out).
+# round, so that the machine's drift between rounds cancels out), with a
+# bootstrap interval of that median.
 #
 # The script stops, failing, when a run is not what it claims to be: the
 # server does not start (another process holds ADDR), more than 1% of the
@@ -174,9 +175,19 @@ for s in $stores; do
 		"$(awk -v a="$m" -v b="$bare_rps" 'BEGIN { printf "%.2f", a / b }')" "$u" \
 		"$(awk -v a="$bare_cpu" -v b="$u" 'BEGIN { printf "%.2f", a / b }')"
 done
-echo "per-round ratios to the bare server's calls/s in the same round (median, quartiles, range):"
+# interval: a 90% bootstrap interval of the median of the numbers on stdin
+# (10 000 resamples, a fixed seed so that the same rounds give the same
+# interval): how far the median could move with other rounds like these
+interval() {
+	python3 -c 'import random,statistics,sys
+x=[float(v) for v in sys.stdin.read().split()]
+r=random.Random(1)
+m=sorted(statistics.median(r.choices(x,k=len(x))) for _ in range(10000))
+print("%.2f .. %.2f" % (m[500], m[9499]))'
+}
+echo "per-round ratios to the bare server's calls/s in the same round (median, quartiles, range; 90% interval of the median):"
 q() { quantile "$1" <<<"${pair[$s]}"; } # of the store $s
 for s in $stores; do
 	[ "$s" = none ] && continue
-	printf '  %-4s %.2f  (%.2f, %.2f; %.2f .. %.2f, %d rounds)\n' "$s" "$(q 0.5)" "$(q 0.25)" "$(q 0.75)" "$(q 0)" "$(q 1)" "$ROUNDS"
+	printf '  %-4s %.2f  (%.2f, %.2f; %.2f .. %.2f, %d rounds; %s)\n' "$s" "$(q 0.5)" "$(q 0.25)" "$(q 0.75)" "$(q 0)" "$(q 1)" "$ROUNDS" "$(interval <<<"${pair[$s]}")"
 done
