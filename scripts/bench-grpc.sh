@@ -31,9 +31,18 @@
 # first, uncounted: the memory store then starts the measured window full
 # (100 000 records, its default MaxRecords, evicting one a call).
 #
+# REPLAY (default 0), after the measured window, sends one call with a key
+# of its own and then that same call again for that long, at the same
+# concurrency: every retry is a replay of the first answer. It prints the
+# replays' calls/s, and fails unless the first call was answered OK, at
+# most 1% of the replays failed (those ghz cut off when it stops), and the
+# handler ran once for that key (the bare server, which has no interceptor,
+# runs it for every call).
+#
 #   scripts/bench-grpc.sh                      # 10s per run, 3 rounds, 32 concurrent calls
 #   DUR=30s ROUNDS=5 CONC=64 scripts/bench-grpc.sh
 #   WARMUP=10s scripts/bench-grpc.sh           # measured after 10s of the same load
+#   REPLAY=3s scripts/bench-grpc.sh            # then 3s of one key sent again and again
 #   PROFILE=.tmp/prof scripts/bench-grpc.sh    # also CPU profiles, one per run
 #   BASE=31112a9 scripts/bench-grpc.sh         # also "base", the memory store at that commit
 #
@@ -50,6 +59,7 @@ DUR=${DUR:-10s}
 CONC=${CONC:-32}
 ROUNDS=${ROUNDS:-3}
 WARMUP=${WARMUP:-0}
+REPLAY=${REPLAY:-0}
 ADDR=${ADDR:-127.0.0.1:50151}
 PROFILE=${PROFILE:-}
 mkdir -p .tmp/bin
@@ -74,18 +84,23 @@ stat() { sed 's/.*) //' "/proc/$1/stat"; }
 ticks() { stat "$1" | awk '{ print $12 + $13 }'; }
 faults() { stat "$1" | awk '{ print $8 }'; } # minor page faults
 case "$WARMUP" in 0 | 0s | "") WARMUP=0 ;; esac
+case "$REPLAY" in 0 | 0s | "") REPLAY=0 ;; esac
 
-# ghz's load: every call a Charge with a new request_id
-ghz=(.tmp/bin/ghz --insecure --proto internal/rpctest/testpb/payments.proto --import-paths /usr/include,internal/rpctest/testpb
-	--call idem.test.v1.Payments.Charge -d '{"account":"acc","amount":5,"request_id":"{{newUUID}}"}'
-	-c "$CONC" --connections 4 -O json "$ADDR")
+# ghz's load: every call a Charge with a new request_id; ghz1 sends one
+# call, and replay is the REPLAY phase's one key
+ghzcall=(.tmp/bin/ghz --insecure --proto internal/rpctest/testpb/payments.proto --import-paths /usr/include,internal/rpctest/testpb
+	--call idem.test.v1.Payments.Charge -O json)
+ghz=("${ghzcall[@]}" -d '{"account":"acc","amount":5,"request_id":"{{newUUID}}"}' -c "$CONC" --connections 4 "$ADDR")
+replay='{"account":"acc","amount":5,"request_id":"0190a0e0-0000-7000-8000-00000000beef"}'
+ghz1=("${ghzcall[@]}" -d "$replay" -n 1 -c 1 "$ADDR")
+ghzreplay=("${ghzcall[@]}" -d "$replay" -c "$CONC" --connections 4 "$ADDR")
 
 # run STORE ROUND: prints "calls/s cpu-us/call ok calls ghz-cpu-us/call
-# faults/call | what the server counted", or fails
+# faults/call replay-calls/s | what the server counted", or fails
 run() {
-	local prof=() log out0 gt warm res
+	local prof=() log out0 gt warm res first again
 	[ -n "$PROFILE" ] && prof=(-cpuprofile "$PROFILE/$1-$2.cpu")
-	log=$(mktemp) out0=$(mktemp) gt=$(mktemp) warm=$(mktemp) res=$(mktemp)
+	log=$(mktemp) out0=$(mktemp) gt=$(mktemp) warm=$(mktemp) res=$(mktemp) first=$(mktemp) again=$(mktemp)
 	local bin=.tmp/bin/grpc-benchserver store=$1
 	[ "$1" = base ] && bin=.tmp/bin/grpc-benchserver-base store=mem
 	"$bin" -addr "$ADDR" -store "$store" "${prof[@]}" >"$out0" 2>"$log" &
@@ -111,34 +126,52 @@ run() {
 	"${timed[@]}" "${ghz[@]}" -z "$DUR" >"$res" 2>/dev/null
 	t1=$(ticks $pid)
 	f1=$(faults $pid)
+	echo '{"count":0,"statusCodeDistribution":{}}' | tee "$first" >"$again"
+	if [ "$REPLAY" != 0 ]; then
+		"${ghz1[@]}" >"$first" 2>/dev/null
+		"${ghzreplay[@]}" -z "$REPLAY" >"$again" 2>/dev/null
+	fi
 	kill -TERM $pid
 	wait $pid || true
 	# calls/s counts the calls answered OK. The server's handler runs must
 	# lie between the calls answered OK and the calls sent, warm-up
-	# included: every call carries a new key, so each ran at most once.
+	# included: every call carries a new key, so each ran at most once. The
+	# replay phase's key ran once behind the interceptor, however often it
+	# was sent; the bare server runs every call.
 	python3 -c 'import json,re,sys
 r=json.load(open(sys.argv[5])); w=json.load(open(sys.argv[6])); log=open(sys.argv[7]).read()
-ok=r["statusCodeDistribution"].get("OK",0); n=r["count"]
+first=json.load(open(sys.argv[8])); again=json.load(open(sys.argv[9])); bare=sys.argv[10] == "none"
+ok_=lambda x: x["statusCodeDistribution"].get("OK",0)
+ok=ok_(r); n=r["count"]
 if n == 0 or n - ok > n / 100:
     sys.exit("bench-grpc: %d of %d calls failed: %s" % (n - ok, n, r["statusCodeDistribution"]))
+if first["count"] and (ok_(first) != 1 or again["count"] == 0 or again["count"] - ok_(again) > again["count"] / 100):
+    sys.exit("bench-grpc: replay: the first call %s, then %d of %d answered OK: %s" % (
+        first["statusCodeDistribution"], ok_(again), again["count"], again["statusCodeDistribution"]))
 m=re.search(r"runs (\d+)", log)
 if not m:
     sys.exit("bench-grpc: the server did not report its runs: " + log)
-runs=int(m.group(1)); wok=w["statusCodeDistribution"].get("OK",0)
-if not (ok + wok <= runs <= n + w["count"]):
-    sys.exit("bench-grpc: %d handler runs for %d+%d calls answered OK of %d+%d sent" % (runs, wok, ok, w["count"], n))
+runs=int(m.group(1)); wok=ok_(w)
+lo=ok + wok + ok_(first); hi=n + w["count"] + first["count"]
+if bare:
+    lo, hi = lo + ok_(again), hi + again["count"]
+if not (lo <= runs <= hi):
+    sys.exit("bench-grpc: %d handler runs for %d+%d+%d%s calls answered OK of %d+%d+%d%s sent" % (runs, wok, ok, ok_(first),
+        "+%d" % ok_(again) if bare else "", w["count"], n, first["count"], "+%d" % again["count"] if bare else ""))
 g=open(sys.argv[3]).read().split()
 g="%.1f" % (sum(map(float,g))*1e6/n) if g else "-"
-print("%.0f %.1f %d %d %s %.3f" % (ok / (r["total"] / 1e9), (int(sys.argv[1])*1e6/int(sys.argv[2]))/n, ok, n, g, int(sys.argv[4])/n), end="")' \
-		$((t1 - t0)) "$(getconf CLK_TCK)" "$gt" $((f1 - f0)) "$res" "$warm" "$log"
+rr="%.0f" % (ok_(again) / (again["total"] / 1e9)) if again["count"] else "-"
+print("%.0f %.1f %d %d %s %.3f %s" % (ok / (r["total"] / 1e9), (int(sys.argv[1])*1e6/int(sys.argv[2]))/n, ok, n, g, int(sys.argv[4])/n, rr), end="")' \
+		$((t1 - t0)) "$(getconf CLK_TCK)" "$gt" $((f1 - f0)) "$res" "$warm" "$log" "$first" "$again" "$1"
 	echo " | $(tr -d '\n' <"$log")"
-	rm -f "$log" "$out0" "$gt" "$warm" "$res"
+	rm -f "$log" "$out0" "$gt" "$warm" "$res" "$first" "$again"
 }
 
 warmup="from each server's start"
 [ "$WARMUP" != 0 ] && warmup="after $WARMUP of warm-up"
+[ "$REPLAY" != 0 ] && warmup="$warmup, then $REPLAY of one key again and again"
 echo "# $(date -u +%FT%TZ) ghz -c $CONC -z $DUR --connections 4 $warmup, $ROUNDS rounds; $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-declare -A rps cpu pair
+declare -A rps cpu pair rrps
 for r in $(seq "$ROUNDS"); do
 	# odd rounds run the servers in order, even rounds in reverse, so that
 	# none always runs first
@@ -147,11 +180,14 @@ for r in $(seq "$ROUNDS"); do
 	declare -A got=()
 	for s in $order; do
 		line=$(run "$s" "$r")
-		read -r c u ok n g f _ <<<"$line"
+		read -r c u ok n g f rr _ <<<"$line"
 		got[$s]=$c
 		rps[$s]+="$c "
 		cpu[$s]+="$u "
-		printf 'round %d %-4s %6s calls/s  %6s cpu-us/call  ghz %6s cpu-us/call  %s faults/call  %s of %s OK  (%s)\n' "$r" "$s" "$c" "$u" "$g" "$f" "$ok" "$n" "${line#*| }"
+		rrps[$s]+="$rr "
+		replayed=
+		[ "$REPLAY" != 0 ] && replayed="  replays $rr calls/s"
+		printf 'round %d %-4s %6s calls/s  %6s cpu-us/call  ghz %6s cpu-us/call  %s faults/call  %s of %s OK%s  (%s)\n' "$r" "$s" "$c" "$u" "$g" "$f" "$ok" "$n" "$replayed" "${line#*| }"
 	done
 	# each store's calls/s over the bare server's in the same round: they
 	# ran close together, so the machine's drift between rounds cancels out
@@ -175,6 +211,14 @@ for s in $stores; do
 		"$(awk -v a="$m" -v b="$bare_rps" 'BEGIN { printf "%.2f", a / b }')" "$u" \
 		"$(awk -v a="$bare_cpu" -v b="$u" 'BEGIN { printf "%.2f", a / b }')"
 done
+if [ "$REPLAY" != 0 ]; then
+	echo "replays of one key, medians (ratio to the bare server, which runs every call):"
+	bare_rr=$(median <<<"${rrps[none]}")
+	for s in $stores; do
+		m=$(median <<<"${rrps[$s]}")
+		printf '  %-4s %6s calls/s (%s)\n' "$s" "$m" "$(awk -v a="$m" -v b="$bare_rr" 'BEGIN { printf "%.2f", a / b }')"
+	done
+fi
 # interval: a 90% bootstrap interval of the median of the numbers on stdin
 # (10 000 resamples, a fixed seed so that the same rounds give the same
 # interval): how far the median could move with other rounds like these
