@@ -78,11 +78,11 @@ if [ -n "$BASE" ]; then
 	stores="none base mem"
 fi
 [ -n "${IDEM_TEST_POSTGRES_URL:-}" ] && { export IDEM_TEST_POSTGRES_URL; stores="$stores pg"; }
-# stat PID: the fields of /proc/PID/stat after the command's name (which
+# procstat PID: the fields of /proc/PID/stat after the command's name (which
 # may hold spaces), so that $12 + $13 is utime + stime and $8 minflt
-stat() { sed 's/.*) //' "/proc/$1/stat"; }
-ticks() { stat "$1" | awk '{ print $12 + $13 }'; }
-faults() { stat "$1" | awk '{ print $8 }'; } # minor page faults
+procstat() { sed 's/.*) //' "/proc/$1/stat"; }
+ticks() { procstat "$1" | awk '{ print $12 + $13 }'; }
+faults() { procstat "$1" | awk '{ print $8 }'; } # minor page faults
 case "$WARMUP" in 0 | 0s | "") WARMUP=0 ;; esac
 case "$REPLAY" in 0 | 0s | "") REPLAY=0 ;; esac
 
