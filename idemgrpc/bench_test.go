@@ -70,9 +70,10 @@ func benchEngine(b *testing.B, ring int) *idem.Engine {
 // reserves and completes a new key per call (4096 keys cycle through a
 // store of constant size: about 1 400 records, see benchEngine); replay
 // answers a completed one; acquire-full reserves and completes a new key
-// per call in a full store of default size. cpu-µs/op is
-// the process's CPU time per call, which other processes' load on the
-// machine changes less than ns/op.
+// per call in a full store of default size; acquire-fill does so in a
+// default store filling from empty, as in a server's first seconds.
+// cpu-µs/op is the process's CPU time per call, which other processes'
+// load on the machine changes less than ns/op.
 func BenchmarkInterceptor(b *testing.B) {
 	const ring = 4096
 	keys := make([]string, ring)
@@ -108,6 +109,29 @@ func BenchmarkInterceptor(b *testing.B) {
 		b.ReportAllocs()
 		defer reportCPU(b)()
 		for i := 0; b.Loop(); i++ {
+			req := &testpb.ChargeRequest{Account: "acc", Amount: 5, RequestId: fmt.Sprintf("0190a0e0-0000-7000-8000-%012d", i)}
+			if _, err := in(req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("acquire-fill", func(b *testing.B) {
+		// A server's first seconds: the memory store with its defaults
+		// fills from empty, so every record is new heap and nothing is
+		// evicted. A fresh store is made every fillCalls calls (outside
+		// the timer).
+		const fillCalls = idemmem.DefaultMaxRecords * 9 / 10
+		var in func(*testpb.ChargeRequest) (any, error)
+		b.ReportAllocs()
+		defer reportCPU(b)()
+		for i := 0; b.Loop(); i++ {
+			if i%fillCalls == 0 {
+				b.StopTimer()
+				fresh, _ := freshMemoryInterceptor(b)
+				in = chargeDirect(fresh)
+				runtime.GC()
+				b.StartTimer()
+			}
 			req := &testpb.ChargeRequest{Account: "acc", Amount: 5, RequestId: fmt.Sprintf("0190a0e0-0000-7000-8000-%012d", i)}
 			if _, err := in(req); err != nil {
 				b.Fatal(err)
@@ -286,13 +310,7 @@ func BenchmarkUnaryLoopback(b *testing.B) {
 // its defaults, filled to its MaxRecords with the records calls to Charge
 // leave.
 func fullMemoryInterceptor(b *testing.B) grpc.UnaryServerInterceptor {
-	store := idemmem.MustNew(idemmem.Config{})
-	b.Cleanup(func() { store.Close() })
-	e, err := idem.NewEngine(store, idem.EngineConfig{Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	in := idemgrpc.UnaryServerInterceptor(e, idemgrpc.Config{Scope: idemgrpc.GlobalScope, Logger: quiet})
+	in, store := freshMemoryInterceptor(b)
 	charge := chargeDirect(in)
 	for i := range idemmem.DefaultMaxRecords {
 		req := &testpb.ChargeRequest{Account: "acc", Amount: 5, RequestId: fmt.Sprintf("0190a0e0-0000-7000-9000-%012d", i)}
@@ -304,4 +322,16 @@ func fullMemoryInterceptor(b *testing.B) grpc.UnaryServerInterceptor {
 		b.Fatalf("the store holds %d records, not %d", n, idemmem.DefaultMaxRecords)
 	}
 	return in
+}
+
+// freshMemoryInterceptor is the interceptor on an engine with its defaults
+// and an empty memory store with its defaults, and that store.
+func freshMemoryInterceptor(b *testing.B) (grpc.UnaryServerInterceptor, *idemmem.Store) {
+	store := idemmem.MustNew(idemmem.Config{})
+	b.Cleanup(func() { store.Close() })
+	e, err := idem.NewEngine(store, idem.EngineConfig{Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return idemgrpc.UnaryServerInterceptor(e, idemgrpc.Config{Scope: idemgrpc.GlobalScope, Logger: quiet}), store
 }

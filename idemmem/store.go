@@ -155,12 +155,22 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, seed: maphash.MakeSeed(), shards: make([]shard, cfg.Shards), mask: uint64(cfg.Shards - 1),
 		maxRecords: bound(int64(cfg.MaxRecords)), maxBytes: bound(cfg.MaxBytes)}
+	hint := 0
+	if cfg.MaxRecords > 0 {
+		hint = min(cfg.MaxRecords/cfg.Shards, maxShardHint)
+	}
 	for i := range s.shards {
-		s.shards[i].recs = make(map[uint64]*entry)
+		s.shards[i].recs = make(map[uint64]*entry, hint)
 		s.shards[i].head.Store(math.MaxInt64)
 	}
 	return s, nil
 }
+
+// maxShardHint bounds the records a shard's map is made for up front:
+// one made for its share of MaxRecords does not grow (and copy itself) as
+// the store fills, but a large MaxRecords must not cost its memory before
+// any record comes.
+const maxShardHint = 4096
 
 // MustNew is New for configurations known to be valid, such as the zero
 // Config. It panics on an invalid one.

@@ -251,13 +251,8 @@ func SameKey(a, b string) bool {
 // that writes the same request_id in another case must not run the call
 // again. Any other key is compared byte for byte.
 func canonicalKey(key string) string {
-	if !isUUID(key) {
-		return key
-	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; c >= 'A' && c <= 'F' {
-			return lower(key)
-		}
+	if ok, upper := uuidForm(key); ok && upper {
+		return lower(key)
 	}
 	return key
 }
@@ -273,25 +268,58 @@ func reasonOf(err error, field string) string {
 // isUUID reports whether s is a UUID in its canonical text form (any
 // version), not the nil UUID, as Google's APIs accept a request_id.
 func isUUID(s string) bool {
-	if len(s) != 36 {
-		return false
+	ok, _ := uuidForm(s)
+	return ok
+}
+
+// uuidForm reports whether s is a UUID as isUUID says, and whether any of
+// its hexadecimal digits is in upper case. It reads each byte once,
+// through uuidDigit, without a branch per byte: both are asked of every
+// request_id a call carries.
+func uuidForm(s string) (ok, upper bool) {
+	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
+		return false, false
 	}
-	zero := true
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case i == 8 || i == 13 || i == 18 || i == 23:
-			if c != '-' {
-				return false
-			}
-		case c >= '0' && c <= '9', c >= 'a' && c <= 'f', c >= 'A' && c <= 'F':
-			zero = zero && c == '0'
-		default:
-			return false
+	all, some := uint8(digitHex), uint8(0)
+	for _, i := range uuidDigitAt {
+		d := uuidDigit[s[i]]
+		all &= d
+		some |= d
+	}
+	return all&digitHex != 0 && some&digitNonZero != 0, some&digitUpper != 0
+}
+
+// What uuidDigit says of a byte.
+const (
+	digitHex     = 1 << iota // a hexadecimal digit
+	digitNonZero             // other than '0'
+	digitUpper               // 'A' to 'F'
+)
+
+// uuidDigit classifies every byte as a UUID's digit.
+var uuidDigit = func() (t [256]uint8) {
+	t['0'] = digitHex
+	for c := '1'; c <= '9'; c++ {
+		t[c] = digitHex | digitNonZero
+	}
+	for c := 'a'; c <= 'f'; c++ {
+		t[c] = digitHex | digitNonZero
+		t[c-'a'+'A'] = digitHex | digitNonZero | digitUpper
+	}
+	return t
+}()
+
+// uuidDigitAt are the places of a UUID's 32 digits in its text form.
+var uuidDigitAt = func() (at [32]uint8) {
+	j := 0
+	for i := range 36 {
+		if i != 8 && i != 13 && i != 18 && i != 23 {
+			at[j] = uint8(i)
+			j++
 		}
 	}
-	return !zero
-}
+	return at
+}()
 
 // SetKey sets key in m's empty key field, for a client, and reports
 // whether it did: request_id, or an idempotency_key with first_sent at now.
