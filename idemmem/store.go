@@ -157,7 +157,7 @@ func New(cfg Config) (*Store, error) {
 		maxRecords: bound(int64(cfg.MaxRecords)), maxBytes: bound(cfg.MaxBytes)}
 	hint := 0
 	if cfg.MaxRecords > 0 {
-		hint = min(cfg.MaxRecords/cfg.Shards, maxShardHint)
+		hint = min(min(cfg.MaxRecords, maxStoreHint)/cfg.Shards, maxShardHint)
 	}
 	for i := range s.shards {
 		s.shards[i].recs = make(map[uint64]*entry, hint)
@@ -166,11 +166,15 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// maxShardHint bounds the records a shard's map is made for up front:
-// one made for its share of MaxRecords does not grow (and copy itself) as
-// the store fills, but a large MaxRecords must not cost its memory before
-// any record comes.
-const maxShardHint = 4096
+// maxShardHint and maxStoreHint bound the records a shard's map, and all
+// of them together, are made for up front: a map made for its share of
+// MaxRecords does not grow (and copy itself) as the store fills, but a
+// large MaxRecords, or many shards, must not cost their memory before any
+// record comes (about 9 MiB at most).
+const (
+	maxShardHint = 4096
+	maxStoreHint = 64 * maxShardHint
+)
 
 // MustNew is New for configurations known to be valid, such as the zero
 // Config. It panics on an invalid one.
