@@ -46,6 +46,10 @@ type Config struct {
 	// its key: a retry that comes later runs the operation again. Size the
 	// bounds for the retention window (records completed per second times
 	// Retention), and watch Usage().Evicted.
+	//
+	// New makes the store's index for MaxRecords records up front (for
+	// at most 262 144), so that it does not grow as the store fills: about
+	// 2 MiB at the default, at most about 9 MiB.
 	MaxRecords int
 	// MaxBytes caps the memory the records take, as the store counts it:
 	// each record's scope, operation, key, fingerprint, token, reason and label,
