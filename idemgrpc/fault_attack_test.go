@@ -52,6 +52,24 @@ func (s *cancelStore) Complete(ctx context.Context, p idemstore.CompleteParams) 
 	return s.Store.Complete(ctx, p)
 }
 
+// chargeCancelled sends req as alice and cancels the call once at is
+// closed; the call must answer CANCELLED.
+func chargeCancelled(t *testing.T, ev *env, req *testpb.ChargeRequest, at <-chan struct{}) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(as("alice"))
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := ev.client.Charge(ctx, req)
+		done <- err
+	}()
+	<-at
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Fatalf("cancelled call: %v", err)
+	}
+}
+
 // TestCancelDuringReserve: the client gives up while Reserve is in flight,
 // after the store committed the reservation. The call answers CANCELLED
 // without running the handler, the orphaned reservation is released, and
@@ -60,18 +78,8 @@ func TestCancelDuringReserve(t *testing.T) {
 	t.Parallel()
 	s := &cancelStore{Store: memStore(t), reserved: make(chan struct{}), cancelReserve: true}
 	ev := newEnv(t, idemgrpc.Config{}, envOptions{store: s})
-	ctx, cancel := context.WithCancel(as("alice"))
-	done := make(chan error, 1)
 	req := &testpb.ChargeRequest{Account: "a", Amount: 5, RequestId: uuid(1)}
-	go func() {
-		_, err := ev.client.Charge(ctx, req)
-		done <- err
-	}()
-	<-s.reserved
-	cancel()
-	if err := <-done; status.Code(err) != codes.Canceled {
-		t.Fatalf("cancelled call: %v", err)
-	}
+	chargeCancelled(t, ev, req, s.reserved)
 	if e := ev.event(); e.Outcome != idem.SituationCanceled.Name {
 		t.Fatalf("cancelled call's event %+v", e)
 	}
@@ -92,18 +100,8 @@ func TestCancelDuringComplete(t *testing.T) {
 	t.Parallel()
 	s := &cancelStore{Store: memStore(t), completing: make(chan struct{}), hold: make(chan struct{})}
 	ev := newEnv(t, idemgrpc.Config{}, envOptions{store: s})
-	ctx, cancel := context.WithCancel(as("alice"))
-	done := make(chan error, 1)
 	req := &testpb.ChargeRequest{Account: "a", Amount: 5, RequestId: uuid(1)}
-	go func() {
-		_, err := ev.client.Charge(ctx, req)
-		done <- err
-	}()
-	<-s.completing
-	cancel()
-	if err := <-done; status.Code(err) != codes.Canceled {
-		t.Fatalf("cancelled call: %v", err)
-	}
+	chargeCancelled(t, ev, req, s.completing)
 	close(s.hold)
 	if e := ev.event(); e.Settlement != "completed" {
 		t.Fatalf("settlement %+v", e)

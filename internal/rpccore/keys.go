@@ -119,15 +119,23 @@ func findKey(values []string, m protoreflect.Message, f *KeyFields, anyRequestID
 		if err != nil {
 			return found{}, &keyError{field: MetadataKey, reason: reasonOf(err, "the "+MetadataKey+" metadata")}
 		}
-		got = append(got, found{key: k, field: MetadataKey})
+		got = append(got, found{key: canonicalKey(k), field: MetadataKey})
 	}
 	if f.RequestID != nil {
 		if v := m.Get(f.RequestID).String(); v != "" {
-			if err := idem.ValidateKey(v); err != nil {
-				return found{}, &keyError{field: fieldRequestID, reason: reasonOf(err, fieldRequestID)}
-			}
-			if !anyRequestID && !isUUID(v) {
-				return found{}, &keyError{field: fieldRequestID, reason: "request_id must be a UUID (8-4-4-4-12 hexadecimal digits, not all zero), as AIP-155 asks"}
+			// One reading tells whether v is a UUID and its case. A UUID
+			// is always a valid key; any other request_id must be one,
+			// and is refused unless AnyRequestID.
+			uuid, upper := uuidForm(v)
+			if !uuid {
+				if err := idem.ValidateKey(v); err != nil {
+					return found{}, &keyError{field: fieldRequestID, reason: reasonOf(err, fieldRequestID)}
+				}
+				if !anyRequestID {
+					return found{}, &keyError{field: fieldRequestID, reason: "request_id must be a UUID (8-4-4-4-12 hexadecimal digits, not all zero), as AIP-155 asks"}
+				}
+			} else if upper {
+				v = lower(v)
 			}
 			got = append(got, found{key: v, field: fieldRequestID})
 		}
@@ -138,14 +146,12 @@ func findKey(values []string, m protoreflect.Message, f *KeyFields, anyRequestID
 			return found{}, kerr
 		}
 		if fk.key != "" || f.Key != nil {
+			fk.key = canonicalKey(fk.key)
 			got = append(got, fk)
 		}
 	}
 	if len(got) == 0 {
 		return found{}, &keyError{missing: true, field: f.Name()}
-	}
-	for i := range got {
-		got[i].key = canonicalKey(got[i].key)
 	}
 	for _, g := range got[1:] {
 		if g.key != got[0].key {
@@ -265,17 +271,11 @@ func reasonOf(err error, field string) string {
 	return field + ": " + err.Error()
 }
 
-// isUUID reports whether s is a UUID in its canonical text form (any
-// version), not the nil UUID, as Google's APIs accept a request_id.
-func isUUID(s string) bool {
-	ok, _ := uuidForm(s)
-	return ok
-}
-
-// uuidForm reports whether s is a UUID as isUUID says, and whether any of
-// its hexadecimal digits is in upper case. It reads each byte once,
-// through uuidDigit, without a branch per byte: both are asked of every
-// request_id a call carries.
+// uuidForm reports whether s is a UUID in its canonical text form (any
+// version), not the nil UUID, as Google's APIs accept a request_id, and
+// whether any of its hexadecimal digits is in upper case. It reads each
+// byte once, through uuidDigit, without a branch per byte: both are asked
+// of every request_id a call carries.
 func uuidForm(s string) (ok, upper bool) {
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return false, false

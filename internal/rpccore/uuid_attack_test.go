@@ -7,50 +7,6 @@ import (
 	"unicode/utf8"
 )
 
-// isUUIDBefore and canonicalKeyBefore are isUUID and canonicalKey as
-// they were before uuidForm, through uuidFormSlow (uuid_test.go), which
-// reads a key byte by byte as they did.
-func isUUIDBefore(s string) bool {
-	ok, _ := uuidFormSlow(s)
-	return ok
-}
-
-func canonicalKeyBefore(key string) string {
-	if ok, upper := uuidFormSlow(key); ok && upper {
-		return strings.ToLower(key)
-	}
-	return key
-}
-
-// checkUUIDFormBefore fails unless uuidForm, isUUID and canonicalKey agree
-// with the implementation before uuidForm on s. uuidForm's upper is
-// compared only for UUIDs: for other strings nothing reads it.
-func checkUUIDFormBefore(t testing.TB, s string) {
-	t.Helper()
-	wantOK := isUUIDBefore(s)
-	wantUpper := wantOK && strings.ContainsAny(s, "ABCDEF")
-	ok, upper := uuidForm(s)
-	if ok != wantOK || (ok && upper != wantUpper) {
-		t.Fatalf("uuidForm(%q) = %v, %v; want %v, %v", s, ok, upper, wantOK, wantUpper)
-	}
-	if got := isUUID(s); got != wantOK {
-		t.Fatalf("isUUID(%q) = %v, want %v", s, got, wantOK)
-	}
-	want := canonicalKeyBefore(s)
-	got := canonicalKey(s)
-	if got != want {
-		t.Fatalf("canonicalKey(%q) = %q, want %q", s, got, want)
-	}
-	// canonicalKey changes nothing but the case of a UUID's digits, and
-	// is idempotent.
-	if len(got) != len(s) || (!wantOK && got != s) || canonicalKey(got) != got {
-		t.Fatalf("canonicalKey(%q) = %q: not a canonical form", s, got)
-	}
-	if wantOK && got != strings.ToLower(s) {
-		t.Fatalf("canonicalKey(%q) = %q, want it in lower case", s, got)
-	}
-}
-
 // uuidAttackSeeds are strings near the edge of a UUID's text form: the
 // nil UUID and near-nil ones, every case, bytes >= 0x80 and invalid UTF-8
 // in a digit's or a dash's place, multi-byte runes that keep the length
@@ -110,8 +66,8 @@ var uuidAttackSeeds = []string{
 	strings.Repeat("é", 18),
 }
 
-// FuzzUUIDForm compares uuidForm, isUUID and canonicalKey with the
-// byte-by-byte implementation they replaced, on any string. Its seeds run
+// FuzzUUIDForm compares uuidForm and canonicalKey with the byte-by-byte
+// reading (uuidFormSlow), on any string. Its seeds run
 // as a regular test.
 func FuzzUUIDForm(f *testing.F) {
 	for _, s := range uuidAttackSeeds {
@@ -127,14 +83,14 @@ func FuzzUUIDForm(f *testing.F) {
 		f.Add(strings.ToUpper(s))
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		checkUUIDFormBefore(t, s)
+		checkUUIDForm(t, s)
 		// The same string cut or padded to 36 bytes, so that the fuzzer's
 		// inputs of any length reach the table.
 		switch {
 		case len(s) > 36:
-			checkUUIDFormBefore(t, s[:36])
+			checkUUIDForm(t, s[:36])
 		case len(s) < 36:
-			checkUUIDFormBefore(t, s+"0190a0e0-0000-7000-8000-000000000001"[len(s):])
+			checkUUIDForm(t, s+"0190a0e0-0000-7000-8000-000000000001"[len(s):])
 		}
 	})
 }
@@ -154,7 +110,7 @@ func TestUUIDFormSeedLengths(t *testing.T) {
 		} else if utf8.RuneCountInString(s) < 36 {
 			multi++
 		}
-		if isUUIDBefore(s) {
+		if ok, _ := uuidFormSlow(s); ok {
 			accepted++
 		}
 	}
@@ -177,7 +133,7 @@ func TestUUIDFormNearNil(t *testing.T) {
 			for b := range 256 {
 				s := append([]byte(nil), nilUUID...)
 				s[p[0]], s[p[1]] = byte(a), byte(b)
-				checkUUIDFormBefore(t, string(s))
+				checkUUIDForm(t, string(s))
 			}
 		}
 	}
@@ -186,10 +142,10 @@ func TestUUIDFormNearNil(t *testing.T) {
 		for _, c := range []byte("1aA") {
 			s := append([]byte(nil), nilUUID...)
 			s[i] = c
-			if !isUUID(string(s)) {
-				t.Fatalf("isUUID(%q) = false", s)
+			if ok, _ := uuidForm(string(s)); !ok {
+				t.Fatalf("uuidForm(%q) = false", s)
 			}
-			checkUUIDFormBefore(t, string(s))
+			checkUUIDForm(t, string(s))
 		}
 	}
 }
@@ -219,10 +175,10 @@ func TestUUIDFormRandom(t *testing.T) {
 			}
 		}
 		s := string(b)
-		if isUUIDBefore(s) {
+		if ok, _ := uuidFormSlow(s); ok {
 			accepted++
 		}
-		checkUUIDFormBefore(t, s)
+		checkUUIDForm(t, s)
 	}
 	if accepted == 0 {
 		t.Fatal("no random string was a UUID")

@@ -29,6 +29,34 @@ func uuidFormSlow(s string) (ok, upper bool) {
 	return !zero, upper
 }
 
+// checkUUIDForm fails unless uuidForm and canonicalKey agree with
+// uuidFormSlow on s. uuidForm's upper is compared only for UUIDs: for
+// other strings nothing reads it.
+func checkUUIDForm(t testing.TB, s string) {
+	t.Helper()
+	wantOK, wantUpper := uuidFormSlow(s)
+	ok, upper := uuidForm(s)
+	if ok != wantOK || (ok && upper != wantUpper) {
+		t.Fatalf("uuidForm(%q) = %v, %v; want %v, %v", s, ok, upper, wantOK, wantUpper)
+	}
+	want := s
+	if wantOK && wantUpper {
+		want = strings.ToLower(s)
+	}
+	got := canonicalKey(s)
+	if got != want {
+		t.Fatalf("canonicalKey(%q) = %q, want %q", s, got, want)
+	}
+	// canonicalKey changes nothing but the case of a UUID's digits, and
+	// is idempotent.
+	if len(got) != len(s) || (!wantOK && got != s) || canonicalKey(got) != got {
+		t.Fatalf("canonicalKey(%q) = %q: not a canonical form", s, got)
+	}
+	if wantOK && got != strings.ToLower(s) {
+		t.Fatalf("canonicalKey(%q) = %q, want it in lower case", s, got)
+	}
+}
+
 // TestUUIDForm checks uuidForm against uuidFormSlow on UUIDs and on every
 // string one byte away from them: each byte replaced by each of the 256,
 // one byte dropped, one added.
@@ -42,39 +70,21 @@ func TestUUIDForm(t *testing.T) {
 		"0000000000000000000000000000000000000", // 37 bytes, no dashes
 		"",
 	}
-	check := func(s string) {
-		t.Helper()
-		ok, upper := uuidForm(s)
-		wantOK, wantUpper := uuidFormSlow(s)
-		if ok != wantOK || (ok && upper != wantUpper) {
-			t.Fatalf("uuidForm(%q) = %v, %v; want %v, %v", s, ok, upper, wantOK, wantUpper)
-		}
-		if isUUID(s) != wantOK {
-			t.Fatalf("isUUID(%q) = %v, want %v", s, !wantOK, wantOK)
-		}
-		want := s
-		if wantOK && wantUpper {
-			want = strings.ToLower(s)
-		}
-		if got := canonicalKey(s); got != want {
-			t.Fatalf("canonicalKey(%q) = %q, want %q", s, got, want)
-		}
-	}
 	accepted := 0
 	for _, seed := range seeds {
-		check(seed)
+		checkUUIDForm(t, seed)
 		for i := 0; i <= len(seed); i++ {
 			if i < len(seed) {
-				check(seed[:i] + seed[i+1:])
+				checkUUIDForm(t, seed[:i] + seed[i+1:])
 				for c := range 256 {
 					s := seed[:i] + string([]byte{byte(c)}) + seed[i+1:]
-					check(s)
+					checkUUIDForm(t, s)
 					if ok, _ := uuidFormSlow(s); ok {
 						accepted++
 					}
 				}
 			}
-			check(seed[:i] + "a" + seed[i:])
+			checkUUIDForm(t, seed[:i] + "a" + seed[i:])
 		}
 	}
 	// The mutations must have reached both answers, not one only.
