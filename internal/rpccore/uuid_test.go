@@ -75,7 +75,7 @@ func TestUUIDForm(t *testing.T) {
 		checkUUIDForm(t, seed)
 		for i := 0; i <= len(seed); i++ {
 			if i < len(seed) {
-				checkUUIDForm(t, seed[:i] + seed[i+1:])
+				checkUUIDForm(t, seed[:i]+seed[i+1:])
 				for c := range 256 {
 					s := seed[:i] + string([]byte{byte(c)}) + seed[i+1:]
 					checkUUIDForm(t, s)
@@ -84,7 +84,7 @@ func TestUUIDForm(t *testing.T) {
 					}
 				}
 			}
-			checkUUIDForm(t, seed[:i] + "a" + seed[i:])
+			checkUUIDForm(t, seed[:i]+"a"+seed[i:])
 		}
 	}
 	// The mutations must have reached both answers, not one only.
