@@ -112,6 +112,32 @@ func TestCancelDuringComplete(t *testing.T) {
 	}
 }
 
+// clockEnv is a server whose engine, interceptor and memory store read
+// one fake clock, with a retention of a day.
+func clockEnv(t *testing.T) (*env, *testenv.Clock) {
+	t.Helper()
+	clk := testenv.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem := idemmem.MustNew(idemmem.Config{Now: clk.Now})
+	t.Cleanup(func() { mem.Close() })
+	cfg := idemgrpc.Config{}
+	idemgrpc.SetClock(&cfg, clk.Now)
+	return newEnv(t, cfg, envOptions{store: mem, engine: idem.EngineConfig{Now: clk.Now, Retention: 24 * time.Hour}}), clk
+}
+
+// holdFirstRun makes ev's Charge handler block in its first run: entered
+// is closed once it started, and it answers once release is closed.
+func holdFirstRun(ev *env) (entered, release chan struct{}) {
+	entered, release = make(chan struct{}), make(chan struct{})
+	ev.svc.charge = func(_ context.Context, _ *testpb.ChargeRequest, run int64) (*testpb.Payment, error) {
+		if run == 1 {
+			close(entered)
+			<-release
+		}
+		return &testpb.Payment{Run: run}, nil
+	}
+	return entered, release
+}
+
 // TestEngineClockAheadDuplicate: the engine's and the store's clock jump
 // ahead past the lease while the handler runs (or the lease looks expired
 // early); a duplicate then arrives. An External call must not run again:
@@ -123,20 +149,8 @@ func TestEngineClockAheadDuplicate(t *testing.T) {
 	for _, jump := range []time.Duration{time.Hour, -time.Hour} {
 		t.Run(fmt.Sprint(jump), func(t *testing.T) {
 			t.Parallel()
-			clk := testenv.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-			mem := idemmem.MustNew(idemmem.Config{Now: clk.Now})
-			t.Cleanup(func() { mem.Close() })
-			cfg := idemgrpc.Config{}
-			idemgrpc.SetClock(&cfg, clk.Now)
-			ev := newEnv(t, cfg, envOptions{store: mem, engine: idem.EngineConfig{Now: clk.Now, Retention: 24 * time.Hour}})
-			entered, release := make(chan struct{}), make(chan struct{})
-			ev.svc.charge = func(_ context.Context, _ *testpb.ChargeRequest, run int64) (*testpb.Payment, error) {
-				if run == 1 {
-					close(entered)
-					<-release
-				}
-				return &testpb.Payment{Run: run}, nil
-			}
+			ev, clk := clockEnv(t)
+			entered, release := holdFirstRun(ev)
 			req := &testpb.ChargeRequest{Account: "a", RequestId: uuid(1)}
 			first := make(chan error, 1)
 			go func() {
