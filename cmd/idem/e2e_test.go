@@ -770,9 +770,10 @@ func TestDemoShowsFiveBehaviours(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "demo", "--exit", "--listen", "127.0.0.1:0").CombinedOutput()
+	// With no flag the demo stops by itself after its walkthrough.
+	out, err := exec.CommandContext(ctx, binary, "demo", "--listen", "127.0.0.1:0").CombinedOutput()
 	if err != nil {
-		t.Fatalf("idem demo --exit: %v\n%s", err, out)
+		t.Fatalf("idem demo: %v\n%s", err, out)
 	}
 	s := string(out)
 	for _, w := range []string{
@@ -782,10 +783,62 @@ func TestDemoShowsFiveBehaviours(t *testing.T) {
 		"HTTP 409 Conflict\nIdempotency-Outcome: in_flight\nRetry-After:",
 		"HTTP 400 Bad Request\nIdempotency-Outcome: missing_key",
 		"The payments API ran 2 times for these 6 requests.",
+		"The demo is done and has stopped",
+		`idem demo --serve`,
 	} {
 		if !strings.Contains(s, w) {
 			t.Errorf("demo output lacks %q:\n%s", w, s)
 		}
+	}
+}
+
+// TestDemoServeKeepsRunning: with --serve the demo says that it keeps
+// running and how to stop it, serves requests of the user's own, and stops
+// on an interrupt.
+func TestDemoServeKeepsRunning(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "demo", "--serve", "--no-run", "--listen", "127.0.0.1:0")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var seen strings.Builder
+	base := ""
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		line := sc.Text()
+		seen.WriteString(line + "\n")
+		if m := regexp.MustCompile(`the proxy on (http://\S+) guards`).FindStringSubmatch(line); m != nil {
+			base = m[1]
+		}
+		if strings.Contains(line, "keeps running until you press Ctrl-C") {
+			break
+		}
+	}
+	if base == "" || !strings.Contains(seen.String(), "keeps running until you press Ctrl-C") {
+		_ = cmd.Process.Kill()
+		t.Fatalf("idem demo --serve does not say that it keeps running:\n%s", seen.String())
+	}
+	resp, err := http.Get(base + "/payments")
+	if err != nil {
+		t.Fatalf("GET %s/payments while the demo serves: %v", base, err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /payments: %d", resp.StatusCode)
+	}
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _, _ = io.Copy(io.Discard, stdout) }()
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("idem demo --serve after SIGINT: %v", err)
 	}
 }
 

@@ -25,7 +25,8 @@ func init() { extraCommands = append(extraCommands, newDemoCmd) }
 
 type demoFlags struct {
 	listen, store string
-	noRun, exit   bool
+	noRun, serve  bool
+	exit          bool // the old --exit: stopping is now the default
 }
 
 func newDemoCmd() *cobra.Command {
@@ -46,10 +47,11 @@ through five cases in six requests, printing each request and answer:
 
 The API runs twice in all: once for step 1, once for the slow payment.
 
-It then keeps running, printing one line per request and curl commands to try,
+It then stops, and says so. With --serve it keeps the proxy and the API
+running instead, printing curl commands to try and one line per request,
 until Ctrl-C.`,
-		Example: `  idem demo                 # walk through the five cases, then keep serving
-  idem demo --exit          # walk through them and stop
+		Example: `  idem demo                 # walk through the five cases, then stop
+  idem demo --serve         # walk through them, then keep serving until Ctrl-C
   idem demo --no-run        # only serve, and print the curl commands`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -59,8 +61,10 @@ until Ctrl-C.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:8080", "where the proxy listens (a free port is chosen if this one is taken)")
 	fl.StringVar(&f.store, "store", "", "store URL (default: SQLite in a temporary directory, removed on exit)")
-	fl.BoolVar(&f.noRun, "no-run", false, "do not send the six example requests")
-	fl.BoolVar(&f.exit, "exit", false, "stop after the six example requests")
+	fl.BoolVar(&f.noRun, "no-run", false, "do not send the six example requests; only serve (implies --serve)")
+	fl.BoolVar(&f.serve, "serve", false, "keep serving after the six example requests, until Ctrl-C")
+	fl.BoolVar(&f.exit, "exit", false, "stop after the six example requests (the default; kept for old scripts)")
+	_ = fl.MarkHidden("exit")
 	return cmd
 }
 
@@ -158,11 +162,12 @@ func runDemo(ctx context.Context, stdout, stderr io.Writer, f demoFlags) error {
 					walkthrough(ctx, base, api, printf)
 				}
 				walking.Store(false)
-				if f.exit {
+				if !f.serve && !f.noRun {
+					printf("The demo is done and has stopped the proxy and the API.\nRun \"idem demo --serve\" to keep them running and try requests of your own.\n")
 					cancel()
 					return
 				}
-				printf("\nTry it yourself (Ctrl-C to stop):\n\n")
+				printf("\nThe proxy keeps running until you press Ctrl-C. Try it yourself:\n\n")
 				key := fmt.Sprintf("try-%d", time.Now().Unix()%100000)
 				printf("  curl -i -X POST %s/payments -H 'Idempotency-Key: %s' -H 'Content-Type: application/json' -d '{\"amount\":500,\"currency\":\"eur\"}'\n", base, key)
 				printf("  curl -i -X POST '%s/payments?sleep=10s' -H 'Idempotency-Key: %s-slow' -d '{}'   # then the same again at once: 409\n", base, key)
