@@ -17,6 +17,13 @@ import (
 // checkout the binary was built from.
 var version = ""
 
+// sourceVersion is the version of this source tree: the next release, with
+// "-dev" until it is tagged. A binary that carries neither a stamp nor a
+// module version nor VCS information (go build with -buildvcs=false, as
+// GOFLAGS sets in many CI and container builds) reports it, so that it still
+// says which line of releases it was built from.
+const sourceVersion = "v0.1.0-dev"
+
 func newVersionCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:     "version",
@@ -39,7 +46,8 @@ func versionString() string {
 
 // versionOf is the version stamped at build time; else the module's version
 // (go install …@v1.2.3, or the pseudo-version Go derives from the checkout);
-// else "devel" with the commit, or with a word on why it is unknown.
+// else "devel" with the commit; else sourceVersion, with a word on why
+// nothing more is known and how to stamp a build.
 func versionOf(stamped string, bi *debug.BuildInfo) string {
 	rev, modified := "", false
 	if bi != nil {
@@ -70,5 +78,6 @@ func versionOf(stamped string, bi *debug.BuildInfo) string {
 	case rev != "":
 		return "devel (commit " + rev + ")"
 	}
-	return "devel (built without a version stamp or VCS information; make build stamps one)"
+	return sourceVersion + " (no commit recorded: built without a version stamp or VCS information, as with -buildvcs=false; " +
+		"make build, or go build -ldflags \"-X github.com/idem-dev/idem/internal/cli.version=v1.2.3\", stamps the exact one)"
 }

@@ -24,8 +24,8 @@ func TestVersionOf(t *testing.T) {
 		{"pseudo-version names its commit", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20260101000000-0123456789ab"}, Settings: vcs(rev, "false")}, "v0.0.0-20260101000000-0123456789ab"},
 		{"checkout", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs(rev, "false")}, "devel (commit 0123456789ab)"},
 		{"dirty checkout", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: vcs(rev, "true")}, "devel (commit 0123456789ab, with uncommitted changes)"},
-		{"nothing known", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "devel (built without a version stamp or VCS information; make build stamps one)"},
-		{"no build info", "", nil, "devel (built without"},
+		{"nothing known", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, sourceVersion + " (no commit recorded: built without a version stamp or VCS information, as with -buildvcs=false; make build"},
+		{"no build info", "", nil, sourceVersion + " (no commit recorded"},
 	}
 	for _, tt := range tests {
 		got := versionOf(tt.stamped, tt.bi)
