@@ -17,20 +17,29 @@ help: ## List the targets
 services: ## Start PostgreSQL, MariaDB, Redis (standalone + Cluster), RabbitMQ and NATS JetStream on loopback and print their URLs
 	@scripts/services.sh
 
+# PROGRESS reads go test -json: a line per package as it ends, failed tests'
+# output in full, and every minute the packages still running.
+PROGRESS = $(CURDIR)/.tmp/testprogress
+
 .PHONY: test
-test: lint ## Run every check and test CI runs (starts the services it needs)
+test: lint ## Run every check and test CI runs (starts the services it needs; about 20 minutes on 2 cores)
 	@set -euo pipefail; mkdir -p .tmp; timeout 900 scripts/services.sh >.tmp/services.env || \
 	echo "make: a service did not start; its tests skip, or fail when CI=true" >&2; \
+	$(GO) build -o $(PROGRESS) ./internal/tools/testprogress; rm -f .tmp/tally; \
 	. .tmp/services.env; \
-	$(GO) test $(RACE) -count=1 -timeout 20m ./...
+	echo "test: module . (race detector on; a line per package as it ends)"; \
+	$(GO) test $(RACE) -json -count=1 -timeout 20m ./... 2>&1 | $(PROGRESS) -tally .tmp/tally
 	@set -euo pipefail; . .tmp/services.env; for m in $(MODULES); do \
-		echo "test: module $$m"; (cd $$m && $(GO) test $(RACE) -count=1 -timeout 10m ./...); \
+		echo "test: module $$m"; (cd $$m && $(GO) test $(RACE) -json -count=1 -timeout 10m ./... 2>&1 | $(PROGRESS) -tally $(CURDIR)/.tmp/tally); \
 	done
 	@$(MAKE) --no-print-directory fuzz
+	@$(PROGRESS) -total .tmp/tally
 
 .PHONY: test-short
-test-short: ## Run the tests that need no server
-	$(GO) test -count=1 ./...
+test-short: ## A first look: the root module's tests without the race detector or any server (those tests skip; a few minutes)
+	@set -euo pipefail; mkdir -p .tmp; $(GO) build -o $(PROGRESS) ./internal/tools/testprogress; \
+	env -u CI -u IDEM_TEST_POSTGRES_URL -u IDEM_TEST_MYSQL_DSN -u IDEM_TEST_REDIS_URL -u IDEM_TEST_REDIS_CLUSTER \
+		-u IDEM_TEST_AMQP_URL -u IDEM_TEST_NATS_URL $(GO) test -short -json -count=1 ./... 2>&1 | $(PROGRESS)
 
 .PHONY: bench
 bench: ## Run the Go benchmarks (servers started as for make test)
