@@ -5,7 +5,7 @@ RACE ?= -race
 # Modules beside the root one, each with its own go.mod so that an application
 # using one of them never downloads another's dependencies; go.work joins them
 # for development, and make test, lint and bench run each.
-MODULES = examples/worker idemgrpc idemconnect examples/frontdoors internal/rpctest idemwatermill idemnats examples/orders
+MODULES = examples/worker idemgrpc idemconnect examples/frontdoors idemwatermill idemnats examples/orders
 
 .DEFAULT_GOAL := help
 

@@ -6,6 +6,7 @@ require github.com/idem-dev/idem v0.0.0
 
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/google/btree v1.1.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
@@ -18,11 +19,8 @@ require (
 
 require (
 	connectrpc.com/connect v1.21.1
-	github.com/idem-dev/idem/internal/rpctest v0.0.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20261110000943-09e21b237f2c
 	google.golang.org/protobuf v1.36.12
 )
 
 replace github.com/idem-dev/idem => ../
-
-replace github.com/idem-dev/idem/internal/rpctest => ../internal/rpctest

@@ -10,7 +10,6 @@ require (
 	github.com/idem-dev/idem v0.0.0
 	github.com/idem-dev/idem/idemconnect v0.0.0
 	github.com/idem-dev/idem/idemgrpc v0.0.0
-	github.com/idem-dev/idem/internal/rpctest v0.0.0
 	github.com/labstack/echo/v4 v4.16.5
 	google.golang.org/grpc v1.85.0
 )
@@ -22,6 +21,7 @@ require (
 	github.com/bytedance/sonic/loader v0.5.0 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/cloudwego/base64x v0.1.6 // indirect
+	github.com/davecgh/go-spew v1.1.2-0.20180830191138-d8f796af33cc // indirect
 	github.com/gabriel-vasile/mimetype v1.4.12 // indirect
 	github.com/gin-contrib/sse v1.1.0 // indirect
 	github.com/go-playground/locales v0.14.1 // indirect
@@ -29,10 +29,11 @@ require (
 	github.com/go-playground/validator/v10 v10.30.1 // indirect
 	github.com/goccy/go-json v0.10.5 // indirect
 	github.com/goccy/go-yaml v1.19.2 // indirect
+	github.com/google/btree v1.1.3 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/klauspost/compress v1.17.9 // indirect
-	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
+	github.com/klauspost/compress v1.20.1 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/leodido/go-urn v1.4.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
@@ -63,8 +64,6 @@ require (
 )
 
 replace github.com/idem-dev/idem => ../..
-
-replace github.com/idem-dev/idem/internal/rpctest => ../../internal/rpctest
 
 replace github.com/idem-dev/idem/idemgrpc => ../../idemgrpc
 

@@ -2,7 +2,7 @@
 # Generates testpb from payments.proto with Debian's protoc
 # (apt-get install protobuf-compiler) and the plugins at the versions below,
 # installed from the Go module proxy into a temporary GOBIN. Run through
-# `go generate ./...` in this module; the generated files are committed, so
+# `go generate ./internal/rpctest/...`; the generated files are committed, so
 # that building and testing need no protoc.
 set -euo pipefail
 cd "$(dirname "$0")"
