@@ -58,3 +58,8 @@ func IsTerminated(err error) bool {
 func refused(r *msgdoor.Refusal) *Error {
 	return &Error{Situation: r.Situation, RetryAfter: r.RetryAfter, Reason: r.Reason, errs: r.Errs, poisoned: r.Poison()}
 }
+
+// ErrTerminatedBefore is matched by the *Error of a message that the Guard
+// terminated before and that was delivered again: it is terminated again,
+// plainly, without looking it up.
+var ErrTerminatedBefore = errors.New("idemnats: the message was terminated before")

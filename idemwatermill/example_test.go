@@ -104,7 +104,7 @@ func ExampleCompleteTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	handler := idemwatermill.Middleware(engine, idemwatermill.Config{Kind: idem.Transactional})(
+	handler := idemwatermill.Middleware(engine, idemwatermill.Config{Scope: "billing", Kind: idem.Transactional})(
 		func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
 			tx, err := db.BeginTx(ctx, nil)

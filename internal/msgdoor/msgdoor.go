@@ -6,6 +6,7 @@
 package msgdoor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
@@ -188,3 +189,41 @@ func SortedFields(fields []string) []string {
 	slices.Sort(fields)
 	return fields
 }
+
+// Former returns the request to begin for a message whose operation idem
+// named otherwise before (its business key's operation now names its topic
+// or subject too): former when a record stored under former's key is this
+// message's (stored for the same topic), so that a redelivery of a message
+// handled before the upgrade finds its record; req otherwise. A record of
+// another topic under former's key is another event type's, and is left
+// alone. The error is the store's, for BeginError.
+func Former(ctx context.Context, e *idem.Engine, req, former idem.Request, topic string) (idem.Request, error) {
+	rec, err := e.Get(ctx, former.Key)
+	switch {
+	case errors.Is(err, idemstore.ErrNotFound):
+		return req, nil
+	case err != nil:
+		return req, err
+	case rec.Request != nil && rec.Request.Path == topic:
+		return former, nil
+	}
+	return req, nil
+}
+
+// ScopeError is the Refusal of a message whose scope function failed or
+// gave no scope: a failure marked idem.Retryable is SituationUnavailable,
+// for a redelivery; any other, and an empty scope, SituationScopeMissing,
+// which no redelivery can help.
+func ScopeError(err error) *Refusal {
+	if err == nil {
+		return refuse(idem.SituationScopeMissing, "the message names no scope (Config.ScopeFunc returned none)", idem.ErrScopeMissing)
+	}
+	if idem.FailureMark(err) == idem.MarkedRetryable {
+		return refuse(idem.SituationUnavailable, "Config.ScopeFunc failed: "+err.Error(), err)
+	}
+	return refuse(idem.SituationScopeMissing, "Config.ScopeFunc refused the message: "+err.Error(), idem.ErrScopeMissing, err)
+}
+
+// JoinScope is the scope of a message: the configured (or default) scope,
+// a slash and the message's own (ScopeFunc's).
+func JoinScope(base, own string) string { return base + "/" + own }
