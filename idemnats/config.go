@@ -121,6 +121,10 @@ type Config struct {
 	// Term carries its reason (TermWithReason) only to servers from
 	// 2.10.4, since earlier ones ignore such a Term and deliver the message
 	// again, forever; other Terms are plain, and their reason is logged.
+	// (The consumer's leader may be older than the server the guard is
+	// connected to: any delivery after a message's first gets a plain
+	// Term, and a message the guard terminated before is terminated again,
+	// plainly, without a lookup.)
 	// Defaults to nil: a handler that produces messages then fails the
 	// message, and Terms are plain.
 	Publisher jetstream.Publisher
@@ -139,7 +143,9 @@ type Event struct {
 	Operation string
 	// Outcome is the name of an idem.Situation: "acquired", "replayed",
 	// "in_flight", "mismatch", "needs_review", "not_replayable",
-	// "missing_key", "invalid_key", "sealed" or "unavailable".
+	// "missing_key", "invalid_key", "scope_missing", "sealed" or
+	// "unavailable"; or "terminated", for a message the guard terminated
+	// before and terminated again without a lookup.
 	Outcome string
 	// Settlement is, after "acquired", the lease's final state:
 	// "completed", "released", "escalated", "abandoned", or "open" when the

@@ -16,8 +16,10 @@ import (
 // errors.Is matches the idem sentinel of the situation: idem.ErrInFlight,
 // idem.ErrMismatch, idem.ErrNeedsReview, idem.ErrNotReplayable,
 // idem.ErrNotAResult, idem.ErrMissingKey, idem.ErrInvalidKey,
-// idem.ErrSealed or the store's error; and, after a handler failure sent to
-// review, the handler's own error as well.
+// idem.ErrScopeMissing (Config.ScopeFunc gave no scope), idem.ErrSealed
+// or the store's error; ErrDuplicateID when a produced message would be
+// lost; ErrTerminatedBefore for a message terminated again; and, after a
+// handler failure sent to review, the handler's own error as well.
 type Error struct {
 	// Situation is what happened, from idem's outcome table.
 	Situation idem.Situation

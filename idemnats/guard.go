@@ -318,6 +318,9 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 		for i, m := range out {
 			ack, err := g.cfg.Publisher.PublishMsg(ctx, m)
 			if err != nil {
+				if dropped != nil { // a redelivery replays, and will not see them
+					g.logDropped(ctx, msg, ev, dropped)
+				}
 				err = fmt.Errorf("idemnats: publishing a produced message (the message will be delivered again, and publish the stored ones): %w", err)
 				ev.Ack = "nak_delay"
 				g.ackErr(msg, msg.NakWithDelay(g.backoff(msg)), "nak")
@@ -328,8 +331,7 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 			}
 		}
 		if dropped != nil {
-			g.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemnats: JetStream dropped produced messages as duplicates at their first publication; they are lost, and the message is terminated",
-				slog.String("operation", ev.Operation), slog.String("subject", msg.Subject()), slog.Any("dropped", dropped))
+			g.logDropped(ctx, msg, ev, dropped)
 			return g.refuse(msg, &msgdoor.Refusal{Situation: idem.SituationNotReplayable,
 				Reason: "JetStream dropped produced message " + strings.Join(dropped, ", ") + " as a duplicate of an earlier publication with its Nats-Msg-Id; the handler ran, and its answer is incomplete",
 				Errs:   []error{ErrDuplicateID}}, ev)
@@ -340,6 +342,13 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 		return fmt.Errorf("idemnats: acking the message (JetStream delivers it again after AckWait): %w", err)
 	}
 	return nil
+}
+
+// logDropped logs the produced messages JetStream dropped as duplicates
+// at their first publication.
+func (g *Guard) logDropped(ctx context.Context, msg jetstream.Msg, ev *Event, dropped []string) {
+	g.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelError, "idemnats: JetStream dropped produced messages as duplicates at their first publication (another publication used their Nats-Msg-Id); they are lost",
+		slog.String("operation", ev.Operation), slog.String("subject", msg.Subject()), slog.Any("dropped", dropped))
 }
 
 // logUnhandled logs why msg was not acked after its handler ran or its

@@ -135,7 +135,8 @@ type Event struct {
 	Operation string
 	// Outcome is the name of an idem.Situation: "acquired", "replayed",
 	// "in_flight", "mismatch", "needs_review", "not_replayable",
-	// "missing_key", "invalid_key", "sealed", "unavailable", or "no_key"
+	// "missing_key", "invalid_key", "scope_missing", "sealed",
+	// "unavailable", or "no_key"
 	// (a message without a key let through by KeyOptional).
 	Outcome string
 	// Settlement is, after "acquired", the lease's final state: "completed",
