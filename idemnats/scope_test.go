@@ -3,6 +3,8 @@ package idemnats_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go"
@@ -44,6 +46,10 @@ func TestScopeFuncKeepsTenantsApart(t *testing.T) {
 	m := newMsg(3, "order 1", "Order-Id", "1")
 	if err := g.Handle(context.Background(), m, c.handle); !errors.Is(err, idem.ErrScopeMissing) || !idemnats.IsTerminated(err) {
 		t.Fatalf("no tenant: %v, %q", err, m.ack(t))
+	}
+	m = newMsg(5, "order 1", "Order-Id", "1", "Tenant", "a\x00b") // a store may refuse the NUL
+	if err := g.Handle(context.Background(), m, c.handle); !errors.Is(err, idem.ErrScopeMissing) || !idemnats.IsTerminated(err) || c.runs.Load() != 2 {
+		t.Fatalf("a control character: %v, %q", err, m.ack(t))
 	}
 	m = newMsg(4, "order 1", "Order-Id", "1", "Tenant", "down")
 	if err := g.Handle(context.Background(), m, c.handle); err == nil || idemnats.IsTerminated(err) || m.ack(t) != "nak 5s" || c.runs.Load() != 2 {
@@ -97,5 +103,43 @@ func TestBusinessKeyNamesTheSubject(t *testing.T) {
 	m.subject = "orders.created"
 	if err := skip.Handle(context.Background(), m, c.handle); err != nil || c.runs.Load() != 2 {
 		t.Fatalf("SkipFormerKeys: %v, %d runs", err, c.runs.Load())
+	}
+}
+
+// getFails fails its first n Gets, as a store that blips.
+type getFails struct {
+	idemstore.Store
+	n atomic.Int32
+}
+
+func (s *getFails) Get(ctx context.Context, key idem.Key) (*idemstore.Record, error) {
+	if s.n.Add(-1) >= 0 {
+		return nil, fmt.Errorf("dial tcp: connection refused: %w", idemstore.ErrUnavailable)
+	}
+	return s.Store.Get(ctx, key)
+}
+
+// The lookup of a business key's former record fails (a store blip): the
+// message does not run, and is nakked with a delay as after any store
+// failure; its next delivery looks again and runs. The lookup never runs
+// the handler blind.
+func TestFormerLookupStoreBlip(t *testing.T) {
+	t.Parallel()
+	_, mem := memEngine(t, idem.EngineConfig{})
+	store := &getFails{Store: mem}
+	store.n.Store(1)
+	e, err := idem.NewEngine(store, idem.EngineConfig{Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGuard(t, e, idemnats.Config{Publisher: &publisher{}, Key: idemnats.HeaderKey("Order-Id")})
+	var c counting
+	m := newMsg(1, "order 1", "Order-Id", "1")
+	if err := g.Handle(context.Background(), m, c.handle); !errors.Is(err, idemstore.ErrUnavailable) || m.ack(t) != "nak 5s" || c.runs.Load() != 0 {
+		t.Fatalf("blip: %v, %q, %d runs", err, m.ack(t), c.runs.Load())
+	}
+	m = newMsg(1, "order 1", "Order-Id", "1")
+	if err := g.Handle(context.Background(), m, c.handle); err != nil || m.ack(t) != "ack" || c.runs.Load() != 1 {
+		t.Fatalf("next delivery: %v, %q, %d runs", err, m.ack(t), c.runs.Load())
 	}
 }

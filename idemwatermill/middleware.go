@@ -150,7 +150,9 @@ func (g *guard) request(msg *message.Message) (req idem.Request, former *idem.Re
 		if err != nil || own == "" {
 			return idem.Request{Key: idem.Key{Operation: in.Operation}}, nil, msgdoor.ScopeError(err)
 		}
-		in.Scope = msgdoor.JoinScope(in.Scope, own)
+		if in.Scope, r = msgdoor.JoinScope(in.Scope, own); r != nil {
+			return idem.Request{Key: idem.Key{Operation: in.Operation}}, nil, r
+		}
 	}
 	req, r = msgdoor.Request(in)
 	if r == nil && formerOp != "" && !g.cfg.SkipFormerKeys && g.cfg.ScopeFunc == nil {

@@ -53,6 +53,9 @@ func TestScopeFuncKeepsTenantsApart(t *testing.T) {
 	if _, err := h(delivery("c-1", "order 1", "order_id", "1")); !errors.Is(err, idem.ErrScopeMissing) || !idemwatermill.IsPoison(err) {
 		t.Fatalf("no tenant: %v", err)
 	}
+	if _, err := h(delivery("e-1", "order 1", "order_id", "1", "tenant", "a\x00b")); !errors.Is(err, idem.ErrScopeMissing) || !idemwatermill.IsPoison(err) {
+		t.Fatalf("a control character: %v", err)
+	}
 	if _, err := h(delivery("d-1", "order 1", "order_id", "1", "tenant", "down")); err == nil || idemwatermill.IsPoison(err) || lookups.Load() != 1 {
 		t.Fatalf("a failed lookup: %v", err)
 	}

@@ -13,6 +13,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemstore"
@@ -225,5 +227,14 @@ func ScopeError(err error) *Refusal {
 }
 
 // JoinScope is the scope of a message: the configured (or default) scope,
-// a slash and the message's own (ScopeFunc's).
-func JoinScope(base, own string) string { return base + "/" + own }
+// a slash and the message's own (ScopeFunc's), or the Refusal of an own
+// scope that is not valid UTF-8 or holds a control character (read from a
+// header or metadata a producer controls, which a store may refuse: a
+// NUL in PostgreSQL text, and the message would come back forever as a
+// store failure).
+func JoinScope(base, own string) (string, *Refusal) {
+	if !utf8.ValidString(own) || strings.ContainsFunc(own, unicode.IsControl) {
+		return "", refuse(idem.SituationScopeMissing, "the message's scope (from Config.ScopeFunc) is not valid UTF-8 or holds a control character", idem.ErrScopeMissing)
+	}
+	return base + "/" + own, nil
+}
