@@ -54,12 +54,11 @@ func New(e *idem.Engine, cfg Config) (*Guard, error) {
 	if e == nil {
 		return nil, errors.New("idemnats: New needs an engine")
 	}
-	defaultKey := cfg.Key == nil
 	cfg = cfg.withDefaults(e)
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g := &Guard{e: e, cfg: cfg, serverVersion: func() string { return "" }, defaultKey: defaultKey,
+	g := &Guard{e: e, cfg: cfg, serverVersion: func() string { return "" }, defaultKey: isKey(cfg.Key, DefaultKey),
 		businessKey: !isKey(cfg.Key, DefaultKey) && !isKey(cfg.Key, StreamSequenceKey)}
 	if c, ok := cfg.Publisher.(interface{ Conn() *nats.Conn }); ok {
 		g.serverVersion = func() string { return c.Conn().ConnectedServerVersion() }
