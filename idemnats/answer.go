@@ -3,6 +3,7 @@ package idemnats
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/http"
 	"slices"
 
@@ -25,43 +26,75 @@ const (
 )
 
 // Answer returns the stored answer of a handler that produced msgs, to
-// pass to a store's CompleteTx (CompleteTx does this for you). A produced
-// message without a Nats-Msg-Id header is given one first, so that every
-// delivery publishes it under the same ID.
+// pass to a store's CompleteTx (CompleteTx does this for you). Each
+// produced message is copied, its headers included, and a copy without a
+// Nats-Msg-Id header is given one, so that every delivery publishes it
+// under the same ID; the caller's messages, and header maps they share
+// (one nats.Header for several messages, a template's), are left as they
+// were. Two produced messages with one Nats-Msg-Id are refused
+// (ErrDuplicateID): JetStream would store only the first.
 func Answer(msgs []*nats.Msg) (*idem.Response, error) {
+	resp, _, err := encodeAnswer(msgs)
+	return resp, err
+}
+
+// ErrDuplicateID is returned (wrapped) when a handler produced two
+// messages with one Nats-Msg-Id, and when JetStream dropped a produced
+// message as a duplicate at its first publication: a message of the
+// answer would be lost.
+var ErrDuplicateID = errors.New("idemnats: two produced messages share one Nats-Msg-Id, and JetStream keeps only the first")
+
+// encodeAnswer returns the stored answer of msgs, and the copies of msgs
+// it holds, each with its Nats-Msg-Id.
+func encodeAnswer(msgs []*nats.Msg) (*idem.Response, []*nats.Msg, error) {
 	b := []byte{answerVersion}
 	b = binary.AppendUvarint(b, uint64(len(msgs)))
-	for _, m := range msgs {
+	out := make([]*nats.Msg, 0, len(msgs))
+	ids := make(map[string]int, len(msgs))
+	for i, m := range msgs {
 		if m == nil {
-			return nil, errors.New("idemnats: the handler produced a nil message")
+			return nil, nil, errors.New("idemnats: the handler produced a nil message")
 		}
 		if m.Subject == "" {
-			return nil, errors.New("idemnats: the handler produced a message without a subject")
+			return nil, nil, errors.New("idemnats: the handler produced a message without a subject")
 		}
-		if m.Header.Get(jetstream.MsgIDHeader) == "" {
-			if m.Header == nil {
-				m.Header = nats.Header{}
-			}
-			m.Header.Set(jetstream.MsgIDHeader, nuid.Next())
+		c := &nats.Msg{Subject: m.Subject, Header: cloneHeader(m.Header), Data: m.Data}
+		if c.Header.Get(jetstream.MsgIDHeader) == "" {
+			c.Header.Set(jetstream.MsgIDHeader, nuid.Next())
 		}
-		b = appendBytes(b, m.Subject)
-		names := make([]string, 0, len(m.Header))
-		for name := range m.Header {
+		id := c.Header.Get(jetstream.MsgIDHeader)
+		if j, ok := ids[id]; ok {
+			return nil, nil, fmt.Errorf("%w: produced messages %d and %d (subjects %q and %q); give each its own, or none and idem gives each one", ErrDuplicateID, j+1, i+1, out[j].Subject, c.Subject)
+		}
+		ids[id] = i
+		out = append(out, c)
+		b = appendBytes(b, c.Subject)
+		names := make([]string, 0, len(c.Header))
+		for name := range c.Header {
 			names = append(names, name)
 		}
 		slices.Sort(names)
 		b = binary.AppendUvarint(b, uint64(len(names)))
 		for _, name := range names {
 			b = appendBytes(b, name)
-			vs := m.Header[name]
+			vs := c.Header[name]
 			b = binary.AppendUvarint(b, uint64(len(vs)))
 			for _, v := range vs {
 				b = appendBytes(b, v)
 			}
 		}
-		b = appendBytes(b, m.Data)
+		b = appendBytes(b, c.Data)
 	}
-	return &idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {answerType}}, Body: b}, nil
+	return &idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {answerType}}, Body: b}, out, nil
+}
+
+// cloneHeader is a deep copy of h, never nil.
+func cloneHeader(h nats.Header) nats.Header {
+	c := make(nats.Header, len(h)+1)
+	for name, vs := range h {
+		c[name] = slices.Clone(vs)
+	}
+	return c
 }
 
 func appendBytes[S string | []byte](b []byte, s S) []byte {

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,9 +27,35 @@ type Config struct {
 	// shares), from the message's metadata.
 	Scope string
 
+	// ScopeFunc, if set, says whose each message is, from its headers or
+	// subject: a tenant. The record's scope is then Scope (or its
+	// default), a slash and what ScopeFunc returns ("billing/tenant-a"),
+	// so that one tenant's business key never meets another's. A message
+	// for which it returns "" or an error does not run: an error marked
+	// idem.Retryable (a lookup that failed) is nakked with a delay, as
+	// after a store failure; any other error, and "", terminate it
+	// (scope_missing). Scope must then not contain a slash. Defaults to
+	// nil: every message in Scope.
+	ScopeFunc func(msg jetstream.Msg) (string, error)
+
 	// Operation returns the operation a message asks for. Defaults to the
-	// stream's name.
+	// stream's name; with a business key (a Key other than DefaultKey and
+	// StreamSequenceKey, such as HeaderKey), the stream's name, a space and
+	// the message's subject ("ORDERS orders.created"), so that two event
+	// types that carry one ID (an order created, then cancelled) never
+	// share a key.
 	Operation func(msg jetstream.Msg) string
+
+	// SkipFormerKeys turns off the lookup that keeps records stored before
+	// the default operation of a business key named the subject: until
+	// then, a message with a business key and the default Operation first
+	// looks for a record under the stream's name alone, stored for its
+	// subject, and is handled under it when there is one (so a message
+	// handled before the upgrade and delivered again after it is not run
+	// twice). That costs one store read per message. Set it once
+	// Retention has passed since the upgrade, or for a new deployment.
+	// Defaults to false.
+	SkipFormerKeys bool
 
 	// Key returns the message's idempotency key: 1 to idem.MaxKeyLength
 	// bytes of visible ASCII, or "" when it has none. Defaults to
@@ -93,6 +121,10 @@ type Config struct {
 	// Term carries its reason (TermWithReason) only to servers from
 	// 2.10.4, since earlier ones ignore such a Term and deliver the message
 	// again, forever; other Terms are plain, and their reason is logged.
+	// (The consumer's leader may be older than the server the guard is
+	// connected to: any delivery after a message's first gets a plain
+	// Term, and a message the guard terminated before is terminated again,
+	// plainly, without a lookup.)
 	// Defaults to nil: a handler that produces messages then fails the
 	// message, and Terms are plain.
 	Publisher jetstream.Publisher
@@ -111,7 +143,9 @@ type Event struct {
 	Operation string
 	// Outcome is the name of an idem.Situation: "acquired", "replayed",
 	// "in_flight", "mismatch", "needs_review", "not_replayable",
-	// "missing_key", "invalid_key", "sealed" or "unavailable".
+	// "missing_key", "invalid_key", "scope_missing", "sealed" or
+	// "unavailable"; or "terminated", for a message the guard terminated
+	// before and terminated again without a lookup.
 	Outcome string
 	// Settlement is, after "acquired", the lease's final state:
 	// "completed", "released", "escalated", "abandoned", or "open" when the
@@ -149,7 +183,15 @@ func (c Config) validate() error {
 	if c.Lease < 0 || c.Retention < 0 || c.InProgressInterval < 0 || c.NakDelay < 0 {
 		return errors.New("idemnats: Config.Lease, Retention, InProgressInterval and NakDelay must not be negative")
 	}
+	if c.ScopeFunc != nil && strings.Contains(c.Scope, "/") {
+		return errors.New("idemnats: Config.Scope must not contain a slash with ScopeFunc: the record's scope is Scope, a slash and ScopeFunc's")
+	}
 	return msgdoor.CheckConfig("idemnats", c.Kind, c.Scope, "FingerprintHeaders", c.FingerprintHeaders)
+}
+
+// isKey reports whether f is the function key.
+func isKey(f, key func(jetstream.Msg) (string, error)) bool {
+	return reflect.ValueOf(f).Pointer() == reflect.ValueOf(key).Pointer()
 }
 
 // DefaultKey is the default Config.Key: the message's Nats-Msg-Id header,
@@ -159,16 +201,38 @@ func (c Config) validate() error {
 // stream sequence protects against processing a stored message twice; only
 // a Nats-Msg-Id (or a business ID, with Config.Key) also covers a publisher
 // that stored the same message twice, outside the duplicate window.
+//
+// DefaultKey reads the header as JetStream does: an empty one is no ID,
+// and of several the first counts. An ID that JetStream accepts but idem
+// cannot keep as a key (longer than idem.MaxKeyLength, or with spaces,
+// control or non-ASCII bytes) is replaced by its digest,
+// "nats-msg-id-sha256:<64 hex digits>": the same for every delivery and
+// every republication of the ID, so its dedupe holds; the guard logs it.
 func DefaultKey(msg jetstream.Msg) (string, error) {
-	if h := msg.Headers(); h != nil {
-		if vs, ok := h[jetstream.MsgIDHeader]; ok {
-			if len(vs) != 1 {
-				return "", fmt.Errorf("the message has %d %s headers", len(vs), jetstream.MsgIDHeader)
-			}
-			return vs[0], nil
+	if id := msgID(msg); id != "" {
+		if idem.ValidateKey(id) != nil {
+			return digestKey(id), nil
 		}
+		return id, nil
 	}
 	return StreamSequenceKey(msg)
+}
+
+// msgID is msg's Nats-Msg-Id as JetStream reads it: the first value, ""
+// for none.
+func msgID(msg jetstream.Msg) string {
+	if vs := msg.Headers()[jetstream.MsgIDHeader]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+// digestKeyPrefix starts the key of a Nats-Msg-Id that is not a key.
+const digestKeyPrefix = "nats-msg-id-sha256:"
+
+func digestKey(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return digestKeyPrefix + hex.EncodeToString(sum[:])
 }
 
 // StreamSequenceKey is a Config.Key: the message's place in its stream,

@@ -16,8 +16,10 @@ import (
 // errors.Is matches the idem sentinel of the situation: idem.ErrInFlight,
 // idem.ErrMismatch, idem.ErrNeedsReview, idem.ErrNotReplayable,
 // idem.ErrNotAResult, idem.ErrMissingKey, idem.ErrInvalidKey,
-// idem.ErrSealed or the store's error; and, after a handler failure sent to
-// review, the handler's own error as well.
+// idem.ErrScopeMissing (Config.ScopeFunc gave no scope), idem.ErrSealed
+// or the store's error; ErrDuplicateID when a produced message would be
+// lost; ErrTerminatedBefore for a message terminated again; and, after a
+// handler failure sent to review, the handler's own error as well.
 type Error struct {
 	// Situation is what happened, from idem's outcome table.
 	Situation idem.Situation
@@ -58,3 +60,8 @@ func IsTerminated(err error) bool {
 func refused(r *msgdoor.Refusal) *Error {
 	return &Error{Situation: r.Situation, RetryAfter: r.RetryAfter, Reason: r.Reason, errs: r.Errs, poisoned: r.Poison()}
 }
+
+// ErrTerminatedBefore is matched by the *Error of a message that the Guard
+// terminated before and that was delivered again: it is terminated again,
+// plainly, without looking it up.
+var ErrTerminatedBefore = errors.New("idemnats: the message was terminated before")

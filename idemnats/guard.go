@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,6 +36,16 @@ type Guard struct {
 	// serverVersion is the version of the server the Publisher is
 	// connected to, "" when unknown.
 	serverVersion func() string
+	// defaultKey is set when Config.Key is DefaultKey, whose digests of
+	// IDs that are not keys the guard logs; digestLogged once the first is
+	// logged as a warning (the later ones at debug level).
+	defaultKey   bool
+	digestLogged atomic.Bool
+	// businessKey is set when Config.Key is neither DefaultKey nor
+	// StreamSequenceKey: the default operation then names the subject.
+	businessKey bool
+	// terminated remembers the messages the guard terminated.
+	terminated terminated
 }
 
 // New returns a Guard over e. It fails on a nil engine or an invalid
@@ -47,7 +58,8 @@ func New(e *idem.Engine, cfg Config) (*Guard, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g := &Guard{e: e, cfg: cfg, serverVersion: func() string { return "" }}
+	g := &Guard{e: e, cfg: cfg, serverVersion: func() string { return "" }, defaultKey: isKey(cfg.Key, DefaultKey),
+		businessKey: !isKey(cfg.Key, DefaultKey) && !isKey(cfg.Key, StreamSequenceKey)}
 	if c, ok := cfg.Publisher.(interface{ Conn() *nats.Conn }); ok {
 		g.serverVersion = func() string { return c.Conn().ConnectedServerVersion() }
 	}
@@ -80,8 +92,22 @@ func (g *Guard) Handle(ctx context.Context, msg jetstream.Msg, h HandlerFunc) (e
 			g.cfg.OnOutcome(ev)
 		}
 	}()
-	req, r := g.request(msg)
+	req, former, r := g.request(msg)
+	if r == nil && former != nil {
+		if req, err = msgdoor.Former(ctx, g.e, req, *former, msg.Subject()); err != nil {
+			r = msgdoor.BeginError(err)
+		}
+	}
 	ev.Operation = req.Key.Operation
+	if g.terminated.has(place(msg)) {
+		// Terminated before, and delivered again: the Term was lost or
+		// ignored (a consumer leader older than 2.10.4 ignores one with a
+		// reason). A plain Term, which every server honours, ends it.
+		ev.Outcome, ev.Ack = "terminated", "term"
+		g.ackErr(msg, msg.Term(), "term")
+		return &Error{Situation: idem.SituationNotReplayable, Reason: "the message was terminated before and delivered again; terminated again, without a reason",
+			errs: []error{ErrTerminatedBefore}, poisoned: true}
+	}
 	if r == nil {
 		var res idem.Result
 		res, err = g.e.Begin(ctx, req)
@@ -97,7 +123,7 @@ func (g *Guard) Handle(ctx context.Context, msg jetstream.Msg, h HandlerFunc) (e
 			if r = msgdoor.Replayable(res.Response); r == nil {
 				var out []*nats.Msg
 				if out, err = decodeAnswer(res.Response.Body); err == nil {
-					return g.publishAndAck(ctx, msg, out, &ev)
+					return g.publishAndAck(ctx, msg, out, &ev, false)
 				}
 				r = msgdoor.Undecodable(err)
 			}
@@ -112,8 +138,10 @@ func (g *Guard) Handle(ctx context.Context, msg jetstream.Msg, h HandlerFunc) (e
 }
 
 // request is the idem request of msg, or a Refusal for a message whose key
-// is missing or malformed.
-func (g *Guard) request(msg jetstream.Msg) (idem.Request, *msgdoor.Refusal) {
+// or scope is missing or malformed; former is, for a message with a
+// business key and the default operation, its request under the operation
+// idem named before (the stream alone), unless Config.SkipFormerKeys.
+func (g *Guard) request(msg jetstream.Msg) (req idem.Request, former *idem.Request, r *msgdoor.Refusal) {
 	in := msgdoor.Input{Scope: g.cfg.Scope, Payload: msg.Data(), FingerprintKey: g.cfg.FingerprintKey,
 		Kind: g.cfg.Kind, Lease: g.cfg.Lease, Retention: g.cfg.Retention, Topic: msg.Subject()}
 	if md, err := msg.Metadata(); err == nil {
@@ -122,10 +150,18 @@ func (g *Guard) request(msg jetstream.Msg) (idem.Request, *msgdoor.Refusal) {
 			in.Scope = md.Consumer
 		}
 	}
-	if g.cfg.Operation != nil {
+	formerOp := ""
+	switch {
+	case g.cfg.Operation != nil:
 		in.Operation = g.cfg.Operation(msg)
+	case g.businessKey && in.Operation != "":
+		formerOp = in.Operation
+		in.Operation += " " + msg.Subject()
 	}
 	in.Key, in.KeyErr = g.cfg.Key(msg)
+	if g.defaultKey && strings.HasPrefix(in.Key, digestKeyPrefix) && idem.ValidateKey(msgID(msg)) != nil {
+		g.logDigestKey(msg)
+	}
 	h := msg.Headers()
 	for _, name := range g.cfg.FingerprintHeaders {
 		if vs, ok := h[name]; ok {
@@ -137,10 +173,37 @@ func (g *Guard) request(msg jetstream.Msg) (idem.Request, *msgdoor.Refusal) {
 	}
 	if in.Scope == "" || in.Operation == "" {
 		// A message without JetStream metadata (not from a consumer).
-		return idem.Request{}, &msgdoor.Refusal{Situation: idem.SituationInvalidKey,
+		return idem.Request{}, nil, &msgdoor.Refusal{Situation: idem.SituationInvalidKey,
 			Reason: "the message has no JetStream metadata to name its stream and consumer; set Config.Scope and Config.Operation", Errs: []error{idem.ErrInvalidKey}}
 	}
-	return msgdoor.Request(in)
+	if g.cfg.ScopeFunc != nil {
+		own, err := g.cfg.ScopeFunc(msg)
+		if err != nil || own == "" {
+			return idem.Request{Key: idem.Key{Operation: in.Operation}}, nil, msgdoor.ScopeError(err)
+		}
+		if in.Scope, r = msgdoor.JoinScope(in.Scope, own); r != nil {
+			return idem.Request{Key: idem.Key{Operation: in.Operation}}, nil, r
+		}
+	}
+	req, r = msgdoor.Request(in)
+	if r == nil && formerOp != "" && !g.cfg.SkipFormerKeys && g.cfg.ScopeFunc == nil {
+		in.Operation = formerOp
+		f, _ := msgdoor.Request(in)
+		former = &f
+	}
+	return req, former, r
+}
+
+// logDigestKey logs that msg's Nats-Msg-Id is not a key, and that its
+// digest keys it: as a warning the first time, then at debug level, since
+// a producer whose IDs all have spaces would otherwise fill the log.
+func (g *Guard) logDigestKey(msg jetstream.Msg) {
+	level := slog.LevelDebug
+	if g.digestLogged.CompareAndSwap(false, true) {
+		level = slog.LevelWarn
+	}
+	g.cfg.Logger.LogAttrs(context.Background(), level, "idemnats: a Nats-Msg-Id is not a valid idem key (over 255 bytes, or not visible ASCII); the message is keyed by the ID's digest",
+		slog.String("subject", msg.Subject()), slog.Int("id_bytes", len(msgID(msg))))
 }
 
 // run runs h under lease, telling JetStream the message is in progress at
@@ -157,9 +220,12 @@ func (g *Guard) run(ctx context.Context, msg jetstream.Msg, h HandlerFunc, lease
 		if err != nil {
 			return nil, err
 		}
-		produced = out
-		answer, err = Answer(out)
-		return answer, err
+		if answer, produced, err = encodeAnswer(out); err != nil {
+			// The handler did its work, but its answer cannot be kept
+			// as it is: a person decides.
+			return nil, idem.Ambiguous(err)
+		}
+		return answer, nil
 	})
 	switch {
 	case err == nil && stored != answer && stored.NotReplayable != "":
@@ -167,7 +233,7 @@ func (g *Guard) run(ctx context.Context, msg jetstream.Msg, h HandlerFunc, lease
 		// large to keep: what it returned is all there is to publish.
 		g.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "idemnats: the produced messages stored with CompleteTx were not kept ("+stored.NotReplayable+"); publishing the returned ones, which a redelivery will not",
 			slog.String("operation", ev.Operation), slog.Int("returned", len(produced)))
-		return g.publishAndAck(ctx, msg, produced, ev)
+		return g.publishAndAck(ctx, msg, produced, ev, true)
 	case err == nil && stored != answer:
 		// The handler completed with CompleteTx: publish what committed,
 		// which every redelivery publishes too.
@@ -176,7 +242,7 @@ func (g *Guard) run(ctx context.Context, msg jetstream.Msg, h HandlerFunc, lease
 		}
 		fallthrough
 	case err == nil:
-		return g.publishAndAck(ctx, msg, produced, ev)
+		return g.publishAndAck(ctx, msg, produced, ev, true)
 	}
 	switch lease.State() {
 	case idem.LeaseEscalated:
@@ -233,8 +299,15 @@ func (g *Guard) inProgress(msg jetstream.Msg, lease *idem.Lease) (stop func()) {
 
 // publishAndAck publishes the produced messages, waiting for JetStream to
 // store each, and then acks msg. A publication that fails naks msg: its
-// redelivery publishes the stored messages again.
-func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nats.Msg, ev *Event) error {
+// redelivery publishes the stored messages again. first says whether this
+// is the answer's first publication: a redelivery's publication of a
+// stored answer is dropped by JetStream as a duplicate when it was
+// published before (its dedupe at work), but the first publication of a
+// produced message must be stored; one that JetStream drops as a
+// duplicate (its Nats-Msg-Id was used by another publication within the
+// stream's duplicate window) is lost, and msg is terminated with the
+// reason once every other produced message is published.
+func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nats.Msg, ev *Event, first bool) error {
 	if len(out) > 0 {
 		if g.cfg.Publisher == nil {
 			err := errors.New("idemnats: the handler produced messages, but Config.Publisher is not set")
@@ -242,13 +315,27 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 			g.ackErr(msg, msg.NakWithDelay(g.backoff(msg)), "nak")
 			return err
 		}
-		for _, m := range out {
-			if _, err := g.cfg.Publisher.PublishMsg(ctx, m); err != nil {
+		var dropped []string
+		for i, m := range out {
+			ack, err := g.cfg.Publisher.PublishMsg(ctx, m)
+			if err != nil {
+				if dropped != nil { // a redelivery replays, and will not see them
+					g.logDropped(ctx, msg, ev, dropped)
+				}
 				err = fmt.Errorf("idemnats: publishing a produced message (the message will be delivered again, and publish the stored ones): %w", err)
 				ev.Ack = "nak_delay"
 				g.ackErr(msg, msg.NakWithDelay(g.backoff(msg)), "nak")
 				return err
 			}
+			if first && ack != nil && ack.Duplicate {
+				dropped = append(dropped, fmt.Sprintf("%d (subject %s, stream %s)", i+1, m.Subject, ack.Stream))
+			}
+		}
+		if dropped != nil {
+			g.logDropped(ctx, msg, ev, dropped)
+			return g.refuse(msg, &msgdoor.Refusal{Situation: idem.SituationNotReplayable,
+				Reason: "JetStream dropped produced message " + strings.Join(dropped, ", ") + " as a duplicate of an earlier publication with its Nats-Msg-Id; the handler ran, and its answer is incomplete",
+				Errs:   []error{ErrDuplicateID}}, ev)
 		}
 	}
 	ev.Ack = "ack"
@@ -256,6 +343,13 @@ func (g *Guard) publishAndAck(ctx context.Context, msg jetstream.Msg, out []*nat
 		return fmt.Errorf("idemnats: acking the message (JetStream delivers it again after AckWait): %w", err)
 	}
 	return nil
+}
+
+// logDropped logs the produced messages JetStream dropped as duplicates
+// at their first publication.
+func (g *Guard) logDropped(ctx context.Context, msg jetstream.Msg, ev *Event, dropped []string) {
+	g.cfg.Logger.LogAttrs(context.WithoutCancel(ctx), slog.LevelError, "idemnats: JetStream dropped produced messages as duplicates at their first publication (another publication used their Nats-Msg-Id); they are lost",
+		slog.String("operation", ev.Operation), slog.String("subject", msg.Subject()), slog.Any("dropped", dropped))
 }
 
 // logUnhandled logs why msg was not acked after its handler ran or its
@@ -282,8 +376,14 @@ func (g *Guard) refuse(msg jetstream.Msg, r *msgdoor.Refusal, ev *Event) error {
 	e := refused(r)
 	if e.Terminated() {
 		ev.Ack = "term"
+		g.terminated.add(place(msg))
 		reason := termReason(e.Error())
-		if g.termReasons() {
+		if md, err := msg.Metadata(); err == nil && md.NumDelivered > 1 {
+			// An earlier delivery may have been terminated with a reason
+			// that the consumer leader ignored (see terminated): a plain
+			// Term, which every server honours.
+			g.ackErr(msg, msg.Term(), "term")
+		} else if g.termReasons() {
 			g.ackErr(msg, msg.TermWithReason(reason), "term")
 		} else {
 			g.ackErr(msg, msg.Term(), "term")

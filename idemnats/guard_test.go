@@ -223,6 +223,63 @@ func TestKeys(t *testing.T) {
 	}
 }
 
+// Every Nats-Msg-Id that JetStream accepts keys its message: an empty
+// one is no ID (the stream sequence keys it), of several the first counts,
+// and one that is not a valid idem key (spaces, control or non-ASCII
+// bytes, too long) is keyed by its digest, which a redelivery and a
+// republication of the ID share; the guard logs it, without the ID.
+func TestNatsMsgIDsJetStreamAccepts(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("k", 300)
+	for _, tc := range []struct {
+		name   string
+		header []string
+		again  []string // a later delivery or republication that must replay
+		other  []string // another message that must run
+	}{
+		{"empty", []string{"Nats-Msg-Id", ""}, nil, nil},
+		{"spaced", []string{"Nats-Msg-Id", "order 1"}, []string{"Nats-Msg-Id", "order 1"}, []string{"Nats-Msg-Id", "order 2"}},
+		{"non-ASCII", []string{"Nats-Msg-Id", "commande-é"}, []string{"Nats-Msg-Id", "commande-é"}, []string{"Nats-Msg-Id", "commande-è"}},
+		{"control", []string{"Nats-Msg-Id", "k\r\nEvil: 1"}, []string{"Nats-Msg-Id", "k\r\nEvil: 1"}, []string{"Nats-Msg-Id", "k\r\nEvil: 2"}},
+		{"too long", []string{"Nats-Msg-Id", long}, []string{"Nats-Msg-Id", long}, []string{"Nats-Msg-Id", long + "2"}},
+		{"two IDs", []string{"Nats-Msg-Id", "a", "Nats-Msg-Id", "b"}, []string{"Nats-Msg-Id", "a"}, []string{"Nats-Msg-Id", "b"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, _ := memEngine(t, idem.EngineConfig{})
+			var logs testenv.Buffer
+			g := newGuard(t, e, idemnats.Config{Publisher: &publisher{}, Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+			var c counting
+			handle := func(seq uint64, header []string) {
+				t.Helper()
+				m := newMsg(seq, "x", header...)
+				if err := g.Handle(context.Background(), m, c.handle); err != nil || m.ack(t) != "ack" {
+					t.Fatalf("delivery %d: %v, %q", seq, err, m.ack(t))
+				}
+			}
+			handle(1, tc.header)
+			handle(1, tc.header) // a redelivery
+			if tc.again != nil {
+				handle(2, tc.again) // a republication, stored at another sequence
+			}
+			want := int32(1)
+			if tc.other != nil {
+				handle(3, tc.other)
+				want = 2
+			}
+			if c.runs.Load() != want {
+				t.Fatalf("%d runs, want %d", c.runs.Load(), want)
+			}
+			if tc.name != "empty" && tc.name != "two IDs" && !strings.Contains(logs.String(), "digest") {
+				t.Errorf("the digest key was not logged: %s", logs.String())
+			}
+			if strings.Contains(logs.String(), "Evil") || strings.Contains(logs.String(), "kkkk") {
+				t.Errorf("the log shows the ID: %s", logs.String())
+			}
+		})
+	}
+}
+
 // Hostile or missing keys are terminated with a reason, and the handler
 // does not run; the reason never shows the key.
 func TestHostileKeysTerminate(t *testing.T) {
@@ -234,10 +291,9 @@ func TestHostileKeysTerminate(t *testing.T) {
 		cfg  idemnats.Config
 		want error
 	}{
-		{"too long", newMsg(1, "x", "Nats-Msg-Id", strings.Repeat("k", 300)), idemnats.Config{}, idem.ErrInvalidKey},
-		{"control", newMsg(1, "x", "Nats-Msg-Id", "k\r\nEvil: 1"), idemnats.Config{}, idem.ErrInvalidKey},
-		{"empty", newMsg(1, "x", "Nats-Msg-Id", ""), idemnats.Config{}, idem.ErrMissingKey},
-		{"two IDs", newMsg(1, "x", "Nats-Msg-Id", "a", "Nats-Msg-Id", "b"), idemnats.Config{}, idem.ErrInvalidKey},
+		{"too long", newMsg(1, "x", "Order-Id", strings.Repeat("k", 300)), idemnats.Config{Key: idemnats.HeaderKey("Order-Id")}, idem.ErrInvalidKey},
+		{"control", newMsg(1, "x", "Order-Id", "k\r\nEvil: 1"), idemnats.Config{Key: idemnats.HeaderKey("Order-Id")}, idem.ErrInvalidKey},
+		{"two IDs", newMsg(1, "x", "Order-Id", "a", "Order-Id", "b"), idemnats.Config{Key: idemnats.HeaderKey("Order-Id")}, idem.ErrInvalidKey},
 		{"missing business ID", newMsg(1, "x"), idemnats.Config{Key: idemnats.HeaderKey("Order-Id")}, idem.ErrMissingKey},
 	} {
 		var c counting
@@ -306,8 +362,10 @@ func TestHandlerErrors(t *testing.T) {
 		if a := m.ack(t); a != tc.ack {
 			t.Fatalf("%s: acknowledged %q, want %q", tc.name, a, tc.ack)
 		}
+		// Delivered again, to another consumer (this guard would
+		// terminate a message it terminated without a lookup).
 		again := newMsg(1, "x")
-		err := g.Handle(context.Background(), again, c.handle)
+		err := newGuard(t, e, idemnats.Config{Kind: tc.kind, Publisher: &publisher{}}).Handle(context.Background(), again, c.handle)
 		if tc.ack == "nak" && (err != nil || c.runs.Load() != 2) {
 			t.Fatalf("%s: redelivery %v after %d runs", tc.name, err, c.runs.Load())
 		}
@@ -437,8 +495,8 @@ func TestContextCancelledMidHandler(t *testing.T) {
 		if err := g.Handle(ctx, m, h); !errors.Is(err, context.Canceled) {
 			t.Fatalf("%v", err)
 		}
-		again := newMsg(1, "x")
-		err := g.Handle(context.Background(), again, h)
+		again := newMsg(1, "x") // to another consumer
+		err := newGuard(t, e, idemnats.Config{}).Handle(context.Background(), again, h)
 		switch {
 		case retryable && (err != nil || runs.Load() != 2 || m.ack(t) != "nak"):
 			t.Fatalf("retryable: %v, %d runs, first %q", err, runs.Load(), m.ack(t))
@@ -700,7 +758,7 @@ func TestMessageHandlerLogsWhatItDrops(t *testing.T) {
 			return nil, idem.Retryable(errors.New("the ledger was busy"))
 		}, "the ledger was busy"},
 		{"store down", down, newMsg(2, "x"), nil, "connection refused"},
-		{"terminated", up, newMsg(3, "x", "Nats-Msg-Id", "two words"), nil, "message terminated"},
+		{"terminated", up, &fakeMsg{subject: "orders.placed"}, nil, "message terminated"}, // no stream, no consumer
 	} {
 		var logs testenv.Buffer
 		g := newGuard(t, tc.e, idemnats.Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})

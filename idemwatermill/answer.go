@@ -73,25 +73,50 @@ type storedAnswer struct {
 }
 
 // Answer returns the stored answer of a handler that produced msgs, to
-// pass to a store's CompleteTx (CompleteTx does this for you). A produced
-// message without a UUID is given one first, so that every delivery emits
-// it under the same UUID.
+// pass to a store's CompleteTx (CompleteTx does this for you). Each
+// produced message is copied, its metadata included, and a copy without a
+// UUID is given one, so that every delivery emits it under the same UUID;
+// the caller's messages, and metadata maps they share, are left as they
+// were (a template message reused by every run no longer carries the first
+// run's UUID into the others). Two produced messages with one UUID are
+// refused (ErrDuplicateUUID): a consumer that dedupes by UUID would drop
+// the second.
 func Answer(msgs []*message.Message) (*idem.Response, error) {
+	resp, _, err := encodeAnswer(msgs)
+	return resp, err
+}
+
+// ErrDuplicateUUID is returned (wrapped) when a handler produced two
+// messages with one UUID.
+var ErrDuplicateUUID = errors.New("idemwatermill: two produced messages share one UUID, and a consumer that dedupes by UUID keeps only the first")
+
+// encodeAnswer returns the stored answer of msgs, and the copies of msgs it
+// holds, each with its UUID and its original's context.
+func encodeAnswer(msgs []*message.Message) (*idem.Response, []*message.Message, error) {
 	a := storedAnswer{Messages: make([]storedMessage, 0, len(msgs))}
-	for _, m := range msgs {
+	out := make([]*message.Message, 0, len(msgs))
+	uuids := make(map[string]int, len(msgs))
+	for i, m := range msgs {
 		if m == nil {
-			return nil, errors.New("idemwatermill: the handler produced a nil message")
+			return nil, nil, errors.New("idemwatermill: the handler produced a nil message")
 		}
-		if m.UUID == "" {
-			m.UUID = watermill.NewUUID()
+		c := m.Copy()
+		c.SetContext(m.Context())
+		if c.UUID == "" {
+			c.UUID = watermill.NewUUID()
 		}
-		a.Messages = append(a.Messages, store(m))
+		if j, ok := uuids[c.UUID]; ok {
+			return nil, nil, fmt.Errorf("%w: produced messages %d and %d; give each its own UUID, or none and idem gives each one", ErrDuplicateUUID, j+1, i+1)
+		}
+		uuids[c.UUID] = i
+		out = append(out, c)
+		a.Messages = append(a.Messages, store(c))
 	}
 	b, err := json.Marshal(a)
 	if err != nil {
-		return nil, fmt.Errorf("idemwatermill: encoding the produced messages: %w", err)
+		return nil, nil, fmt.Errorf("idemwatermill: encoding the produced messages: %w", err)
 	}
-	return &idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {answerType}}, Body: b}, nil
+	return &idem.Response{Status: http.StatusOK, Header: http.Header{"Content-Type": {answerType}}, Body: b}, out, nil
 }
 
 // decodeAnswer returns the messages of a stored answer. An empty answer

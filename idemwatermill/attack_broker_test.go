@@ -38,7 +38,7 @@ func TestAMQPAttacks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []message.HandlerMiddleware{poison, idemwatermill.Middleware(e, idemwatermill.Config{})}
+		return []message.HandlerMiddleware{poison, idemwatermill.Middleware(e, idemwatermill.Config{Scope: "billing"})}
 	}, h)
 
 	conn, err := amqp091.Dial(url)
@@ -113,7 +113,7 @@ func TestAMQPRouterClosedMidHandler(t *testing.T) {
 		return nil, nil
 	}
 	mws := func(message.Publisher, string) []message.HandlerMiddleware {
-		return []message.HandlerMiddleware{idemwatermill.Middleware(e, idemwatermill.Config{NackDelay: -1})}
+		return []message.HandlerMiddleware{idemwatermill.Middleware(e, idemwatermill.Config{Scope: "billing", NackDelay: -1})}
 	}
 	first := amqpRouter(t, mws, h)
 	first.publish(t, message.NewMessage(watermill.NewUUID(), []byte("order")))

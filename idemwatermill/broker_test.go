@@ -61,7 +61,7 @@ func TestUUIDSurvivesRedelivery(t *testing.T) {
 			t.Cleanup(func() { pub.Close(); sub.Close() })
 			e, _ := memEngine(t, idem.EngineConfig{})
 			deliveries := make(chan *message.Message, 4)
-			h := protect(t, e, idemwatermill.Config{NackDelay: -1}, func(msg *message.Message) ([]*message.Message, error) {
+			h := protect(t, e, idemwatermill.Config{Scope: "billing", NackDelay: -1}, func(msg *message.Message) ([]*message.Message, error) {
 				deliveries <- msg.Copy()
 				if len(deliveries) == 1 {
 					return nil, idem.Retryable(errors.New("not yet"))

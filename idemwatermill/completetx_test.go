@@ -48,7 +48,7 @@ func TestCompleteTxWhatCommittedIsEmitted(t *testing.T) {
 	t.Parallel()
 	db, store, e := sqliteEngine(t)
 	var runs int
-	h := protect(t, e, idemwatermill.Config{Kind: idem.Transactional}, func(msg *message.Message) ([]*message.Message, error) {
+	h := protect(t, e, idemwatermill.Config{Scope: "billing", Kind: idem.Transactional}, func(msg *message.Message) ([]*message.Message, error) {
 		runs++
 		ctx := msg.Context()
 		tx, err := db.BeginTx(ctx, nil)
@@ -100,7 +100,7 @@ func TestCompleteTxOverTheLimitEmitsWhatItReturned(t *testing.T) {
 	t.Parallel()
 	db, store, e := sqliteEngineWith(t, idem.EngineConfig{MaxResponseBody: 64})
 	var runs int
-	h := protect(t, e, idemwatermill.Config{Kind: idem.Transactional}, func(msg *message.Message) ([]*message.Message, error) {
+	h := protect(t, e, idemwatermill.Config{Scope: "billing", Kind: idem.Transactional}, func(msg *message.Message) ([]*message.Message, error) {
 		runs++
 		ctx := msg.Context()
 		receipt := message.NewMessage("receipt-1", []byte(strings.Repeat("r", 100)))
@@ -153,7 +153,7 @@ func TestCompleteTxRetriedAfterCommitEmitsWhatCommitted(t *testing.T) {
 		return []*message.Message{receipt}, nil
 	}
 	retry := middleware.Retry{MaxRetries: 2}.Middleware
-	protected := protect(t, e, idemwatermill.Config{Kind: idem.Transactional}, retry(h))
+	protected := protect(t, e, idemwatermill.Config{Scope: "billing", Kind: idem.Transactional}, retry(h))
 	first, err := protected(delivery("m-1", "x"))
 	if err != nil {
 		t.Fatal(err)

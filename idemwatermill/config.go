@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
+	"reflect"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -12,23 +14,58 @@ import (
 	"github.com/idem-dev/idem/internal/msgdoor"
 )
 
-// Config configures Middleware. The zero value protects every message by
-// its UUID, as an External operation named after its handler.
+// Config configures Middleware. Scope is required; the rest protects every
+// message by its UUID, as an External operation named after its handler.
 type Config struct {
-	// Scope names whose messages these are: the consumer group, such as the
-	// service that consumes them. Two services that consume one topic and
-	// share an idem store must use different scopes, or the second would
-	// get the first one's answer. Defaults to the handler's name (every
-	// instance of a service runs its handlers under the same names), or
-	// the subscribed topic outside a router.
+	// Scope names whose messages these are: the consumer group, such as
+	// the service that consumes them ("billing"). Two services that
+	// consume one topic and share an idem store must use different
+	// scopes, or the second would never run and would emit the first
+	// one's answer. Required (New fails without it), unless HandlerScope
+	// is set.
 	Scope string
+
+	// HandlerScope names the scope after the handler instead (or the
+	// subscribed topic outside a router), as idem did when Scope was left
+	// empty before it was required: set it, and leave Scope empty, to keep
+	// the records a service stored that way. Two services whose handlers
+	// share a name (handlers named after their topic) then share records,
+	// and one gets the other's answers: move to a Scope once Retention has
+	// passed. Defaults to false.
+	HandlerScope bool
+
+	// ScopeFunc, if set, says whose each message is, from its metadata: a
+	// tenant. The record's scope is then Scope (or the handler's name,
+	// with HandlerScope), a slash and what ScopeFunc returns
+	// ("billing/tenant-a"), so that one tenant's business key never meets
+	// another's. A message for which it returns "" or an error does not
+	// run: an error marked idem.Retryable (a lookup that failed) is
+	// returned as an *Error that is not poison (the message is nacked and
+	// comes back), any other error, and "", as poison (scope_missing).
+	// Scope must then not contain a slash. Defaults to nil: every message
+	// in Scope.
+	ScopeFunc func(msg *message.Message) (string, error)
 
 	// Operation returns the operation a message asks for. Several handlers
 	// that consume one queue in parallel (competing consumers in one
 	// router) must share it, and Scope. Defaults to the handler's name
 	// (message.HandlerNameFromCtx), or the subscribed topic outside a
-	// router.
+	// router; with a business key (a Key other than UUIDKey, such as
+	// MetadataKey), the handler's name, a space and the subscribed topic,
+	// so that two event types that carry one ID (an order created, then
+	// cancelled) never share a key.
 	Operation func(msg *message.Message) string
+
+	// SkipFormerKeys turns off the lookup that keeps records stored before
+	// the default operation of a business key named the topic: until
+	// then, a message with a business key and the default Operation first
+	// looks for a record under the handler's name alone, stored for its
+	// topic, and is handled under it when there is one (so a message
+	// handled before the upgrade and delivered again after it is not run
+	// twice). That costs one store read per message. Set it once
+	// Retention has passed since the upgrade, or for a new deployment.
+	// Defaults to false.
+	SkipFormerKeys bool
 
 	// Key returns the message's idempotency key: 1 to idem.MaxKeyLength
 	// bytes of visible ASCII. It returns "" for a message without one.
@@ -98,7 +135,8 @@ type Event struct {
 	Operation string
 	// Outcome is the name of an idem.Situation: "acquired", "replayed",
 	// "in_flight", "mismatch", "needs_review", "not_replayable",
-	// "missing_key", "invalid_key", "sealed", "unavailable", or "no_key"
+	// "missing_key", "invalid_key", "scope_missing", "sealed",
+	// "unavailable", or "no_key"
 	// (a message without a key let through by KeyOptional).
 	Outcome string
 	// Settlement is, after "acquired", the lease's final state: "completed",
@@ -131,6 +169,14 @@ func (c Config) validate() error {
 	if c.Lease < 0 || c.Retention < 0 {
 		return errors.New("idemwatermill: Config.Lease and Config.Retention must not be negative")
 	}
+	switch {
+	case c.Scope == "" && !c.HandlerScope:
+		return errors.New("idemwatermill: Config.Scope is required: name the service that consumes (two services on one topic must not share records); HandlerScope keeps the records of a service that left it empty")
+	case c.Scope != "" && c.HandlerScope:
+		return errors.New("idemwatermill: Config.Scope and Config.HandlerScope are exclusive")
+	case c.ScopeFunc != nil && strings.Contains(c.Scope, "/"):
+		return errors.New("idemwatermill: Config.Scope must not contain a slash with ScopeFunc: the record's scope is Scope, a slash and ScopeFunc's")
+	}
 	return msgdoor.CheckConfig("idemwatermill", c.Kind, c.Scope, "FingerprintMetadata", c.FingerprintMetadata)
 }
 
@@ -147,4 +193,9 @@ func UUIDKey(msg *message.Message) (string, error) { return msg.UUID, nil }
 // retry, with a new UUID) is still handled once.
 func MetadataKey(name string) func(msg *message.Message) (string, error) {
 	return func(msg *message.Message) (string, error) { return msg.Metadata.Get(name), nil }
+}
+
+// isUUIDKey reports whether f is UUIDKey.
+func isUUIDKey(f func(*message.Message) (string, error)) bool {
+	return reflect.ValueOf(f).Pointer() == reflect.ValueOf(UUIDKey).Pointer()
 }

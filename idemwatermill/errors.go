@@ -17,9 +17,11 @@ import (
 //
 // errors.Is matches the idem sentinel of the situation: idem.ErrInFlight,
 // idem.ErrMismatch, idem.ErrNeedsReview, idem.ErrNotReplayable,
-// idem.ErrNotAResult, idem.ErrMissingKey, idem.ErrInvalidKey or
-// idem.ErrSealed; and, after a handler failure sent to review, the
-// handler's own error as well.
+// idem.ErrNotAResult, idem.ErrMissingKey, idem.ErrInvalidKey,
+// idem.ErrScopeMissing (Config.ScopeFunc gave no scope) or idem.ErrSealed;
+// and, after a handler failure sent to review, the handler's own error as
+// well (ErrDuplicateUUID among them when the handler produced two messages
+// with one UUID).
 type Error struct {
 	// Situation is what happened, from idem's outcome table:
 	// idem.SituationInFlight, SituationMismatch, SituationNeedsReview,

@@ -104,7 +104,7 @@ func ExampleCompleteTx() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	handler := idemwatermill.Middleware(engine, idemwatermill.Config{Kind: idem.Transactional})(
+	handler := idemwatermill.Middleware(engine, idemwatermill.Config{Scope: "billing", Kind: idem.Transactional})(
 		func(msg *message.Message) ([]*message.Message, error) {
 			ctx := msg.Context()
 			tx, err := db.BeginTx(ctx, nil)
@@ -138,4 +138,40 @@ func ExampleCompleteTx() {
 	// emits receipt-order-1
 	// emits receipt-order-1
 	// ledger rows: 1
+}
+
+// Config.ScopeFunc scopes each message by its tenant: two tenants' orders
+// that carry the same business ID (order 42) are two keys, and each runs
+// and emits its own receipt; each tenant's redelivery replays its own.
+func ExampleConfig_scopeFunc() {
+	store := idemmem.MustNew(idemmem.Config{})
+	defer store.Close()
+	engine, err := idem.NewEngine(store, idem.EngineConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	handler := idemwatermill.Middleware(engine, idemwatermill.Config{
+		Scope:     "billing",
+		Key:       idemwatermill.MetadataKey("order_id"),
+		ScopeFunc: func(m *message.Message) (string, error) { return m.Metadata.Get("tenant_id"), nil },
+	})(func(msg *message.Message) ([]*message.Message, error) {
+		fmt.Println("booked order", msg.Metadata.Get("order_id"), "of tenant", msg.Metadata.Get("tenant_id"))
+		return []*message.Message{message.NewMessage("receipt-"+msg.UUID, nil)}, nil
+	})
+	for _, d := range []struct{ uuid, tenant string }{{"m-1", "acme"}, {"m-2", "globex"}, {"m-2", "globex"}} {
+		msg := message.NewMessage(d.uuid, []byte(`{"amount":500}`))
+		msg.Metadata.Set("order_id", "42")
+		msg.Metadata.Set("tenant_id", d.tenant)
+		out, err := handler(msg)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("emits", out[0].UUID)
+	}
+	// Output:
+	// booked order 42 of tenant acme
+	// emits receipt-m-1
+	// booked order 42 of tenant globex
+	// emits receipt-m-2
+	// emits receipt-m-2
 }

@@ -35,7 +35,7 @@ func New(e *idem.Engine, cfg Config) (message.HandlerMiddleware, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	g := &guard{e: e, cfg: cfg}
+	g := &guard{e: e, cfg: cfg, businessKey: !isUUIDKey(cfg.Key)}
 	return func(h message.HandlerFunc) message.HandlerFunc {
 		return func(msg *message.Message) ([]*message.Message, error) { return g.handle(msg, h) }
 	}, nil
@@ -44,6 +44,9 @@ func New(e *idem.Engine, cfg Config) (message.HandlerMiddleware, error) {
 type guard struct {
 	e   *idem.Engine
 	cfg Config
+	// businessKey is set when Config.Key is not UUIDKey: the default
+	// operation then names the topic.
+	businessKey bool
 }
 
 // handle runs one message through the protocol.
@@ -57,7 +60,15 @@ func (g *guard) handle(msg *message.Message, h message.HandlerFunc) (out []*mess
 			g.cfg.OnOutcome(ev)
 		}()
 	}
-	req, r := g.request(msg)
+	req, former, r := g.request(msg)
+	if r == nil && former != nil {
+		if req, err = msgdoor.Former(ctx, g.e, req, *former, message.SubscribeTopicFromCtx(ctx)); err != nil {
+			r = msgdoor.BeginError(err)
+		}
+	}
+	if r != nil && r.Situation.Name == idem.SituationUnavailable.Name {
+		g.pause(ctx, g.cfg.NackDelay)
+	}
 	ev.Operation = req.Key.Operation
 	if r != nil && r.Missing() && g.cfg.KeyOptional {
 		ev.Outcome = idem.SituationNoKey.Name
@@ -98,8 +109,11 @@ func (g *guard) handle(msg *message.Message, h message.HandlerFunc) (out []*mess
 }
 
 // request is the idem request of msg, or a Refusal for a message whose key
-// is missing or malformed.
-func (g *guard) request(msg *message.Message) (idem.Request, *msgdoor.Refusal) {
+// or scope is missing or malformed; former is, for a message with a
+// business key and the default operation, its request under the operation
+// idem named before (the handler's name alone), unless
+// Config.SkipFormerKeys.
+func (g *guard) request(msg *message.Message) (req idem.Request, former *idem.Request, r *msgdoor.Refusal) {
 	ctx := msg.Context()
 	topic := message.SubscribeTopicFromCtx(ctx)
 	name := message.HandlerNameFromCtx(ctx)
@@ -111,11 +125,16 @@ func (g *guard) request(msg *message.Message) (idem.Request, *msgdoor.Refusal) {
 	}
 	in := msgdoor.Input{Scope: g.cfg.Scope, Operation: name, Payload: msg.Payload, FingerprintKey: g.cfg.FingerprintKey,
 		Kind: g.cfg.Kind, Lease: g.cfg.Lease, Retention: g.cfg.Retention, Topic: topic}
-	if in.Scope == "" {
+	if g.cfg.HandlerScope {
 		in.Scope = name
 	}
-	if g.cfg.Operation != nil {
+	formerOp := ""
+	switch {
+	case g.cfg.Operation != nil:
 		in.Operation = g.cfg.Operation(msg)
+	case g.businessKey && topic != "" && topic != name:
+		formerOp = in.Operation
+		in.Operation += " " + topic
 	}
 	in.Key, in.KeyErr = g.cfg.Key(msg)
 	for _, name := range g.cfg.FingerprintMetadata {
@@ -126,7 +145,22 @@ func (g *guard) request(msg *message.Message) (idem.Request, *msgdoor.Refusal) {
 			in.Fields.Set(name, v)
 		}
 	}
-	return msgdoor.Request(in)
+	if g.cfg.ScopeFunc != nil {
+		own, err := g.cfg.ScopeFunc(msg)
+		if err != nil || own == "" {
+			return idem.Request{Key: idem.Key{Operation: in.Operation}}, nil, msgdoor.ScopeError(err)
+		}
+		if in.Scope, r = msgdoor.JoinScope(in.Scope, own); r != nil {
+			return idem.Request{Key: idem.Key{Operation: in.Operation}}, nil, r
+		}
+	}
+	req, r = msgdoor.Request(in)
+	if r == nil && formerOp != "" && !g.cfg.SkipFormerKeys && g.cfg.ScopeFunc == nil {
+		in.Operation = formerOp
+		f, _ := msgdoor.Request(in)
+		former = &f
+	}
+	return req, former, r
 }
 
 // run runs the handler under lease and maps how it ended.
@@ -134,8 +168,8 @@ func (g *guard) run(msg *message.Message, h message.HandlerFunc, lease *idem.Lea
 	ctx := msg.Context()
 	defer msg.SetContext(ctx)
 	var (
-		produced []*message.Message
-		answer   *idem.Response
+		returned, produced []*message.Message
+		answer             *idem.Response
 	)
 	stored, err := lease.Run(ctx, func(ctx context.Context) (*idem.Response, error) {
 		msg.SetContext(ctx)
@@ -143,9 +177,13 @@ func (g *guard) run(msg *message.Message, h message.HandlerFunc, lease *idem.Lea
 		if err != nil {
 			return nil, err
 		}
-		produced = out
-		answer, err = Answer(out)
-		return answer, err
+		returned = out
+		if answer, produced, err = encodeAnswer(out); err != nil {
+			// The handler did its work, but its answer cannot be kept
+			// as it is: a person decides.
+			return nil, idem.Ambiguous(err)
+		}
+		return answer, nil
 	})
 	switch {
 	case err == nil && stored == answer:
@@ -163,7 +201,7 @@ func (g *guard) run(msg *message.Message, h message.HandlerFunc, lease *idem.Lea
 		if rerr != nil {
 			return nil, refused(msgdoor.Undecodable(rerr))
 		}
-		if !sameUUIDs(out, produced) {
+		if !sameUUIDs(out, returned) {
 			g.cfg.Logger.LogAttrs(ctx, slog.LevelError, "idemwatermill: the handler returned other messages than it stored with CompleteTx; emitting the stored ones",
 				slog.String("operation", lease.Key().Operation), slog.Int("returned", len(produced)), slog.Int("stored", len(out)))
 		}
@@ -187,12 +225,15 @@ func (g *guard) pause(ctx context.Context, d time.Duration) {
 	}
 }
 
+// sameUUIDs reports whether the handler returned the stored messages: b,
+// the returned ones, as many as a, the stored ones, each with a's UUID or
+// none (CompleteTx gave the stored copy its UUID).
 func sameUUIDs(a, b []*message.Message) bool {
 	if len(a) != len(b) {
 		return false
 	}
 	for i := range a {
-		if a[i].UUID != b[i].UUID {
+		if b[i] != nil && b[i].UUID != "" && a[i].UUID != b[i].UUID {
 			return false
 		}
 	}

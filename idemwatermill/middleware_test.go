@@ -24,7 +24,7 @@ func TestRedeliveryEmitsTheSameMessages(t *testing.T) {
 	t.Parallel()
 	e, _ := memEngine(t, idem.EngineConfig{})
 	var c counting
-	h := protect(t, e, idemwatermill.Config{}, c.handle)
+	h := protect(t, e, idemwatermill.Config{Scope: "billing"}, c.handle)
 	first, err := h(delivery("m-1", "order 1"))
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +46,7 @@ func TestRedeliveryEmitsTheSameMessages(t *testing.T) {
 func TestProducedMessagesGetStableUUIDs(t *testing.T) {
 	t.Parallel()
 	e, _ := memEngine(t, idem.EngineConfig{})
-	h := protect(t, e, idemwatermill.Config{}, func(*message.Message) ([]*message.Message, error) {
+	h := protect(t, e, idemwatermill.Config{Scope: "billing"}, func(*message.Message) ([]*message.Message, error) {
 		return []*message.Message{message.NewMessage("", []byte("a")), message.NewMessage("", []byte("b"))}, nil
 	})
 	first, err := h(delivery("m-1", "x"))
@@ -75,11 +75,11 @@ func TestRetryableRunsAgain(t *testing.T) {
 		}
 		return nil
 	}}
-	h := protect(t, e, idemwatermill.Config{}, c.handle)
+	h := protect(t, e, idemwatermill.Config{Scope: "billing"}, c.handle)
 	if _, err := h(delivery("m-1", "x")); err == nil || idemwatermill.IsPoison(err) {
 		t.Fatalf("first delivery: %v; want the handler's error, not poison", err)
 	}
-	if _, err := store.Get(context.Background(), idem.Key{Scope: "message", Operation: "message", Key: "m-1"}); !errors.Is(err, idemstore.ErrNotFound) {
+	if _, err := store.Get(context.Background(), idem.Key{Scope: "billing", Operation: "message", Key: "m-1"}); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("the key was not released: %v", err)
 	}
 	out, err := h(delivery("m-1", "x"))
@@ -109,7 +109,7 @@ func TestHandlerErrorSettlesByKind(t *testing.T) {
 			var rv reviews
 			e, _ := memEngine(t, idem.EngineConfig{OnReview: rv.onReview})
 			c := counting{fail: func(int32, *message.Message) error { return tc.err }}
-			h := protect(t, e, idemwatermill.Config{Kind: tc.kind}, c.handle)
+			h := protect(t, e, idemwatermill.Config{Scope: "billing", Kind: tc.kind}, c.handle)
 			_, err := h(delivery("m-1", "x"))
 			if !errors.Is(err, boom) {
 				t.Fatalf("err %v does not wrap the handler's", err)
@@ -137,7 +137,7 @@ func TestSameKeyOtherPayloadIsPoison(t *testing.T) {
 	t.Parallel()
 	e, _ := memEngine(t, idem.EngineConfig{})
 	var c counting
-	h := protect(t, e, idemwatermill.Config{FingerprintMetadata: []string{"amount"}}, c.handle)
+	h := protect(t, e, idemwatermill.Config{Scope: "billing", FingerprintMetadata: []string{"amount"}}, c.handle)
 	if _, err := h(delivery("m-1", "order 1", "amount", "10", "trace", "a")); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestInFlightNacksAfterDelay(t *testing.T) {
 			e, _ := memEngine(t, idem.EngineConfig{})
 			release := make(chan struct{})
 			started := make(chan struct{})
-			h := protect(t, e, idemwatermill.Config{NackDelay: tc.nackDelay}, func(*message.Message) ([]*message.Message, error) {
+			h := protect(t, e, idemwatermill.Config{Scope: "billing", NackDelay: tc.nackDelay}, func(*message.Message) ([]*message.Message, error) {
 				close(started)
 				<-release
 				return nil, nil
@@ -215,7 +215,7 @@ func TestInFlightHoldEndsWithContext(t *testing.T) {
 		e, _ := memEngine(t, idem.EngineConfig{})
 		release := make(chan struct{})
 		started := make(chan struct{})
-		h := protect(t, e, idemwatermill.Config{NackDelay: time.Hour}, func(*message.Message) ([]*message.Message, error) {
+		h := protect(t, e, idemwatermill.Config{Scope: "billing", NackDelay: time.Hour}, func(*message.Message) ([]*message.Message, error) {
 			close(started)
 			<-release
 			return nil, nil
@@ -250,7 +250,7 @@ func TestHeartbeatKeepsLongHandlers(t *testing.T) {
 		e, _ := memEngine(t, idem.EngineConfig{Lease: time.Second})
 		release := make(chan struct{})
 		var c counting
-		h := protect(t, e, idemwatermill.Config{Kind: idem.Transactional, NackDelay: -1}, func(m *message.Message) ([]*message.Message, error) {
+		h := protect(t, e, idemwatermill.Config{Scope: "billing", Kind: idem.Transactional, NackDelay: -1}, func(m *message.Message) ([]*message.Message, error) {
 			<-release
 			return c.handle(m)
 		})
@@ -282,7 +282,7 @@ func TestPanicEscalates(t *testing.T) {
 	for _, kind := range []idem.Kind{idem.External, idem.Transactional} {
 		e, _ := memEngine(t, idem.EngineConfig{})
 		var runs atomic.Int32
-		h := protect(t, e, idemwatermill.Config{Kind: kind}, func(*message.Message) ([]*message.Message, error) {
+		h := protect(t, e, idemwatermill.Config{Scope: "billing", Kind: kind}, func(*message.Message) ([]*message.Message, error) {
 			runs.Add(1)
 			panic("handler bug")
 		})
@@ -322,7 +322,7 @@ func TestKeysMissingOrHostile(t *testing.T) {
 	} {
 		var c counting
 		var ev idemwatermill.Event
-		h := protect(t, e, idemwatermill.Config{KeyOptional: tc.optional, OnOutcome: func(x idemwatermill.Event) { ev = x }}, c.handle)
+		h := protect(t, e, idemwatermill.Config{Scope: "billing", KeyOptional: tc.optional, OnOutcome: func(x idemwatermill.Event) { ev = x }}, c.handle)
 		_, err := h(delivery(tc.uuid, "x"))
 		if ev.Outcome != tc.want.Name {
 			t.Errorf("%s: outcome %q, want %q (err %v)", tc.name, ev.Outcome, tc.want.Name, err)
@@ -348,7 +348,7 @@ func TestMetadataKey(t *testing.T) {
 	t.Parallel()
 	e, _ := memEngine(t, idem.EngineConfig{})
 	var c counting
-	h := protect(t, e, idemwatermill.Config{Key: idemwatermill.MetadataKey("order_id")}, c.handle)
+	h := protect(t, e, idemwatermill.Config{Scope: "billing", Key: idemwatermill.MetadataKey("order_id")}, c.handle)
 	for _, uuid := range []string{"u-1", "u-2"} {
 		if _, err := h(delivery(uuid, "x", "order_id", "o-42")); err != nil {
 			t.Fatal(err)
@@ -370,7 +370,7 @@ func TestHugePayloads(t *testing.T) {
 	e, _ := memEngine(t, idem.EngineConfig{MaxResponseBody: 1 << 20})
 	big := strings.Repeat("x", 8<<20)
 	var runs atomic.Int32
-	h := protect(t, e, idemwatermill.Config{}, func(m *message.Message) ([]*message.Message, error) {
+	h := protect(t, e, idemwatermill.Config{Scope: "billing"}, func(m *message.Message) ([]*message.Message, error) {
 		runs.Add(1)
 		return []*message.Message{message.NewMessage("out-1", m.Payload)}, nil
 	})
@@ -392,7 +392,7 @@ func TestHugePayloads(t *testing.T) {
 func TestProducedBytesKept(t *testing.T) {
 	t.Parallel()
 	e, _ := memEngine(t, idem.EngineConfig{})
-	h := protect(t, e, idemwatermill.Config{}, func(*message.Message) ([]*message.Message, error) {
+	h := protect(t, e, idemwatermill.Config{Scope: "billing"}, func(*message.Message) ([]*message.Message, error) {
 		m := message.NewMessage("id-\xff", []byte{0, 1, 0xfe})
 		m.Metadata.Set("k\xfe", "v\x80")
 		m.Metadata.Set("plain", "value")
@@ -419,7 +419,7 @@ func TestContextCancelledMidHandler(t *testing.T) {
 		e, _ := memEngine(t, idem.EngineConfig{})
 		var c counting
 		started := make(chan struct{}, 2)
-		h := protect(t, e, idemwatermill.Config{}, func(m *message.Message) ([]*message.Message, error) {
+		h := protect(t, e, idemwatermill.Config{Scope: "billing"}, func(m *message.Message) ([]*message.Message, error) {
 			if c.runs.Load() > 0 {
 				return c.handle(m)
 			}
@@ -485,7 +485,7 @@ func TestStoreBlipsDuringComplete(t *testing.T) {
 			t.Fatal(err)
 		}
 		var c counting
-		h := protect(t, e, idemwatermill.Config{}, c.handle)
+		h := protect(t, e, idemwatermill.Config{Scope: "billing"}, c.handle)
 		first, err := h(delivery("m-1", "x"))
 		if err != nil {
 			t.Fatalf("lost %v: %v", lost, err)
@@ -508,7 +508,7 @@ func TestStoreDownFailsClosed(t *testing.T) {
 	}
 	var c counting
 	var ev idemwatermill.Event
-	h := protect(t, e, idemwatermill.Config{NackDelay: -1, OnOutcome: func(x idemwatermill.Event) { ev = x }}, c.handle)
+	h := protect(t, e, idemwatermill.Config{Scope: "billing", NackDelay: -1, OnOutcome: func(x idemwatermill.Event) { ev = x }}, c.handle)
 	_, err = h(delivery("m-1", "x"))
 	if !errors.Is(err, idemstore.ErrUnavailable) || idemwatermill.IsPoison(err) || c.runs.Load() != 0 || ev.Outcome != "unavailable" {
 		t.Fatalf("%v, %d runs, outcome %q", err, c.runs.Load(), ev.Outcome)
@@ -526,7 +526,7 @@ func (downStore) Reserve(context.Context, idemstore.ReserveParams) (*idemstore.R
 func TestReplayOfAnOperatorsAnswer(t *testing.T) {
 	t.Parallel()
 	e, _ := memEngine(t, idem.EngineConfig{})
-	key := idem.Key{Scope: "message", Operation: "message", Key: "m-1"}
+	key := idem.Key{Scope: "billing", Operation: "message", Key: "m-1"}
 	fp := mustFingerprint(t, "x")
 	res, err := e.Begin(context.Background(), idem.Request{Key: key, Fingerprint: fp})
 	if err != nil {
@@ -536,7 +536,7 @@ func TestReplayOfAnOperatorsAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c counting
-	h := protect(t, e, idemwatermill.Config{}, c.handle)
+	h := protect(t, e, idemwatermill.Config{Scope: "billing"}, c.handle)
 	if _, err := h(delivery("m-1", "x")); !errors.Is(err, idem.ErrNotAResult) || !idemwatermill.IsPoison(err) || c.runs.Load() != 0 {
 		t.Fatalf("%v after %d runs", err, c.runs.Load())
 	}
@@ -549,7 +549,7 @@ func TestReplayOfAnOperatorsCompletion(t *testing.T) {
 	t.Parallel()
 	for _, body := range []string{"", "done by hand"} {
 		e, _ := memEngine(t, idem.EngineConfig{})
-		res, err := e.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: "message", Operation: "message", Key: "m-1"}, Fingerprint: mustFingerprint(t, "x")})
+		res, err := e.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: "billing", Operation: "message", Key: "m-1"}, Fingerprint: mustFingerprint(t, "x")})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -557,7 +557,7 @@ func TestReplayOfAnOperatorsCompletion(t *testing.T) {
 			t.Fatal(err)
 		}
 		var c counting
-		out, err := protect(t, e, idemwatermill.Config{}, c.handle)(delivery("m-1", "x"))
+		out, err := protect(t, e, idemwatermill.Config{Scope: "billing"}, c.handle)(delivery("m-1", "x"))
 		switch {
 		case c.runs.Load() != 0:
 			t.Fatalf("body %q: the handler ran", body)
@@ -588,12 +588,15 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		e   *idem.Engine
 		cfg idemwatermill.Config
 	}{
-		"no engine":    {nil, idemwatermill.Config{}},
-		"unknown kind": {e, idemwatermill.Config{Kind: 7}},
+		"no engine":    {nil, idemwatermill.Config{Scope: "billing"}},
+		"unknown kind": {e, idemwatermill.Config{Scope: "billing", Kind: 7}},
 		"long scope":   {e, idemwatermill.Config{Scope: strings.Repeat("s", idem.MaxScopeLength+1)}},
 		"blank scope":  {e, idemwatermill.Config{Scope: " \t"}},
-		"negative":     {e, idemwatermill.Config{Lease: -time.Second}},
-		"empty field":  {e, idemwatermill.Config{FingerprintMetadata: []string{""}}},
+		"negative":     {e, idemwatermill.Config{Scope: "billing", Lease: -time.Second}},
+		"empty field":  {e, idemwatermill.Config{Scope: "billing", FingerprintMetadata: []string{""}}},
+		"no scope":     {e, idemwatermill.Config{}},
+		"both scopes":  {e, idemwatermill.Config{Scope: "billing", HandlerScope: true}},
+		"slash scope":  {e, idemwatermill.Config{Scope: "a/b", ScopeFunc: func(*message.Message) (string, error) { return "t", nil }}},
 	} {
 		if _, err := idemwatermill.New(tc.e, tc.cfg); err == nil {
 			t.Errorf("%s: no error", name)
@@ -604,7 +607,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 			t.Error("Middleware did not panic on a bad config")
 		}
 	}()
-	idemwatermill.Middleware(nil, idemwatermill.Config{})
+	idemwatermill.Middleware(nil, idemwatermill.Config{Scope: "billing"})
 }
 
 // A consumer died mid-handler (its lease is never settled nor renewed):
@@ -617,12 +620,12 @@ func TestConsumerDiedMidHandler(t *testing.T) {
 			var rv reviews
 			e, _ := memEngine(t, idem.EngineConfig{Lease: 2 * time.Second, OnReview: rv.onReview})
 			// The dead consumer's reservation.
-			if _, err := e.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: "message", Operation: "message", Key: "m-1"},
+			if _, err := e.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: "billing", Operation: "message", Key: "m-1"},
 				Fingerprint: mustFingerprint(t, "x"), Kind: kind}); err != nil {
 				t.Fatal(err)
 			}
 			var c counting
-			h := protect(t, e, idemwatermill.Config{Kind: kind, NackDelay: -1}, c.handle)
+			h := protect(t, e, idemwatermill.Config{Scope: "billing", Kind: kind, NackDelay: -1}, c.handle)
 			if _, err := h(delivery("m-1", "x")); !errors.Is(err, idem.ErrInFlight) {
 				t.Fatalf("%v: while the lease lives: %v", kind, err)
 			}
@@ -649,7 +652,7 @@ func TestOnOutcome(t *testing.T) {
 	t.Parallel()
 	e, _ := memEngine(t, idem.EngineConfig{})
 	var events []idemwatermill.Event
-	h := protect(t, e, idemwatermill.Config{OnOutcome: func(ev idemwatermill.Event) { events = append(events, ev) }},
+	h := protect(t, e, idemwatermill.Config{Scope: "billing", OnOutcome: func(ev idemwatermill.Event) { events = append(events, ev) }},
 		func(m *message.Message) ([]*message.Message, error) {
 			if string(m.Payload) == "panic" {
 				panic("boom")
@@ -690,7 +693,7 @@ func TestStoreDownHoldsBeforeNack(t *testing.T) {
 			{-1, 0},
 		} {
 			var c counting
-			h := protect(t, e, idemwatermill.Config{NackDelay: tc.nackDelay}, c.handle)
+			h := protect(t, e, idemwatermill.Config{Scope: "billing", NackDelay: tc.nackDelay}, c.handle)
 			start := time.Now()
 			if _, err := h(delivery("m-1", "x")); !errors.Is(err, idemstore.ErrUnavailable) || idemwatermill.IsPoison(err) {
 				t.Fatalf("%v", err)

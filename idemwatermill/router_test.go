@@ -122,7 +122,7 @@ func TestComparisonDeduplicatorLosesRetriedMessage(t *testing.T) {
 			}, 0},
 			{"idemwatermill", func(t *testing.T) message.HandlerMiddleware {
 				e, _ := memEngine(t, idem.EngineConfig{})
-				mw, err := idemwatermill.New(e, idemwatermill.Config{})
+				mw, err := idemwatermill.New(e, idemwatermill.Config{Scope: "billing"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -210,7 +210,7 @@ func TestRouterPoisonQueueAndReplay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return []message.HandlerMiddleware{poison, idemwatermill.Middleware(e, idemwatermill.Config{})}
+		return []message.HandlerMiddleware{poison, idemwatermill.Middleware(e, idemwatermill.Config{Scope: "billing"})}
 	}, c.handle)
 	receipts, err := rig.pubsub.Subscribe(context.Background(), "receipts")
 	if err != nil {
@@ -250,9 +250,9 @@ func TestRouterPoisonQueueAndReplay(t *testing.T) {
 }
 
 // Two handlers consume one topic (two consumer groups) through one idem
-// store with the default Scope and Operation, their handlers' names: a
-// message's UUID keys each handler's run separately, and neither gets
-// the other's answer.
+// store with HandlerScope and the default Operation, their handlers'
+// names: a message's UUID keys each handler's run separately, and neither
+// gets the other's answer.
 func TestTwoHandlersOneUUID(t *testing.T) {
 	t.Parallel()
 	e, _ := memEngine(t, idem.EngineConfig{})
@@ -261,7 +261,7 @@ func TestTwoHandlersOneUUID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	router.AddMiddleware(idemwatermill.Middleware(e, idemwatermill.Config{}))
+	router.AddMiddleware(idemwatermill.Middleware(e, idemwatermill.Config{HandlerScope: true}))
 	ran := make(chan string, 4)
 	for _, name := range []string{"billing", "shipping"} {
 		router.AddHandler(name, "orders", ps, name+".out", ps, func(m *message.Message) ([]*message.Message, error) {

@@ -6,12 +6,15 @@
 package msgdoor
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/url"
 	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemstore"
@@ -187,4 +190,51 @@ func SortedFields(fields []string) []string {
 	fields = slices.Clone(fields)
 	slices.Sort(fields)
 	return fields
+}
+
+// Former returns the request to begin for a message whose operation idem
+// named otherwise before (its business key's operation now names its topic
+// or subject too): former when a record stored under former's key is this
+// message's (stored for the same topic), so that a redelivery of a message
+// handled before the upgrade finds its record; req otherwise. A record of
+// another topic under former's key is another event type's, and is left
+// alone. The error is the store's, for BeginError.
+func Former(ctx context.Context, e *idem.Engine, req, former idem.Request, topic string) (idem.Request, error) {
+	rec, err := e.Get(ctx, former.Key)
+	switch {
+	case errors.Is(err, idemstore.ErrNotFound):
+		return req, nil
+	case err != nil:
+		return req, err
+	case rec.Request != nil && rec.Request.Path == topic:
+		return former, nil
+	}
+	return req, nil
+}
+
+// ScopeError is the Refusal of a message whose scope function failed or
+// gave no scope: a failure marked idem.Retryable is SituationUnavailable,
+// for a redelivery; any other, and an empty scope, SituationScopeMissing,
+// which no redelivery can help.
+func ScopeError(err error) *Refusal {
+	if err == nil {
+		return refuse(idem.SituationScopeMissing, "the message names no scope (Config.ScopeFunc returned none)", idem.ErrScopeMissing)
+	}
+	if idem.FailureMark(err) == idem.MarkedRetryable {
+		return refuse(idem.SituationUnavailable, "Config.ScopeFunc failed: "+err.Error(), err)
+	}
+	return refuse(idem.SituationScopeMissing, "Config.ScopeFunc refused the message: "+err.Error(), idem.ErrScopeMissing, err)
+}
+
+// JoinScope is the scope of a message: the configured (or default) scope,
+// a slash and the message's own (ScopeFunc's), or the Refusal of an own
+// scope that is not valid UTF-8 or holds a control character (read from a
+// header or metadata a producer controls, which a store may refuse: a
+// NUL in PostgreSQL text, and the message would come back forever as a
+// store failure).
+func JoinScope(base, own string) (string, *Refusal) {
+	if !utf8.ValidString(own) || strings.ContainsFunc(own, unicode.IsControl) {
+		return "", refuse(idem.SituationScopeMissing, "the message's scope (from Config.ScopeFunc) is not valid UTF-8 or holds a control character", idem.ErrScopeMissing)
+	}
+	return base + "/" + own, nil
 }
