@@ -136,7 +136,7 @@ func normalizeHost(h string) (string, bool) {
 	host = strings.TrimPrefix(strings.TrimSuffix(host, "]"), "[")
 	if a, err := netip.ParseAddr(host); err == nil {
 		host = a.String()
-		if a.Is6() && !a.Is4In6() || strings.Contains(host, ":") {
+		if strings.Contains(host, ":") {
 			host = "[" + host + "]"
 		}
 	} else {
