@@ -1,6 +1,7 @@
 package idemproxy_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -342,5 +343,46 @@ func TestLegacyOperationAcrossUpgrade(t *testing.T) {
 	}
 	if _, err := e.store.Get(t.Context(), idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST /orders", Key: "new"}); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Errorf("a new key under the earlier name: %v, want none", err)
+	}
+}
+
+// getFails is a store whose reads fail: the look-up of an earlier
+// version's record cannot tell whether there is one.
+type getFails struct{ idemstore.Store }
+
+func (getFails) Get(context.Context, idemstore.Key) (*idemstore.Record, error) {
+	return nil, errors.New("connection reset")
+}
+
+// TestLegacyLookupFailsClosed: when the store cannot say whether a record
+// of an earlier version holds the key, the request gets 503 and is not
+// forwarded: forwarding it under the new name could run a retry of a
+// request that already ran. Without the look-up it is forwarded.
+func TestLegacyLookupFailsClosed(t *testing.T) {
+	for _, legacy := range []bool{true, false} {
+		up := &recordingUpstream{}
+		srv := httptest.NewServer(up)
+		t.Cleanup(srv.Close)
+		mem := idemmem.MustNew(idemmem.Config{})
+		t.Cleanup(func() { mem.Close() })
+		quiet := slog.New(slog.DiscardHandler)
+		engine, err := idem.NewEngine(getFails{mem}, idem.EngineConfig{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := idemproxy.New(engine, idemproxy.Config{Upstream: srv.URL, LegacyOperations: &legacy, Settings: idemproxy.Settings{Anonymous: idemproxy.AnonymousShared}},
+			idemproxy.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := &edgeRig{proxy: p, front: httptest.NewServer(p), up: up}
+		t.Cleanup(e.front.Close)
+		got := e.one(t, hostPost("HTTP/1.1", "api.example", "k", `{}`))
+		switch {
+		case legacy && (got.Status != http.StatusServiceUnavailable || got.Header.Get("Retry-After") == "" || len(up.requests()) != 0):
+			t.Errorf("the look-up failed: %v, the upstream ran %d times; want 503 with Retry-After, not forwarded", got, len(up.requests()))
+		case !legacy && got.Status != http.StatusCreated:
+			t.Errorf("legacy_operations off: %v, want forwarded", got)
+		}
 	}
 }
