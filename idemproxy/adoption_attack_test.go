@@ -94,7 +94,7 @@ func TestObserveReplayRunsAgain(t *testing.T) {
 	if ev := op.last(t); ev.Finding != idem.FindingWouldReplay {
 		t.Errorf("retry's finding %q, want would_replay", ev.Finding)
 	}
-	rec, err := op.store.Get(t.Context(), idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST /slow", Key: "k"})
+	rec, err := getRecord(t.Context(), op.store, idemproxy.AnonymousScope, "POST /slow", "k")
 	if err != nil || rec.State != idemstore.StateCompleted || string(rec.Response.Body) != "run 1" {
 		t.Fatalf("record after an observed retry: %+v %v, want the first answer", rec, err)
 	}
@@ -148,7 +148,7 @@ func TestObserveInFlightWouldWait(t *testing.T) {
 	if ev.Finding != idem.FindingWouldWait {
 		t.Errorf("retry in flight: finding %q, want would_wait", ev.Finding)
 	}
-	rec, err := op.store.Get(t.Context(), idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST /pay", Key: "k"})
+	rec, err := getRecord(t.Context(), op.store, idemproxy.AnonymousScope, "POST /pay", "k")
 	if err != nil || rec.State != idemstore.StateCompleted || string(rec.Response.Body) != "run 1" {
 		t.Fatalf("record: %+v %v, want the first run's answer", rec, err)
 	}
@@ -172,7 +172,7 @@ func TestObserveShutdownForwards(t *testing.T) {
 	if v := resp.Header.Get("Idempotency-Outcome"); v != "" {
 		t.Errorf("Idempotency-Outcome %q in observe mode", v)
 	}
-	rec, err := op.store.Get(t.Context(), idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST /pay", Key: "k"})
+	rec, err := getRecord(t.Context(), op.store, idemproxy.AnonymousScope, "POST /pay", "k")
 	if err == nil && rec.State == idemstore.StatePending {
 		t.Errorf("the key is left pending: %+v", rec)
 	}

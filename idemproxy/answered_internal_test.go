@@ -71,7 +71,7 @@ func TestAnsweredRequestWasSent(t *testing.T) {
 	if got := rec.Header().Get("Idempotency-Outcome"); rec.Code != http.StatusBadGateway || got != idem.SituationUpstreamFailed.Name {
 		t.Fatalf("a 101 to a protected request: %d %s %q; want 502 %s", rec.Code, got, rec.Body, idem.SituationUpstreamFailed.Name)
 	}
-	rec2, err := store.Get(context.Background(), idemstore.Key{Scope: AnonymousScope, Operation: "POST /pay", Key: "k"})
+	rec2, err := store.Get(context.Background(), idemstore.Key{Scope: AnonymousScope, Operation: "POST /pay host=example.com upstream=" + p.upstreamName, Key: "k"})
 	if err != nil || rec2.State != idemstore.StateNeedsReview {
 		t.Fatalf("the key: %+v %v; want it in review", rec2, err)
 	}

@@ -91,7 +91,7 @@ func (r *attackRig) event(t *testing.T) idem.Event {
 // or nil when there is none.
 func (r *attackRig) record(t *testing.T, path, key string) *idemstore.Record {
 	t.Helper()
-	rec, err := r.store.Get(context.Background(), idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST " + path, Key: key})
+	rec, err := getRecord(context.Background(), r.store, idemproxy.AnonymousScope, "POST "+path, key)
 	if errors.Is(err, idemstore.ErrNotFound) {
 		return nil
 	}
@@ -113,6 +113,7 @@ func (r *attackRig) post(t *testing.T, path, key, body string, hdr ...string) (*
 	if err != nil {
 		t.Fatal(err)
 	}
+	req.Host = "x" // as the raw requests say: the authority is part of the operation
 	req.Header.Set("Idempotency-Key", key)
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Add(hdr[i], hdr[i+1])

@@ -21,6 +21,23 @@ import (
 type Config struct {
 	// Upstream is the base URL of the API the proxy protects. Required.
 	Upstream string `yaml:"upstream"`
+	// UpstreamName names the upstream in every operation ("POST /orders
+	// host=shop.example upstream=NAME"), so that proxies in front of
+	// different APIs that share a store never take one's key for the
+	// other's. Proxies in front of one API must give it one name: set it
+	// when they reach it by different URLs. Visible ASCII without spaces.
+	// Defaults to the upstream URL's host (lower-case, without a default
+	// port) and base path.
+	UpstreamName string `yaml:"upstream_name"`
+	// LegacyOperations makes a protected request look for a record that an
+	// earlier version of idem stored under the operation's name of then
+	// (method and path alone) and, if there is one, keep that name: a
+	// retry across the upgrade replays, or waits for, the request it
+	// retries, instead of running again. It costs one store read per
+	// protected request; turn it off once the longest retention has passed
+	// since every instance sharing the store was upgraded. Defaults to
+	// true.
+	LegacyOperations *bool `yaml:"legacy_operations"`
 	// Listen is the proxy's address. Defaults to 127.0.0.1:8080.
 	Listen string `yaml:"listen"`
 	// Store is the store URL (see internal/storeurl). Defaults to
@@ -157,6 +174,15 @@ type Settings struct {
 	// ScopeCookie names the cookies whose values scope keys (one name or a
 	// list), after the headers. Defaults to none.
 	ScopeCookie Names `yaml:"scope_cookie"`
+	// HostAliases are host names that count as one in operations, for an
+	// upstream that serves them as one API (api.example.com and
+	// www.example.com): a request to any of them is named after the
+	// first. "*" alone makes every host one, for an upstream that never
+	// reads the Host. Names compare as hosts do: in any case, with or
+	// without a trailing dot or a default port, an internationalised name
+	// as Unicode or A-labels. A route that sets it replaces the global
+	// one. Defaults to none: every host is an operation of its own.
+	HostAliases []string `yaml:"host_aliases"`
 	// ScopeLabelHeader names a request header whose values (joined with
 	// ", ") label each new key for operators, as its scope label: shown by
 	// the admin API, the review page and idem keys, and searched by
@@ -327,6 +353,9 @@ func (c Config) WithDefaults() Config {
 	if c.MethodOverride == "" {
 		c.MethodOverride = OverrideProtect
 	}
+	if c.LegacyOperations == nil {
+		c.LegacyOperations = new(true)
+	}
 	return c
 }
 
@@ -336,6 +365,9 @@ func (c Config) Validate() error {
 		return errors.New("upstream is required (--upstream URL or upstream: in the config file)")
 	}
 	if err := checkUpstream(c.Upstream); err != nil {
+		return err
+	}
+	if err := checkUpstreamName(c.UpstreamName); err != nil {
 		return err
 	}
 	switch c.LogFormat {
@@ -421,6 +453,12 @@ func (s Settings) validate() error {
 			}
 		}
 	}
+	if err := checkScopeHeaders(s.ScopeHeader); err != nil {
+		return err
+	}
+	if err := checkHostAliases(s.HostAliases); err != nil {
+		return err
+	}
 	if err := checkScopeLabelHeader(s.ScopeLabelHeader); err != nil {
 		return err
 	}
@@ -485,6 +523,9 @@ func (s Settings) merge(parent Settings) Settings {
 	}
 	if s.ScopeLabelHeader == "" {
 		s.ScopeLabelHeader = parent.ScopeLabelHeader
+	}
+	if s.HostAliases == nil {
+		s.HostAliases = parent.HostAliases
 	}
 	if s.Anonymous == "" {
 		s.Anonymous = parent.Anonymous

@@ -11,9 +11,13 @@
 //
 //   - the scope: a digest of the values of the scope headers and cookies
 //     (NewScope), keyed with HMAC-SHA-256 when a secret is set, never the
-//     credential itself; a request without any of them gets 401;
+//     credential itself; a request without any of them gets 401; the scope's
+//     headers and cookies reach the upstream whatever Connection says;
 //   - the operation: method and path, the path normalised as the upstream
-//     reads it and forwarded so (path.go); a protected method in another
+//     reads it and forwarded so (path.go), the authority the client
+//     addressed, normalised as a host (Settings.HostAliases makes hosts one),
+//     and the upstream's name (identity.go); records stored under an
+//     earlier version's name keep it (Config.LegacyOperations); a protected method in another
 //     case, or named by an override header, is refused or protected, never
 //     passed on unprotected (route.go, override.go), and a protected
 //     request never becomes a tunnel;

@@ -138,7 +138,7 @@ func (e *edgeRig) raw(t *testing.T, req string, want int) []answer {
 // anonymous scope: "gone", a state, or "completed STATUS".
 func (e *edgeRig) state(t *testing.T, operation, key string) string {
 	t.Helper()
-	rec, err := e.store.Get(context.Background(), idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: operation, Key: key})
+	rec, err := getRecord(context.Background(), e.store, idemproxy.AnonymousScope, operation, key)
 	if errors.Is(err, idemstore.ErrNotFound) {
 		return "gone"
 	}

@@ -99,7 +99,7 @@ func (r *rig) call(t *testing.T, path, key string) (rec *httptest.ResponseRecord
 // state returns the state of key's record on path, or "gone".
 func (r *rig) state(t *testing.T, path, key string) idemstore.State {
 	t.Helper()
-	rec, err := r.store.Get(context.Background(), idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST " + path, Key: key})
+	rec, err := getRecord(context.Background(), r.store, idemproxy.AnonymousScope, "POST "+path, key)
 	if errors.Is(err, idemstore.ErrNotFound) {
 		return "gone"
 	}

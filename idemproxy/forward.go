@@ -25,6 +25,9 @@ type forwarder struct {
 	ambiguous Ambiguous
 	deadline  time.Duration
 	observe   bool // the route observes: forwarded during shutdown too
+	// endToEnd are the request headers that reach the upstream as the
+	// client sent them, whatever its Connection header says (see rewrite).
+	endToEnd []string
 }
 
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -199,10 +202,15 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 }
 
 // rewrite points the request at the upstream, and guards a protected
-// request's body (guardedBody). A protected request's key, Content-Type
-// and Content-Encoding, and the method-override headers of one protected
-// as their method, go out even when the client's Connection header names
-// them.
+// request's body (guardedBody). What a protected request was matched and
+// scoped by goes out even when the client's Connection header names it
+// (which made ReverseProxy drop it as hop by hop): its key, Content-Type
+// and Content-Encoding, the route's scope headers and, when it scopes by
+// cookies, Cookie (see endToEndFields); and the method-override headers of
+// one protected as their method. Dropped, they would leave the upstream
+// to run a request other than the one its key was kept for: another body,
+// or, without the credential, another tenant's (an upstream that takes a
+// request without one for its default tenant).
 //
 // http.Transport re-sends a bodiless request that carries an
 // Idempotency-Key (or X-Idempotency-Key) after a broken keep-alive
@@ -211,11 +219,6 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 // chunked, which some upstreams refuse), and its key header goes out under
 // a map key the transport's check does not look at: header names are
 // case-insensitive on the wire, so the upstream sees the same header.
-// endToEnd are the fields of a protected request that always reach the
-// upstream as the client sent them: its key, and what the fingerprint
-// reads of its body's meaning.
-var endToEnd = []string{idem.HeaderName, "Content-Type", "Content-Encoding"}
-
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(f.p.upstream)
 	pr.SetXForwarded()
@@ -232,11 +235,10 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	}
 	x := exchangeFrom(pr.Out.Context())
 	if x != nil {
-		// The key and the fields the fingerprint counts are end to end:
-		// naming them in Connection, which made ReverseProxy drop them,
-		// does not keep them from the upstream, which would otherwise
-		// read a body other than the one its key was matched by.
-		for _, name := range endToEnd {
+		// The key, the fields the fingerprint counts and the scope's
+		// sources are end to end: naming them in Connection, which made
+		// ReverseProxy drop them, does not keep them from the upstream.
+		for _, name := range f.endToEnd {
 			if v := pr.In.Header[name]; v != nil && pr.Out.Header[name] == nil {
 				pr.Out.Header[name] = v
 			}
@@ -268,6 +270,26 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	default:
 		pr.Out.Body = x.guard(pr.Out.Body)
 	}
+}
+
+// endToEndFields are the fields of a protected request that always reach
+// the upstream as the client sent them: its key, what the fingerprint reads
+// of its body's meaning, and the scope's sources (its headers, and Cookie
+// when it scopes by cookies). Proxy-Authorization, which the proxy never
+// forwards, cannot be a scope header (checkScopeHeaders).
+func endToEndFields(src ScopeSources) []string {
+	names := []string{idem.HeaderName, "Content-Type", "Content-Encoding"}
+	headers := src.Headers
+	if len(headers) == 0 && len(src.Cookies) == 0 {
+		headers = []string{DefaultScopeHeader}
+	}
+	for _, h := range headers {
+		names = append(names, http.CanonicalHeaderKey(h))
+	}
+	if len(src.Cookies) > 0 {
+		names = append(names, "Cookie")
+	}
+	return names
 }
 
 // inlineBody is the largest protected request body copied for the

@@ -149,7 +149,9 @@ func TestLockInKeysAndCredentials(t *testing.T) {
 }
 
 // TestLockInRequestTargets: an absolute-form target is its path's
-// operation, forwarded to the upstream as that path; "*" is no path and
+// operation at its authority (which the upstream reads as
+// X-Forwarded-Host, whatever the Host line says), forwarded to the
+// upstream as that path; "*" is no path and
 // is refused, as is a scheme followed by no "//" nor "/" ("http:pay"); CONNECT, never protected, reaches the upstream as it would
 // without idem, once.
 func TestLockInRequestTargets(t *testing.T) {
@@ -160,9 +162,10 @@ func TestLockInRequestTargets(t *testing.T) {
 		status    int
 		outcome   string
 	}{
-		{"absolute-form", post("POST", "http://evil.example/pay", "k", "{}"), http.StatusCreated, "acquired"},
+		{"absolute-form", post("POST", "http://API.example/pay", "k", "{}"), http.StatusCreated, "acquired"},
 		{"the same as origin-form", post("POST", "/pay", "k", "{}"), http.StatusCreated, "replayed"},
-		{"absolute-form, another host", post("POST", "https://other.example:8443/p%61y", "k", "{}"), http.StatusCreated, "replayed"},
+		{"absolute-form, the default port", post("POST", "https://api.example:443/p%61y", "k", "{}"), http.StatusCreated, "replayed"},
+		{"absolute-form, another host", post("POST", "http://evil.example/pay", "k", "{}"), http.StatusCreated, "acquired"},
 		{"POST *", post("POST", "*", "k2", "{}"), http.StatusBadRequest, "invalid_path"},
 		// Opaque: the upstream would get "pay", keyed as "/" before.
 		{"an opaque target", post("POST", "http:pay", "k4", "{}"), http.StatusBadRequest, "invalid_path"},
@@ -177,10 +180,13 @@ func TestLockInRequestTargets(t *testing.T) {
 		}
 	}
 	got := e.up.requests()
-	if ran := describe(got, ""); ran != "POST /pay {} | CONNECT / " {
+	if ran := describe(got, ""); ran != "POST /pay {} | POST /pay {} | CONNECT / " {
 		t.Fatalf("the upstream ran %q", ran)
 	}
-	if h := got[0].Header.Get("X-Forwarded-Host"); h != "evil.example" {
+	if h := got[0].Header.Get("X-Forwarded-Host"); h != "API.example" {
+		t.Errorf("X-Forwarded-Host %q", h)
+	}
+	if h := got[1].Header.Get("X-Forwarded-Host"); h != "evil.example" {
 		t.Errorf("X-Forwarded-Host %q", h)
 	}
 	if st := e.state(t, "CONNECT ", "k3"); st != "gone" {

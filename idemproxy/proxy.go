@@ -49,9 +49,13 @@ type Options struct {
 type Proxy struct {
 	handler  atomic.Pointer[routes] // swapped whole by Reload
 	upstream *url.URL
-	log      *slog.Logger
-	metrics  *Metrics
-	closing  atomic.Bool
+	// upstreamName names the upstream in operations (Config.UpstreamName),
+	// and legacy is Config.LegacyOperations, both fixed at New.
+	upstreamName string
+	legacy       bool
+	log          *slog.Logger
+	metrics      *Metrics
+	closing      atomic.Bool
 
 	engine    *idem.Engine
 	opts      Options
@@ -93,7 +97,11 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		engine: engine, opts: opts, transport: watchBodies{opts.Transport}, pool: newBufferPool(),
 		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
 		problemBase: cfg.ProblemBaseURL, writeTimeout: cfg.ClientWriteTimeout.d(),
-		bodies: &bodyBudget{max: cfg.MaxBodyMemory},
+		bodies:       &bodyBudget{max: cfg.MaxBodyMemory},
+		upstreamName: cfg.UpstreamName, legacy: *cfg.LegacyOperations,
+	}
+	if p.upstreamName == "" {
+		p.upstreamName = upstreamName(up)
 	}
 	rs, err := p.build(cfg)
 	if err != nil {
@@ -170,7 +178,8 @@ func (p *Proxy) build(cfg Config) (*routes, error) {
 // policy around a forwarder, or the forwarder alone when disabled, behind
 // the route's edges.
 func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool) (*route, error) {
-	fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline(), observe: s.Mode == ModeObserve}
+	fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline(), observe: s.Mode == ModeObserve,
+		endToEnd: endToEndFields(s.scopeSources())}
 	fwd.rp = &httputil.ReverseProxy{
 		Rewrite:      fwd.rewrite,
 		Transport:    p.transport,
@@ -178,7 +187,9 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ErrorHandler: fwd.upstreamError,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, maxBody: s.maxBody(), next: fwd}
+	scope := NewScope(s.scopeSources(), p.opts.ScopeSecret, s.Anonymous)
+	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, maxBody: s.maxBody(), next: fwd,
+		scope: scope, legacy: p.legacy, observe: s.Mode == ModeObserve}
 	if rt.override == "" {
 		rt.override = OverrideProtect
 	}
@@ -190,11 +201,11 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		p.metrics.observeRoute(label)
 	}
 	mw, err := idem.NewMiddleware(p.engine, idem.Config{
-		Scope:          NewScope(s.scopeSources(), p.opts.ScopeSecret, s.Anonymous),
+		Scope:          scope,
 		ScopeLabel:     s.scopeLabel(),
 		FingerprintKey: p.fpKey,
 		Methods:        methods,
-		Operation:      operation,
+		Operation:      newIdentity(p.upstreamName, s).operation,
 		Policy:         pol,
 		OnOutcome:      p.onOutcome(label),
 		ProblemBaseURL: p.problemBase,
@@ -239,11 +250,6 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Retry-After, so a retry against another instance runs them. Routes in
 // observe mode forward them still.
 func (p *Proxy) BeginShutdown() { p.closing.Store(true) }
-
-// operation is the record's operation: method and path, as escaped on the
-// wire, so that /a%2Fb and /a/b, which the upstream gets as different
-// paths, are different operations.
-func operation(r *http.Request) string { return r.Method + " " + r.URL.EscapedPath() }
 
 // Problem types of the proxy's own answers: aliases of idem's, kept for
 // compatibility. The situations (idem.SituationUpstreamUnreachable, …) carry

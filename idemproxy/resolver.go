@@ -113,7 +113,7 @@ func (r *HTTPResolver) resolve(ctx context.Context, rec *idemstore.Record) (idem
 	if rec.Request != nil {
 		q.Method, q.Path, q.Query = rec.Request.Method, rec.Request.Path, rec.Request.Query
 	} else {
-		q.Method, q.Path, _ = strings.Cut(rec.Key.Operation, " ")
+		q.Method, q.Path = splitOperation(rec.Key.Operation)
 	}
 	body, err := json.Marshal(q)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -96,7 +95,7 @@ func newReview(cfg Config, store idemstore.Store, m *Metrics, log *slog.Logger) 
 func (rv *review) onReview(ctx context.Context, key idem.Key, reason string) {
 	id := idemadmin.KeyID(key)
 	if rv.hook != nil {
-		method, path, _ := strings.Cut(key.Operation, " ")
+		method, path := splitOperation(key.Operation)
 		rv.hook.enqueue(reviewEvent{ID: id, Scope: key.Scope, Operation: key.Operation, Key: key.Key, Reason: reason,
 			Method: method, Path: path, At: time.Now().UTC()})
 	}
@@ -301,7 +300,7 @@ func (rr *routeResolver) pick(rec *idemstore.Record) *HTTPResolver {
 	if rr.mux == nil {
 		return rr.def
 	}
-	method, path, _ := strings.Cut(rec.Key.Operation, " ")
+	method, path := splitOperation(rec.Key.Operation)
 	if rec.Request != nil {
 		method, path = rec.Request.Method, rec.Request.Path
 	}

@@ -29,6 +29,9 @@ type route struct {
 	override MethodOverride
 	maxBody  int64
 	next     http.Handler // the middleware around the forwarder, or the forwarder alone
+	scope    idem.ScopeFunc
+	legacy   bool // look for records stored under earlier operation names
+	observe  bool
 }
 
 // protects reports whether the route protects method (see idem's method
@@ -198,6 +201,16 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// hop, and a server may ignore it (RFC 9110 §7.8), so it is dropped.
 	if _, ok := r.Header["Upgrade"]; ok {
 		dropUpgrade(r.Header)
+	}
+	if _, ok := normalizeHost(r.Host); !ok {
+		rt.p.refuse(w, r, idem.SituationInvalidPath, "The request's Host is not an authority idem can name an operation by (too long, or not a host); it was not forwarded.")
+		return
+	}
+	if rt.legacy {
+		var ok bool
+		if r, ok = rt.legacyLookup(w, r); !ok {
+			return
+		}
 	}
 	if n := rt.bodyCost(r); n > 0 {
 		if !rt.p.bodies.acquire(n) {

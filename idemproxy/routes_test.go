@@ -44,9 +44,8 @@ func TestRoutePatternsAsServeMuxReadsThem(t *testing.T) {
 			if resp, body := tp.send(t, tt.method, "/items", "", strings.NewReader("{}")); resp.StatusCode != http.StatusBadRequest {
 				t.Errorf("%s without a key: %d %s, want 400", tt.method, resp.StatusCode, body)
 			}
-			k := idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: tt.method + " /items", Key: "k1"}
-			if rec, err := tp.store.Get(t.Context(), k); err != nil || rec.State != idemstore.StateCompleted {
-				t.Errorf("record %+v: %+v, %v; want it completed", k, rec, err)
+			if rec, err := getRecord(t.Context(), tp.store, idemproxy.AnonymousScope, tt.method+" /items", "k1"); err != nil || rec.State != idemstore.StateCompleted {
+				t.Errorf("record %s /items k1: %+v, %v; want it completed", tt.method, rec, err)
 			}
 		})
 	}

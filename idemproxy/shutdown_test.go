@@ -27,8 +27,7 @@ func TestShutdownReleasesUnforwarded(t *testing.T) {
 	if n := tp.runs.Load(); n != 0 {
 		t.Fatalf("upstream ran %d times during shutdown", n)
 	}
-	key := idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST /pay", Key: "k"}
-	if _, err := tp.store.Get(t.Context(), key); !errors.Is(err, idemstore.ErrNotFound) {
+	if _, err := getRecord(t.Context(), tp.store, idemproxy.AnonymousScope, "POST /pay", "k"); !errors.Is(err, idemstore.ErrNotFound) {
 		t.Fatalf("key after a refused request: %v, want released (ErrNotFound)", err)
 	}
 	// Unprotected requests still pass while the server drains.

@@ -65,7 +65,7 @@ func slowRig(t *testing.T, size int, deadline, writeTimeout string) (r *rig, dia
 // line and headers, not its body.
 func askBig(t *testing.T, conn net.Conn) (*http.Response, *bufio.Reader) {
 	t.Helper()
-	go io.WriteString(conn, "POST /big HTTP/1.1\r\nHost: x\r\nIdempotency-Key: k\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"amount\":1}")
+	go io.WriteString(conn, "POST /big HTTP/1.1\r\nHost: example.com\r\nIdempotency-Key: k\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"amount\":1}")
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, nil)
 	if err != nil {

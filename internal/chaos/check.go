@@ -18,15 +18,19 @@ import (
 // StoreKey is the record key the proxy keeps for k: the scope is the
 // SHA-256 of the Authorization header (or the shared anonymous scope, as
 // the chaos run starts idem serve with --anonymous shared), the
-// operation method and path.
+// operation method and path, at any host (host_aliases ["*"]), in front
+// of the upstream named chaosUpstream.
 func StoreKey(k ExecKey) idemstore.Key {
 	r, _ := http.NewRequest(http.MethodPost, "http://proxy"+k.Path, nil)
 	if k.Auth != "" {
 		r.Header.Set("Authorization", k.Auth)
 	}
 	scope, _ := idemproxy.NewScope(idemproxy.ScopeSources{}, nil, idemproxy.AnonymousShared)(r)
-	return idemstore.Key{Scope: scope, Operation: http.MethodPost + " " + k.Path, Key: k.Key}
+	return idemstore.Key{Scope: scope, Operation: http.MethodPost + " " + k.Path + " host=* upstream=" + chaosUpstream, Key: k.Key}
 }
+
+// chaosUpstream is the upstream_name of the chaos run's proxies.
+const chaosUpstream = "chaos"
 
 // Violation is one broken invariant of one key.
 type Violation struct {

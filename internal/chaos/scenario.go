@@ -187,6 +187,10 @@ func (s *Scenario) Run(ctx context.Context) (*Outcome, error) {
 		"log_level":         "info",
 		"ambiguous":         s.Ambiguous,
 		"anonymous":         "shared", // some clients send no Authorization
+		// Clients reach each proxy at its own address: every host is one
+		// API, and the upstream has one name (see StoreKey).
+		"host_aliases":  []string{"*"},
+		"upstream_name": chaosUpstream,
 	})
 	if err != nil {
 		return nil, err

@@ -32,6 +32,9 @@ type serveFlags struct {
 	logFormat, logLevel                              string
 	scopeHeaders, scopeCookies                       []string
 	scopeLabelHeader                                 string
+	upstreamName                                     string
+	hostAliases                                      []string
+	legacyOperations                                 bool
 	anonymous, scopeSecretFile, encryptionKeyFile    string
 	readHeaderTimeout, readTimeout, idleTimeout      time.Duration
 	maxHeaderBytes                                   int
@@ -125,6 +128,9 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl := cmd.Flags()
 	fl.StringVar(&f.config, "config", "", "YAML configuration file; flags override it")
 	fl.StringVar(&f.upstream, "upstream", "", "the API the proxy protects (required, here or in the config file)")
+	fl.StringVar(&f.upstreamName, "upstream-name", "", "the upstream's name in operations; proxies in front of one API reached by different URLs must share it (default: the upstream URL's host and base path)")
+	fl.StringArrayVar(&f.hostAliases, "host-alias", nil, "host name that counts as one with the others given (repeatable; operations are named after the first), or * alone: every host is one (default: every host is an operation of its own)")
+	fl.BoolVar(&f.legacyOperations, "legacy-operations", true, "look for a record stored under an earlier version's operation name (method and path) and keep it; one store read per protected request; --legacy-operations=false once a retention has passed since the upgrade")
 	fl.StringVar(&f.listen, "listen", idemproxy.DefaultListen, "where the proxy listens (port 0 picks a free port; the address is logged)")
 	fl.StringVar(&f.store, "store", idemproxy.DefaultStore, "store URL: sqlite://PATH, memory://, postgres://…, mysql://user:pass@tcp(host:port)/db, redis://host:port/N, redis+cluster://h1:p1,h2:p2")
 	fl.StringVar(&f.admin, "admin", "", "admin listener for /healthz, /readyz and /metrics, and with a token the admin API and review page (default off)")
@@ -232,6 +238,15 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if fl.Changed("scope-header") || fl.Changed("scope-cookie") {
 		cfg.ScopeHeader, cfg.ScopeCookie = f.scopeHeaders, f.scopeCookies
+	}
+	if set("upstream-name") {
+		cfg.UpstreamName = f.upstreamName
+	}
+	if fl.Changed("host-alias") {
+		cfg.HostAliases = f.hostAliases
+	}
+	if set("legacy-operations") {
+		cfg.LegacyOperations = &f.legacyOperations
 	}
 	if set("scope-label-header") {
 		cfg.ScopeLabelHeader = f.scopeLabelHeader

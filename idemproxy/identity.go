@@ -1,0 +1,260 @@
+package idemproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+
+	"golang.org/x/net/idna"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// An operation of the proxy names everything that makes two requests
+// different work for the upstream: the method, the path, the authority the
+// client addressed (which the upstream reads as X-Forwarded-Host, and by
+// which it may route tenants) and the upstream itself (two proxies in
+// front of different APIs may share a store):
+//
+//	POST /orders host=shop-a.example upstream=orders.internal:9000
+//
+// Records stored by earlier versions are named by the method and path
+// alone (legacyOperation); see Config.LegacyOperations.
+
+// Operation-name fields after the method and path.
+const (
+	opHost     = " host="
+	opUpstream = " upstream="
+)
+
+// AnyHost in HostAliases makes every host one: the operation names none.
+const AnyHost = "*"
+
+// maxHostLength is the longest authority the proxy names in an operation:
+// a DNS name (253 bytes) with a port. Longer ones are refused (400).
+const maxHostLength = 253 + len(":65535")
+
+// identity names a route's operations.
+type identity struct {
+	upstream string            // the upstream's name
+	aliases  map[string]string // a normalised host → the name it counts as
+	anyHost  bool              // every host is one (AnyHost)
+}
+
+// newIdentity returns the naming of a route with merged settings s, in
+// front of the upstream named upstream. s.HostAliases was checked.
+func newIdentity(upstream string, s Settings) *identity {
+	id := &identity{upstream: upstream}
+	for i, h := range s.HostAliases {
+		if h == AnyHost {
+			id.anyHost = true
+			break
+		}
+		n, _ := normalizeHost(h)
+		if i == 0 {
+			id.aliases = map[string]string{}
+		}
+		first, _ := normalizeHost(s.HostAliases[0])
+		id.aliases[n] = first
+	}
+	return id
+}
+
+// opOverrideKey is the context key of the operation a request keeps, set
+// when a record of an earlier version names it (see legacyLookup).
+type opOverrideKey struct{}
+
+// operation is the route's idem.Config.Operation.
+func (id *identity) operation(r *http.Request) string {
+	if op, ok := r.Context().Value(opOverrideKey{}).(string); ok && op == legacyOperation(r) {
+		return op
+	}
+	host, _ := normalizeHost(r.Host)
+	return id.name(r.Method, r.URL.EscapedPath(), host)
+}
+
+// name is the operation of method on path at host (normalised).
+func (id *identity) name(method, path, host string) string {
+	switch {
+	case id.anyHost:
+		host = AnyHost
+	case id.aliases != nil:
+		if a, ok := id.aliases[host]; ok {
+			host = a
+		}
+	}
+	return method + " " + path + opHost + host + opUpstream + id.upstream
+}
+
+// legacyOperation is the operation of earlier versions: method and path,
+// as escaped on the wire.
+func legacyOperation(r *http.Request) string { return r.Method + " " + r.URL.EscapedPath() }
+
+// splitOperation returns the method and path of an operation, of this
+// version or an earlier one.
+func splitOperation(op string) (method, path string) {
+	method, rest, _ := strings.Cut(op, " ")
+	path, _, _ = strings.Cut(rest, " ")
+	return method, path
+}
+
+// normalizeHost returns the authority h as one spelling of it: ASCII
+// lower-case, an internationalised name as its A-labels (IDNA), without a
+// trailing dot, an IP address in its canonical form, and without a default
+// port (80, 443) or an empty one. ok is false for an authority longer than
+// maxHostLength, or that is not one (white space, control characters).
+// An empty h (an HTTP/1.0 request without Host) is "".
+func normalizeHost(h string) (string, bool) {
+	if h == "" {
+		return "", true
+	}
+	if len(h) > maxHostLength {
+		return "", false
+	}
+	for i := 0; i < len(h); i++ {
+		if c := h[i]; c <= ' ' || c == 0x7f || c == '/' || c == '@' {
+			return "", false
+		}
+	}
+	host, port := h, ""
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.HasSuffix(h, "]") {
+		if strings.Count(h, ":") > 1 && !strings.HasPrefix(h, "[") {
+			host = h // a bare IPv6 address, no port
+		} else {
+			host, port = h[:i], h[i+1:]
+		}
+	}
+	if port == "80" || port == "443" {
+		port = ""
+	}
+	host = strings.TrimPrefix(strings.TrimSuffix(host, "]"), "[")
+	if a, err := netip.ParseAddr(host); err == nil {
+		host = a.String()
+		if strings.Contains(host, ":") {
+			host = "[" + host + "]"
+		}
+	} else {
+		host = strings.TrimSuffix(host, ".")
+		if ascii, err := idna.Lookup.ToASCII(host); err == nil {
+			host = ascii
+		} else {
+			host = strings.ToLower(host) // not a DNS name: kept apart from every one
+		}
+	}
+	if port != "" {
+		host += ":" + port
+	}
+	if len(host) > maxHostLength {
+		return "", false
+	}
+	return host, true
+}
+
+// upstreamName is the default name of the upstream u in operations: its
+// host (normalised as a request's) and its base path, without a trailing
+// slash. The scheme does not count: one API over http and https is one.
+func upstreamName(u *url.URL) string {
+	h, _ := normalizeHost(u.Host)
+	return h + strings.TrimSuffix(u.EscapedPath(), "/")
+}
+
+// checkUpstreamName refuses an upstream name that cannot be read back out
+// of an operation.
+func checkUpstreamName(n string) error {
+	if len(n) > maxHostLength+256 {
+		return fmt.Errorf("upstream_name (--upstream-name) is %d bytes; at most %d", len(n), maxHostLength+256)
+	}
+	for i := 0; i < len(n); i++ {
+		if c := n[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("upstream_name (--upstream-name) %q must be visible ASCII, without spaces", n)
+		}
+	}
+	return nil
+}
+
+// checkHostAliases refuses aliases that are not host names, or "*" beside
+// names.
+func checkHostAliases(hs []string) error {
+	for _, h := range hs {
+		if h == AnyHost {
+			if len(hs) > 1 {
+				return errors.New(`host_aliases (--host-alias): "*" makes every host one; give it alone`)
+			}
+			continue
+		}
+		if _, ok := normalizeHost(h); !ok || h == "" {
+			return fmt.Errorf("host_aliases (--host-alias): %q is not a host name", h)
+		}
+	}
+	return nil
+}
+
+// notScopeHeaders are headers a proxy cannot scope by: the upstream never
+// sees them as the client sent them. Go's server moves Host out of the
+// header map; hop-by-hop headers are removed on the way (Proxy-Authorization
+// included); the X-Forwarded-* headers and Forwarded are replaced by the
+// proxy's own.
+var notScopeHeaders = map[string]string{
+	"Host":                "the authority is part of every operation already (see host_aliases), and is not a credential",
+	"Connection":          "it is hop by hop: the upstream never sees it",
+	"Proxy-Connection":    "it is hop by hop: the upstream never sees it",
+	"Keep-Alive":          "it is hop by hop: the upstream never sees it",
+	"Te":                  "it is hop by hop: the upstream never sees it",
+	"Trailer":             "it is hop by hop: the upstream never sees it",
+	"Transfer-Encoding":   "it is hop by hop: the upstream never sees it",
+	"Upgrade":             "it is hop by hop: the upstream never sees it",
+	"Proxy-Authorization": "it is hop by hop: the proxy removes it, so the upstream never sees it and cannot serve by it",
+	"Content-Length":      "it is the body's framing, not a credential",
+	"Forwarded":           "the proxy replaces it with its own",
+	"X-Forwarded-For":     "the proxy replaces it with its own",
+	"X-Forwarded-Host":    "the proxy replaces it with the request's Host, which is part of every operation already",
+	"X-Forwarded-Proto":   "the proxy replaces it with its own",
+}
+
+// checkScopeHeaders refuses scope headers the proxy cannot scope by.
+func checkScopeHeaders(names []string) error {
+	for _, n := range names {
+		if why, ok := notScopeHeaders[http.CanonicalHeaderKey(n)]; ok {
+			return fmt.Errorf("scope_header (--scope-header) %s: %s; name the header that carries the client's credential", http.CanonicalHeaderKey(n), why)
+		}
+	}
+	return nil
+}
+
+// legacyLookup looks for a record an earlier version stored for r under
+// its operation of then (method and path): a retry across the upgrade is
+// the same operation, and keeps it, so it never runs twice. It returns r
+// carrying that operation when there is one, r unchanged when there is
+// none or the request has no valid key or scope (the middleware answers
+// those), and ok false, having answered 503, when the store cannot say.
+func (rt *route) legacyLookup(w http.ResponseWriter, r *http.Request) (_ *http.Request, ok bool) {
+	key, err := idem.ParseKeyHeader(r.Header[idem.HeaderName])
+	if err != nil {
+		return r, true
+	}
+	scope, err := rt.scope(r)
+	if err != nil || scope == "" {
+		return r, true
+	}
+	old := legacyOperation(r)
+	_, err = rt.p.engine.Get(r.Context(), idem.Key{Scope: scope, Operation: old, Key: key})
+	switch {
+	case err == nil, errors.Is(err, idem.ErrSealed):
+		return r.WithContext(context.WithValue(r.Context(), opOverrideKey{}, old)), true
+	case errors.Is(err, idemstore.ErrNotFound), errors.Is(err, idem.ErrTooLong):
+		return r, true
+	case rt.observe:
+		return r, true // observe mode forwards what it cannot check
+	}
+	rt.p.log.LogAttrs(r.Context(), slog.LevelWarn, "looking up a key stored under an earlier operation name failed; the request was not forwarded",
+		slog.String("operation", old), slog.Any("error", err))
+	w.Header().Set("Retry-After", "1")
+	rt.p.refuse(w, r, idem.SituationUnavailable, "The idempotency store could not be reached; the request was not forwarded. Retry with the same key.")
+	return nil, false
+}
