@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode/utf16"
 
 	"github.com/idem-dev/idem/internal/audit"
 )
@@ -39,6 +40,15 @@ var inputs = []struct {
 	}},
 	{"list of tiny sequences (32 MB)", func() string {
 		return head + "x-junk:\n" + strings.Repeat("  - [a]\n", (audit.DefaultMaxBytes-200)/8)
+	}},
+	{"list of tiny sequences in UTF-16", func() string {
+		var b strings.Builder
+		b.WriteString("\xff\xfe")
+		for _, u := range utf16.Encode([]rune(head + "x-junk:\n" + strings.Repeat("  - [a]\n", audit.DefaultMaxNodes/2))) {
+			b.WriteByte(byte(u))
+			b.WriteByte(byte(u >> 8))
+		}
+		return b.String()
 	}},
 	{"long flow sequence", func() string {
 		return head + "x-junk: [" + strings.Repeat("a,", audit.DefaultMaxNodes) + "a]\n"
