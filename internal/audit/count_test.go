@@ -61,7 +61,7 @@ func countCorpus(t *testing.T) []string {
 		"%YAML 1.1\n---\na: 1\n",
 		"a: !!binary |\n  R0lG\nb: >-\n\n  x\n\nc: |2\n   x\n",
 		"a:\n  b\n   c\nd:\tb\n",
-		"&a a: b\n*a : c\n",
+		"&a a: b\n*a : c\n*a: d\nx:\n- *a:\n- {*a: 1, *a:}\n- [&b-_9 e, *b-_9]\n",
 		"a: b #c\n#d\n  #e\n",
 		"- ? a\n  : b\n- !<tag:x> b\n",
 		"\ufeffa: 1\r\nb: 2\r\n",

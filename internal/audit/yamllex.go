@@ -107,8 +107,13 @@ func (l *yamlLexer) token(c byte) error {
 // content skips the content token that starts at c.
 func (l *yamlLexer) content(c byte) {
 	switch {
-	case c == '&' || c == '*' || c == '!':
-		verbatim := c == '!' && l.i+1 < len(l.data) && l.data[l.i+1] == '<'
+	case c == '&' || c == '*':
+		// An anchor's name is letters, digits, '_' and '-': what follows
+		// it (a ':', a ',') is the next token.
+		for l.advance(); l.i < len(l.data) && isAnchorChar(l.data[l.i]); l.advance() {
+		}
+	case c == '!':
+		verbatim := l.i+1 < len(l.data) && l.data[l.i+1] == '<'
 		for l.advance(); l.i < len(l.data) && !l.blankz(l.i); l.advance() {
 			if verbatim {
 				if l.data[l.i] == '>' {
@@ -117,7 +122,7 @@ func (l *yamlLexer) content(c byte) {
 				continue
 			}
 			if isFlowIndicator(l.data[l.i]) {
-				return
+				return // where yaml.v3 reads on, or fails, this counts more
 			}
 		}
 	case c == '\'' || c == '"':
@@ -312,6 +317,10 @@ func (l *yamlLexer) blankz(i int) bool {
 
 func (l *yamlLexer) has(s string) bool {
 	return len(l.data)-l.i >= len(s) && string(l.data[l.i:l.i+len(s)]) == s
+}
+
+func isAnchorChar(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c == '_' || c == '-'
 }
 
 func isFlowIndicator(c byte) bool {
