@@ -16,6 +16,7 @@ import (
 // has built the tree, countTree counts it again exactly, with every alias
 // expanded (a billion-laughs document is a few hundred nodes as written),
 // and that count is the one the limits are held to and the budget spends.
+
 // scanLimits are what scanYAML refuses past. A zero limit is no limit.
 type scanLimits struct {
 	nodes, pairs int64
@@ -31,6 +32,7 @@ type scanFrame struct {
 	entry         bool  // flow: the entry being read has content
 	colon         bool  // flow: ... and a ':'
 	explicit      bool  // a '?' waits for its ':'
+	pair          bool  // a flow sequence's entry is a pair: a mapping
 }
 
 // scanned is what scanYAML counted: nodes as written (an alias is one),
@@ -43,8 +45,9 @@ type scanned struct {
 type yamlScan struct {
 	lim scanLimits
 	scanned
-	block []scanFrame // open block collections, outermost first
-	flow  []scanFrame // open flow collections, outermost first
+	block     []scanFrame // open block collections, outermost first
+	flow      []scanFrame // open flow collections, outermost first
+	openPairs int         // open pairs in flow sequences, a level each
 	// doc says a document's root is counted; start says the next token
 	// that can begin a node starts one (after "-", "?", ":" or a line
 	// break), and keyCol is where the last such node began: a key's
@@ -101,7 +104,7 @@ func (y *yamlScan) token(k tokKind, line, col int) error {
 		y.start = true
 		return y.blockIndicator(col, false, line)
 	case tokKey:
-		y.nodes++ // the key
+		y.nodes += 2 // the key and its value, which may be empty
 		y.start = true
 		if err := y.blockIndicator(col, true, line); err != nil {
 			return err
@@ -111,8 +114,7 @@ func (y *yamlScan) token(k tokKind, line, col int) error {
 	case tokValue:
 		y.start = true
 		if n := len(y.block); n > 0 && y.block[n-1].explicit && y.block[n-1].col == col {
-			y.block[n-1].explicit = false
-			y.nodes++ // the value of a '?' key
+			y.block[n-1].explicit = false // the value '?' counted
 			return y.check(line)
 		}
 		y.nodes += 2 // an implicit key and its value
@@ -140,14 +142,14 @@ func (y *yamlScan) flowToken(k tokKind, f *scanFrame, line int) error {
 		y.flow = y.flow[:len(y.flow)-1]
 		return y.check(line)
 	case tokKey:
+		y.pairEntry(f)
 		f.entry, f.explicit = true, true
-		y.nodes++ // the key
+		y.nodes += 2 // the key and its value, which may be empty
 		return y.check(line)
 	case tokValue:
+		y.pairEntry(f)
 		f.entry, f.colon = true, true
-		if f.explicit {
-			y.nodes++ // the value of a '?' key
-		} else {
+		if !f.explicit {
 			y.nodes += 2 // an implicit key and its value
 		}
 		return y.check(line)
@@ -172,14 +174,29 @@ func (y *yamlScan) endEntry(f *scanFrame) {
 		y.nodes++
 	case !f.colon && !f.explicit:
 		y.nodes += 2
-	case !f.colon:
-		y.nodes++ // a '?' key's empty value
 	}
 	if f.mapping {
 		y.pairs = satAdd(y.pairs, f.keys) // the new key against each before it
 		f.keys++
 	}
-	f.entry, f.colon, f.explicit = false, false, false
+	if f.pair {
+		y.openPairs--
+	}
+	f.entry, f.colon, f.explicit, f.pair = false, false, false, false
+}
+
+// pairEntry notes that the entry of f being read is a pair: in a flow
+// sequence, a mapping of its own, a level deeper.
+func (y *yamlScan) pairEntry(f *scanFrame) {
+	if !f.mapping && !f.pair {
+		f.pair = true
+		y.openPairs++
+	}
+}
+
+// level is how deeply the collections open here nest.
+func (y *yamlScan) level() int {
+	return len(y.block) + len(y.flow) + y.openPairs
 }
 
 // blockIndicator notes a sequence entry or a mapping key at col: it ends
@@ -218,7 +235,7 @@ func (y *yamlScan) blockIndicator(col int, mapping bool, line int) error {
 
 func (y *yamlScan) push(f scanFrame, line int) error {
 	y.flow = append(y.flow, f)
-	if d := len(y.block) + len(y.flow); y.lim.depth > 0 && d > y.lim.depth {
+	if d := y.level(); y.lim.depth > 0 && d > y.lim.depth {
 		return fmt.Errorf("%w: deeper than %d levels (line %d)", errTooDeep, y.lim.depth, line)
 	}
 	return y.check(line)
@@ -251,9 +268,9 @@ func (y *yamlScan) endDocument(line int) error {
 
 // check reports the first limit passed, at line.
 func (y *yamlScan) check(line int) error {
-	y.depth = max(y.depth, len(y.block)+len(y.flow))
+	y.depth = max(y.depth, y.level())
 	switch {
-	case y.lim.depth > 0 && len(y.block)+len(y.flow) > y.lim.depth:
+	case y.lim.depth > 0 && y.level() > y.lim.depth:
 		return fmt.Errorf("%w: deeper than %d levels (line %d)", errTooDeep, y.lim.depth, line)
 	case y.lim.nodes > 0 && y.nodes > y.lim.nodes:
 		return fmt.Errorf("%w: more than %d nodes (line %d)", errTooManyNodes, y.lim.nodes, line)
