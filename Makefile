@@ -62,11 +62,12 @@ chaos: ## Run the chaos tests of idem serve and of the broker consumers, 3 minut
 FUZZ_TARGETS = .:FuzzParseKeyHeader .:FuzzCanonicalJSON .:FuzzFingerprintMeaning \
 	./idemstore:FuzzDecodeResponse ./idemstore:FuzzDecodeRequest \
 	./idemproxy:FuzzParseConfig \
-	./idemseal:FuzzOpen ./idemseal:FuzzSealRoundTrip
+	./idemseal:FuzzOpen ./idemseal:FuzzSealRoundTrip \
+	./internal/audit:FuzzScanYAML
 FUZZTIME ?= 15s
 
 .PHONY: fuzz
-fuzz: ## Fuzz key parsing, JSON canonicalisation, record decoders, the config parser and sealed answers, FUZZTIME (15s) each
+fuzz: ## Fuzz key parsing, JSON canonicalisation, record decoders, the config parser, sealed answers and the audit's YAML scan, FUZZTIME (15s) each
 	@set -euo pipefail; for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; fn=$${t#*:}; echo "fuzz: $$fn in $$pkg for $(FUZZTIME)"; \
 		GO="$(GO)" scripts/fuzz.sh $$pkg $$fn $(FUZZTIME); \

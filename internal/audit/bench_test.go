@@ -51,3 +51,16 @@ func BenchmarkFix(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecode measures and decodes the same document into its node
+// tree, the step that bounds it, without kin-openapi's model.
+func BenchmarkDecode(b *testing.B) {
+	data := benchDoc(500)
+	b.SetBytes(int64(len(data)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := newBudget(Options{}.withDefaults()).decode("bench", data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

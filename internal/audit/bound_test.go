@@ -8,8 +8,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf16"
 
-	"github.com/idem-dev/idem/internal/audit/yamlevents"
+	"go.yaml.in/yaml/v3"
 )
 
 const boundHead = "openapi: 3.1.0\ninfo: {title: t, version: \"1\"}\npaths:\n  /orders:\n    post: {responses: {\"201\": {description: ok}}}\n"
@@ -25,22 +26,29 @@ func TestBoundedByExpansion(t *testing.T) {
 		p, n := "a"+string(rune('0'+i-1)), "a"+string(rune('0'+i))
 		laughs += "x-" + n + ": &" + n + " [" + strings.TrimSuffix(strings.Repeat("*"+p+", ", 10), ", ") + "]\n"
 	}
+	merges := "x-m0: &m0 {k: v}\n"
+	for i := 1; i < 10; i++ {
+		p, n := "m"+string(rune('0'+i-1)), "m"+string(rune('0'+i))
+		merges += "x-" + n + ": &" + n + " {<<: [" + strings.TrimSuffix(strings.Repeat("*"+p+", ", 10), ", ") + "]}\n"
+	}
 	jsonHead := `{"openapi": "3.1.0", "info": {"title": "t", "version": "1"}, "paths": {}, `
 	for _, tc := range []struct {
 		name, doc string
 		want      error
 	}{
 		// The default limits: 600,001 nodes of "- [a]" are 3.6 MB.
-		{"a long list of tiny sequences", boundHead + "x-junk:\n" + strings.Repeat("  - [a]\n", DefaultMaxNodes/2), yamlevents.ErrTooManyNodes},
-		{"a long flow sequence", boundHead + "x-junk: [" + strings.Repeat("a,", DefaultMaxNodes) + "a]\n", yamlevents.ErrTooManyNodes},
-		{"billion laughs", boundHead + laughs, yamlevents.ErrTooManyNodes},
-		{"deep flow nesting", boundHead + "x-deep: " + strings.Repeat("[", DefaultMaxDepth) + strings.Repeat("]", DefaultMaxDepth) + "\n", yamlevents.ErrTooDeep},
-		{"deep block nesting", boundHead + "x-deep:\n" + strings.Repeat("- ", DefaultMaxDepth) + "a\n", yamlevents.ErrTooDeep},
-		{"a mapping of many keys", boundHead + "x-keys:\n" + manyKeys(10_000), yamlevents.ErrTooManyKeys},
-		{"JSON: many nodes", jsonHead + `"x-junk": [` + strings.Repeat("[],", DefaultMaxNodes) + `[]]}`, yamlevents.ErrTooManyNodes},
-		{"JSON: deep", jsonHead + `"x-deep": ` + strings.Repeat("[", DefaultMaxDepth) + strings.Repeat("]", DefaultMaxDepth) + `}`, yamlevents.ErrTooDeep},
-		{"JSON: many keys", jsonHead + `"x-keys": {` + jsonKeys(10_000) + `}}`, yamlevents.ErrTooManyKeys},
-		{"JSON that is YAML: many nodes", `{openapi: 3.1.0, x-junk: [` + strings.Repeat("a,", DefaultMaxNodes) + `a]}`, yamlevents.ErrTooManyNodes},
+		{"a long list of tiny sequences", boundHead + "x-junk:\n" + strings.Repeat("  - [a]\n", DefaultMaxNodes/2), errTooManyNodes},
+		{"a long flow sequence", boundHead + "x-junk: [" + strings.Repeat("a,", DefaultMaxNodes) + "a]\n", errTooManyNodes},
+		{"billion laughs", boundHead + laughs, errTooManyNodes},
+		{"a merge-key bomb", boundHead + merges, errTooManyNodes},
+		{"a long list in UTF-16", "\xff\xfe" + utf16le(boundHead+"x-junk:\n"+strings.Repeat("  - [a]\n", DefaultMaxNodes/2)), errTooManyNodes},
+		{"deep flow nesting", boundHead + "x-deep: " + strings.Repeat("[", DefaultMaxDepth) + strings.Repeat("]", DefaultMaxDepth) + "\n", errTooDeep},
+		{"deep block nesting", boundHead + "x-deep:\n" + strings.Repeat("- ", DefaultMaxDepth) + "a\n", errTooDeep},
+		{"a mapping of many keys", boundHead + "x-keys:\n" + manyKeys(10_000), errTooManyKeys},
+		{"JSON: many nodes", jsonHead + `"x-junk": [` + strings.Repeat("[],", DefaultMaxNodes) + `[]]}`, errTooManyNodes},
+		{"JSON: deep", jsonHead + `"x-deep": ` + strings.Repeat("[", DefaultMaxDepth) + strings.Repeat("]", DefaultMaxDepth) + `}`, errTooDeep},
+		{"JSON: many keys", jsonHead + `"x-keys": {` + jsonKeys(10_000) + `}}`, errTooManyKeys},
+		{"JSON that is YAML: many nodes", `{openapi: 3.1.0, x-junk: [` + strings.Repeat("a,", DefaultMaxNodes) + `a]}`, errTooManyNodes},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -65,19 +73,33 @@ func TestBoundedByExpansion(t *testing.T) {
 	if _, changed, fixed, err := d.FixAudit(t.Context(), FixOptions{}); err != nil || changed != 1 || Failed(fixed) {
 		t.Fatalf("fixing a document at the limits: changed %d, %v", changed, err)
 	}
-	if _, err := Parse(t.Context(), []byte(at+"x-more: 1\n"), "over", Options{MaxNodes: nodesOf(t, at)}); !errors.Is(err, yamlevents.ErrTooManyNodes) {
+	if _, err := Parse(t.Context(), []byte(at+"x-more: 1\n"), "over", Options{MaxNodes: nodesOf(t, at)}); !errors.Is(err, errTooManyNodes) {
 		t.Fatalf("one key and value over the limit: %v", err)
 	}
+}
+
+// utf16le is s in UTF-16, little-endian.
+func utf16le(s string) string {
+	var b strings.Builder
+	for _, u := range utf16.Encode([]rune(s)) {
+		b.WriteByte(byte(u))
+		b.WriteByte(byte(u >> 8))
+	}
+	return b.String()
 }
 
 // nodesOf is what the budget counts for doc.
 func nodesOf(t *testing.T, doc string) int64 {
 	t.Helper()
-	c, err := yamlevents.Count([]byte(doc), yamlevents.Limits{})
+	var root yaml.Node
+	if err := yaml.Unmarshal([]byte(doc), &root); err != nil {
+		t.Fatal(err)
+	}
+	c, err := countTree(&root, scanLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Expanded
+	return c.expanded
 }
 
 func manyKeys(n int) string {
@@ -133,7 +155,7 @@ func TestBoundedRefs(t *testing.T) {
 		if _, err := Load(t.Context(), p, Options{MaxNodes: 6000}); err != nil {
 			t.Fatalf("%s: under the budget: %v", ext, err)
 		}
-		if _, err := Load(t.Context(), p, Options{MaxNodes: 4000}); !errors.Is(err, yamlevents.ErrTooManyNodes) {
+		if _, err := Load(t.Context(), p, Options{MaxNodes: 4000}); !errors.Is(err, errTooManyNodes) {
 			t.Fatalf("%s: the referred file over what the budget leaves: %v", ext, err)
 		}
 	}
@@ -186,7 +208,7 @@ func TestBoundedRefFanOut(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
 		want error
-	}{{3, nil}, {8, yamlevents.ErrTooManyNodes}} {
+	}{{3, nil}, {8, errTooManyNodes}} {
 		ext := filepath.Join(dir, "ext"+strconv.Itoa(tc.n)+".yaml")
 		doc := filepath.Join(dir, "doc"+strconv.Itoa(tc.n)+".yaml")
 		if err := os.WriteFile(ext, []byte(chain(tc.n)), 0o644); err != nil {

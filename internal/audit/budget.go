@@ -6,14 +6,13 @@ import (
 	"fmt"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/idem-dev/idem/internal/audit/yamlevents"
 )
 
-// A document, and every file its $refs name, is counted before anything
-// decodes it (package yamlevents), so that what it expands to, not only its
-// size, bounds the work of the decoders after the count: yaml.v3 into a
-// node tree, then kin-openapi.
+// A document, and every file its $refs name, is measured before anything
+// decodes it into a tree (scanYAML, or the JSON decoder as it goes), and
+// its tree is counted, aliases expanded, before kin-openapi decodes it
+// (countTree), so that what it expands to, not only its size, bounds the
+// work of the decoders: yaml.v3 into a node tree, then kin-openapi.
 
 // budget is what is left of the limits while a document and the files it
 // refers to are read: the nodes and the pairs of keys are for all of them
@@ -28,13 +27,13 @@ func newBudget(opts Options) *budget {
 }
 
 // limits are the limits of the next file read.
-func (b *budget) limits() yamlevents.Limits {
-	return yamlevents.Limits{MaxNodes: b.nodes, MaxDepth: b.depth, MaxKeyPairs: b.pairs}
+func (b *budget) limits() scanLimits {
+	return scanLimits{nodes: b.nodes, depth: b.depth, pairs: b.pairs}
 }
 
-func (b *budget) spend(c yamlevents.Counts) {
-	b.nodes -= c.Expanded
-	b.pairs -= c.KeyPairs
+func (b *budget) spend(c counts) {
+	b.nodes -= c.expanded
+	b.pairs -= c.pairs
 }
 
 // decode counts data against the budget and decodes it into a node tree:
@@ -56,7 +55,7 @@ func (b *budget) decode(name string, data []byte) (*yaml.Node, Format, error) {
 		}
 		jsonErr := err
 		if root, err = b.decodeYAML(name, data); err != nil {
-			if errors.Is(err, yamlevents.ErrLimit) {
+			if errors.Is(err, errLimit) {
 				return nil, JSON, err
 			}
 			return nil, JSON, notValid(name, JSON, jsonErr)
@@ -67,17 +66,21 @@ func (b *budget) decode(name string, data []byte) (*yaml.Node, Format, error) {
 	return root, YAML, err
 }
 
-// decodeYAML counts data's events against the budget, then decodes it.
+// decodeYAML measures data's tokens against the budget, decodes it, and
+// counts its tree, aliases expanded, against the budget.
 func (b *budget) decodeYAML(name string, data []byte) (*yaml.Node, error) {
-	c, err := yamlevents.Count(data, b.limits())
-	if err != nil {
+	if _, err := scanYAML(data, b.limits()); err != nil {
 		return nil, notValid(name, YAML, err)
 	}
-	b.spend(c)
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, notValid(name, YAML, err)
 	}
+	c, err := countTree(&root, b.limits())
+	if err != nil {
+		return nil, notValid(name, YAML, err)
+	}
+	b.spend(c)
 	return &root, nil
 }
 
@@ -85,11 +88,11 @@ func (b *budget) decodeYAML(name string, data []byte) (*yaml.Node, error) {
 // raise it.
 func notValid(name string, f Format, err error) error {
 	switch {
-	case errors.Is(err, yamlevents.ErrTooManyNodes):
+	case errors.Is(err, errTooManyNodes):
 		return fmt.Errorf("%s: %w; raise --max-nodes if it is really an API description", name, err)
-	case errors.Is(err, yamlevents.ErrTooManyKeys):
+	case errors.Is(err, errTooManyKeys):
 		return fmt.Errorf("%s: %w; raise --max-nodes if it is really an API description", name, err)
-	case errors.Is(err, yamlevents.ErrTooDeep):
+	case errors.Is(err, errTooDeep):
 		return fmt.Errorf("%s: %w; raise --max-depth if it is really an API description", name, err)
 	}
 	return fmt.Errorf("%s is not valid %s: %w", name, f, err)

@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/idem-dev/idem/internal/audit/yamlevents"
 )
 
 // encodeJSON writes a node tree parsed from JSON back as JSON, members in
@@ -109,10 +107,10 @@ func writeString(buf *bytes.Buffer, s string) {
 
 // decodeJSON parses a JSON document into a node tree like the one
 // yaml.Unmarshal gives, numbers kept as written. It counts the nodes as it
-// goes, as yamlevents.Count counts them (mapping keys included, the pairs
-// of keys of each object), and stops at lim with
-// yamlevents.ErrTooManyNodes, ErrTooManyKeys or ErrTooDeep.
-func decodeJSON(data []byte, root *yaml.Node, lim yamlevents.Limits) (yamlevents.Counts, error) {
+// goes, as countTree counts a YAML tree (mapping keys included, the pairs
+// of keys of each object), and stops at lim with errTooManyNodes,
+// errTooManyKeys or errTooDeep.
+func decodeJSON(data []byte, root *yaml.Node, lim scanLimits) (counts, error) {
 	d := &jsonDecoder{dec: json.NewDecoder(bytes.NewReader(bytes.TrimPrefix(data, []byte("\ufeff")))), lim: lim}
 	d.dec.UseNumber()
 	n, err := d.value(0)
@@ -123,29 +121,27 @@ func decodeJSON(data []byte, root *yaml.Node, lim yamlevents.Limits) (yamlevents
 		return d.c, fmt.Errorf("data after the top-level value")
 	}
 	*root = yaml.Node{Kind: yaml.DocumentNode, Content: []*yaml.Node{n}}
-	d.c.Complete = true
 	return d.c, nil
 }
 
 type jsonDecoder struct {
 	dec *json.Decoder
-	lim yamlevents.Limits
-	c   yamlevents.Counts
+	lim scanLimits
+	c   counts
 }
 
 // count notes one more node.
 func (d *jsonDecoder) count() error {
-	d.c.Nodes++
-	d.c.Expanded++
+	d.c.expanded++
 	return d.check()
 }
 
 func (d *jsonDecoder) check() error {
 	switch {
-	case d.lim.MaxNodes > 0 && d.c.Expanded > d.lim.MaxNodes:
-		return fmt.Errorf("%w: more than %d nodes (at byte %d)", yamlevents.ErrTooManyNodes, d.lim.MaxNodes, d.dec.InputOffset())
-	case d.lim.MaxKeyPairs > 0 && d.c.KeyPairs > d.lim.MaxKeyPairs:
-		return fmt.Errorf("%w: its objects hold more than %d pairs of keys (at byte %d), which decoders compare to find duplicates", yamlevents.ErrTooManyKeys, d.lim.MaxKeyPairs, d.dec.InputOffset())
+	case d.lim.nodes > 0 && d.c.expanded > d.lim.nodes:
+		return fmt.Errorf("%w: more than %d nodes (at byte %d)", errTooManyNodes, d.lim.nodes, d.dec.InputOffset())
+	case d.lim.pairs > 0 && d.c.pairs > d.lim.pairs:
+		return fmt.Errorf("%w: its objects hold more than %d pairs of keys (at byte %d), which decoders compare to find duplicates", errTooManyKeys, d.lim.pairs, d.dec.InputOffset())
 	}
 	return nil
 }
@@ -162,9 +158,9 @@ func (d *jsonDecoder) value(depth int) (*yaml.Node, error) {
 		return nil, err
 	}
 	if delim, ok := tok.(json.Delim); ok {
-		d.c.Depth = max(d.c.Depth, depth+1)
-		if d.lim.MaxDepth > 0 && depth >= d.lim.MaxDepth {
-			return nil, fmt.Errorf("%w: deeper than %d levels (%c at byte %d)", yamlevents.ErrTooDeep, d.lim.MaxDepth, delim, d.dec.InputOffset())
+		d.c.depth = max(d.c.depth, depth+1)
+		if d.lim.depth > 0 && depth >= d.lim.depth {
+			return nil, fmt.Errorf("%w: deeper than %d levels (%c at byte %d)", errTooDeep, d.lim.depth, delim, d.dec.InputOffset())
 		}
 	}
 	switch v := tok.(type) {
@@ -194,7 +190,7 @@ func (d *jsonDecoder) value(depth int) (*yaml.Node, error) {
 				m.Content = append(m.Content, key, val)
 			}
 			k := int64(len(seen))
-			d.c.KeyPairs += k * (k - 1) / 2
+			d.c.pairs += k * (k - 1) / 2
 			if err := d.check(); err != nil {
 				return nil, err
 			}

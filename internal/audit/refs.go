@@ -8,8 +8,6 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/idem-dev/idem/internal/audit/yamlevents"
 )
 
 // kin-openapi resolves a $ref that leads into another file, and every
@@ -24,7 +22,7 @@ import (
 
 // refFanOut counts the nodes of root, the document at loc, with every
 // $ref that leads into another file, and every $ref in other files,
-// expanded, and returns an error wrapping yamlevents.ErrTooManyNodes when
+// expanded, and returns an error wrapping errTooManyNodes when
 // they pass opts.MaxNodes. Files it cannot read or decode, and targets it
 // cannot find, count nothing: kin-openapi reports them.
 func refFanOut(root *yaml.Node, loc *url.URL, base string, opts Options) error {
@@ -33,7 +31,7 @@ func refFanOut(root *yaml.Node, loc *url.URL, base string, opts Options) error {
 	n := r.count(root, loc, true)
 	if n > opts.MaxNodes {
 		return fmt.Errorf("%w: more than %d nodes once the $refs into other files are written out, as they are resolved; raise --max-nodes if it is really an API description",
-			yamlevents.ErrTooManyNodes, opts.MaxNodes)
+			errTooManyNodes, opts.MaxNodes)
 	}
 	return nil
 }
@@ -55,7 +53,7 @@ func (r *refCounter) count(n *yaml.Node, at *url.URL, main bool) int64 {
 		return 0
 	}
 	if n.Kind == yaml.AliasNode {
-		return r.count(deAlias(n), at, main) // the count of aliases is yamlevents'
+		return r.count(deAlias(n), at, main) // countTree counted the aliases
 	}
 	total := int64(1)
 	if n.Kind == yaml.MappingNode {
