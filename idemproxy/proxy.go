@@ -63,8 +63,9 @@ type Proxy struct {
 	problemBase string
 	// writeTimeout is Config.ClientWriteTimeout, fixed at New.
 	writeTimeout time.Duration
-	// bodies bounds the request bodies held at once (Config.MaxBodyMemory).
-	bodies *bodyBudget
+	// bodies bounds the request bodies held at once (Config.MaxBodyMemory),
+	// shared by every route's middleware.
+	bodies *idem.BodyBudget
 }
 
 // New returns a proxy for cfg (defaults filled, validated) over engine.
@@ -93,7 +94,7 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		engine: engine, opts: opts, transport: watchBodies{opts.Transport}, pool: newBufferPool(),
 		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
 		problemBase: cfg.ProblemBaseURL, writeTimeout: cfg.ClientWriteTimeout.d(),
-		bodies: &bodyBudget{max: cfg.MaxBodyMemory},
+		bodies: idem.NewBodyBudget(cfg.MaxBodyMemory),
 	}
 	rs, err := p.build(cfg)
 	if err != nil {
@@ -178,7 +179,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ErrorHandler: fwd.upstreamError,
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
-	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, maxBody: s.maxBody(), next: fwd}
+	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, next: fwd}
 	if rt.override == "" {
 		rt.override = OverrideProtect
 	}
@@ -200,6 +201,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ProblemBaseURL: p.problemBase,
 		TracerProvider: p.opts.TracerProvider,
 		Logger:         p.log,
+		BodyBudget:     p.bodies,
 	})
 	if err != nil {
 		return nil, err
