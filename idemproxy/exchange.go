@@ -31,9 +31,8 @@ type exchange struct {
 	info         httptrace.GotConnInfo
 	rtErr        error // the round trip failed: no answer
 	bodyErr      error // the answer's body could not be read whole
-	// refusedUnread: the upstream answered with a status of 400 or more
-	// before the transport had taken the whole request body (see
-	// guardedBody.untaken).
+	// refusedUnread: the upstream answered 4xx before the transport had
+	// taken the whole request body (see guardedBody.untaken).
 	refusedUnread bool
 
 	// One allocation for the request's wrappers and its deadline.
@@ -244,10 +243,11 @@ func (t watchBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode < 200 { // a 101's body is the upgraded connection: left alone
 		return resp, err
 	}
-	if x != nil && resp.StatusCode >= 400 && x.reqBody.untaken() {
-		// Refused before the body was all sent: the upstream acted, if at
-		// all, on a request it did not have. Read now, when the answer
-		// came: the transport may go on taking the body after it.
+	if x != nil && resp.StatusCode >= 400 && resp.StatusCode < 500 && x.reqBody.untaken() {
+		// Refused before the body was all sent: the upstream refused a
+		// request it did not have. Read now, when the answer came: the
+		// transport may go on taking the body after it. A 5xx that early
+		// is a failure, of unknown effect, kept to the route's policy.
 		x.mu.Lock()
 		x.refusedUnread = true
 		x.mu.Unlock()

@@ -206,3 +206,29 @@ func TestEarlyAnswerIsNotStored(t *testing.T) {
 		})
 	}
 }
+
+// TestEarlyOtherAnswersFollowThePolicy: only a refusal (4xx) given before
+// the body is passed on unstored. A 2xx that early is the upstream acting
+// on the headers alone, and a 500 a failure of unknown effect: both are
+// stored as the route's policy says, and replayed.
+func TestEarlyOtherAnswersFollowThePolicy(t *testing.T) {
+	t.Parallel()
+	for _, code := range []int{http.StatusAccepted, http.StatusInternalServerError} {
+		t.Run(fmt.Sprint(code), func(t *testing.T) {
+			t.Parallel()
+			u := &expectUpstream{early: func(int) int { return code }}
+			r, addr := expectRig(t, "", u)
+			const size = 256 << 10
+			body := strings.Repeat("x", size)
+			if x := expectExchange(t, addr, expectHead("k", size), body, false); x.final.StatusCode != code {
+				t.Fatalf("first try: %d %q", x.final.StatusCode, x.body)
+			}
+			if got, want := r.state(t, "/upload", "k"), fmt.Sprint("completed ", code); string(got) != want {
+				t.Fatalf("record %s, want %s", got, want)
+			}
+			if x := expectExchange(t, addr, expectHead("k", size), body, false); x.final.StatusCode != code || x.final.Header.Get("Idempotent-Replayed") != "true" {
+				t.Fatalf("retry: %d (replayed %q); want the stored %d", x.final.StatusCode, x.final.Header.Get("Idempotent-Replayed"), code)
+			}
+		})
+	}
+}

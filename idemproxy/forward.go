@@ -88,12 +88,13 @@ func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, x *exchange) {
 }
 
 // passUnstored settles the key of a request that the upstream refused
-// (status 400 or more) before it had the whole body: it did not run the
-// operation with this request, so its answer (a 417, a 413 from its own
-// limit, a 401 on the headers alone) is not the operation's. The key is
-// released and the answer passed through unstored: a retry is forwarded
-// again. An answer below 400 given that early is stored as usual: the
-// upstream chose to act on the headers alone.
+// (4xx) before it had the whole body: it did not run the operation with
+// this request, so its answer (a 417, a 413 from its own limit, a 401 on
+// the headers alone) is not the operation's. The key is released and the
+// answer passed through unstored: a retry is forwarded again. Any other
+// answer given that early follows the route's policy: a 2xx or 3xx is the
+// upstream acting on the headers alone, and a 5xx a failure whose effect
+// is unknown.
 func (f *forwarder) passUnstored(r *http.Request, lease *idem.Lease, status int) {
 	settlement := f.settle(r.Context(), lease, true, "")
 	if f.p.metrics != nil {
