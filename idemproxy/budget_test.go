@@ -104,7 +104,8 @@ func TestBodyMemoryIsHeldByBytesReceived(t *testing.T) {
 func TestBodyMemoryMustFitEveryBody(t *testing.T) {
 	t.Parallel()
 	for _, yaml := range []string{
-		"upstream: http://h\nmax_body_memory: 1000\n", // the default max_body, 1 MiB
+		"upstream: http://h\nmax_body_memory: 1000\n",                 // the default max_body, 1 MiB
+		"upstream: http://h\nmax_body: 1000\nmax_body_memory: 1000\n", // no room for the byte that ends it
 		"upstream: http://h\nmax_body: 100\nmax_body_memory: 1000\nroutes:\n  - match: POST /upload\n    max_body: 5000\n",
 		"upstream: http://h\nmax_body_memory: -1\n",
 		"upstream: http://h\nmax_connections: -1\n",

@@ -109,7 +109,7 @@ type Config struct {
 	// byte), and each step is taken before the buffer grows; its share is
 	// given back when its request is done. A body that finds no room left
 	// gets 503 with Retry-After (busy), and the connection is closed. It
-	// must be at least every route's max_body. Defaults to 64 MiB.
+	// must be more than every route's max_body. Defaults to 64 MiB.
 	MaxBodyMemory int64 `yaml:"max_body_memory"`
 	// MaxConnections bounds the client connections open at once; more
 	// wait in the listen queue until one closes. Defaults to 0: no limit.
