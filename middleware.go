@@ -130,11 +130,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			h.observed(w, r, &ev, FindingWouldRefuse)
 			return
 		}
+		closeUnread(w, r)
 		ev.Outcome, ev.Status = m.problem(w, tooLarge(pol.MaxRequestBody, key))
 		return
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		over, err := readLimited(&st.reqBuf, r.Body, r.ContentLength, pol.MaxRequestBody)
+		over, held, err := readLimited(&st.reqBuf, r.Body, r.ContentLength, pol.MaxRequestBody, m.cfg.BodyBudget)
+		if held > 0 {
+			defer m.cfg.BodyBudget.release(held)
+		}
+		if err == errNoRoom {
+			// Refused in observe mode too: the budget bounds memory.
+			closeUnread(w, r)
+			w.Header().Set("Retry-After", "1")
+			ev.Outcome, ev.Status = m.problem(w, SituationBusy.ProblemDoc("The server holds as many request bodies as it may; this one was not read. Retry with the same key.", key))
+			return
+		}
 		if err != nil && pol.Observe {
 			// Forward what was read, then the same error, as the client sent it.
 			r.Body = &readCloser{io.MultiReader(bytes.NewReader(st.reqBuf.Bytes()), errReader{err}), r.Body}
@@ -152,6 +163,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if over {
+			closeUnread(w, r)
 			ev.Outcome, ev.Status = m.problem(w, tooLarge(pol.MaxRequestBody, key))
 			return
 		}
@@ -325,34 +337,14 @@ func (st *reqState) requestInfo(r *http.Request, pol *Policy, body []byte) *idem
 	return &st.info
 }
 
-// readLimited reads body into buf, up to limit bytes. over reports a body
-// longer than limit. size is the body's announced length (Content-Length),
-// or -1: a body that announces its length gets a buffer of that size (and
-// a byte to see its end), allocated once, instead of one grown by doubling,
-// which holds up to twice the body and leaves the smaller copies as
-// garbage.
-func readLimited(buf *bytes.Buffer, body io.Reader, size, limit int64) (over bool, err error) {
-	sized := size > 0 && size <= limit
-	if sized {
-		buf.Grow(int(size) + 1)
-	}
-	for {
-		if int64(buf.Len()) > limit {
-			return true, nil
-		}
-		if !sized || buf.Available() == 0 {
-			buf.Grow(512)
-		}
-		b := buf.AvailableBuffer()
-		b = b[:min(int64(cap(b)), limit+1-int64(buf.Len()))]
-		n, err := body.Read(b)
-		buf.Write(b[:n])
-		if err == io.EOF {
-			return int64(buf.Len()) > limit, nil
-		}
-		if err != nil {
-			return false, err
-		}
+// closeUnread makes the answer to an HTTP/1 request whose body is left
+// unread close the connection after it. Otherwise net/http's server first
+// reads what is left of the body (up to 256 KiB) to keep the connection,
+// so that a client that stalls mid-body gets its answer only at the read
+// timeout. HTTP/2 ends the stream alone.
+func closeUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
 	}
 }
 

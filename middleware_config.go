@@ -250,6 +250,14 @@ type Config struct {
 	// Logger receives structured logs; keys appear only as short hashes.
 	// Defaults to the engine's logger.
 	Logger *slog.Logger
+
+	// BodyBudget, if set, bounds the memory that the bodies being read for
+	// fingerprints hold at once, charged as their bytes arrive; a body that
+	// finds no room left gets 503 busy with Retry-After (see BodyBudget).
+	// Share one among the middlewares of a process. idem serve sets one
+	// from max_body_memory. Defaults to nil: each body is bounded by its
+	// Policy.MaxRequestBody alone.
+	BodyBudget *BodyBudget
 }
 
 // Middleware returns net/http middleware that makes the protected methods

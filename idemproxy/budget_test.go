@@ -9,16 +9,20 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/idem-dev/idem/idemproxy"
 )
 
-// TestBodyMemoryIsBounded: protected requests whose bodies are being read
-// hold their length of max_body_memory (a chunked one, its route's
-// max_body) until they are done; one that would go over it gets 503 busy
-// with Retry-After at once, unread, and nothing is stored or run. Once a
-// body is done with, its share is back.
-func TestBodyMemoryIsBounded(t *testing.T) {
+// TestBodyMemoryIsHeldByBytesReceived: max_body_memory is charged as a
+// body's bytes arrive, never at the length it announces. Connections that
+// announce max_body and send one byte hold 512 bytes each (their first
+// room), so a protected request beside them passes, where each used to
+// hold its whole announced length and leave everyone else 503 busy until
+// read_timeout. Bodies that do arrive still fill the budget: the one that
+// finds no room left gets 503 busy with Retry-After at once, unrun and
+// unreserved. Once every connection is done, nothing is held.
+func TestBodyMemoryIsHeldByBytesReceived(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var runs counter
@@ -27,21 +31,23 @@ func TestBodyMemoryIsBounded(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 			fmt.Fprintf(w, "got %d bytes", len(b))
 		}))
-		cfg, err := idemproxy.ParseConfig([]byte("upstream: http://upstream.invalid\nmax_body: 1000\nmax_body_memory: 2002\n"))
+		const maxBody, budget = 1 << 20, 4 << 20
+		cfg, err := idemproxy.ParseConfig(fmt.Appendf(nil, "upstream: http://upstream.invalid\nmax_body: %d\nmax_body_memory: %d\n", maxBody, budget))
 		if err != nil {
 			t.Fatal(err)
 		}
 		r := newRig(t, cfg, idemproxy.Options{Transport: tr})
 		dial := memFront(t, r.proxy)
-		body := `{"pad":"` + strings.Repeat("x", 990) + `"}` // 1000 bytes
-		head := func(key string) string {
-			return fmt.Sprintf("POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", key, len(body))
+		head := func(key string, n int) string {
+			return fmt.Sprintf("POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: %s\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n", key, n)
 		}
-		send := func(req string) (net.Conn, *bufio.Reader) {
+		var conns []net.Conn
+		send := func(req string) *bufio.Reader {
 			conn := dial()
-			t.Cleanup(func() { conn.Close() })
+			conns = append(conns, conn)
+			t.Cleanup(func() { conn.Close() }) // also when the test fails
 			go io.WriteString(conn, req)
-			return conn, bufio.NewReader(conn)
+			return bufio.NewReader(conn)
 		}
 		read := func(br *bufio.Reader) (*http.Response, string) {
 			resp, err := http.ReadResponse(br, nil)
@@ -51,41 +57,43 @@ func TestBodyMemoryIsBounded(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			return resp, string(b)
 		}
-		// Two bodies in flight, stalled: they hold 2 × 1001 bytes.
-		c1, br1 := send(head("a") + body[:10])
-		send(head("b") + body[:10])
+		// Eight times max_body announced, twice the budget, one byte sent.
+		for i := range 8 {
+			send(head(fmt.Sprint("stall-", i), maxBody) + "x")
+		}
 		synctest.Wait()
-		for _, req := range []string{
-			head("c") + body,
-			"POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: d\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
-			"POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: e\r\nContent-Length: 2\r\n\r\n{}",
-		} {
-			_, br := send(req)
-			resp, got := read(br)
-			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || resp.Header.Get("Idempotency-Outcome") != "busy" ||
-				resp.Header.Get("Content-Type") != "application/problem+json" {
-				t.Fatalf("a body over max_body_memory: %d %v %s; want 503 busy with Retry-After", resp.StatusCode, resp.Header, got)
-			}
+		if used := idemproxy.BodyMemoryUsed(r.proxy); used != 8*512 {
+			t.Fatalf("eight bodies of one byte hold %d bytes, want 8 × 512", used)
 		}
-		if got := r.state(t, "/pay", "c"); got != "gone" || runs.n.Load() != 0 {
-			t.Fatalf("a refused request left record %s, upstream runs %d", got, runs.n.Load())
+		if resp, got := read(send(head("legit", 12) + `{"amount":1}`)); resp.StatusCode != http.StatusCreated {
+			t.Fatalf("a protected request beside announced lengths: %d %s; want 201", resp.StatusCode, got)
 		}
-		// A bodiless protected request holds nothing, and passes.
-		_, br := send("POST /ping HTTP/1.1\r\nHost: x\r\nIdempotency-Key: f\r\nContent-Length: 0\r\n\r\n")
-		if resp, got := read(br); resp.StatusCode != http.StatusCreated {
-			t.Fatalf("a bodiless POST: %d %s", resp.StatusCode, got)
+		// Bodies that arrive are held: three of max_body − 1 bytes, stalled
+		// before their last byte, hold three times their length and a byte.
+		big := strings.Repeat("y", maxBody-2)
+		for i := range 3 {
+			send(head(fmt.Sprint("big-", i), maxBody-1) + big)
 		}
-		// The first body comes whole: it runs, and its share is back.
-		go io.WriteString(c1, body[10:])
-		if resp, got := read(br1); resp.StatusCode != http.StatusCreated || got != "got 1000 bytes" {
-			t.Fatalf("the first body, finished: %d %s", resp.StatusCode, got)
+		synctest.Wait()
+		if used, want := idemproxy.BodyMemoryUsed(r.proxy), int64(8*512+3*maxBody); used != want {
+			t.Fatalf("three large bodies and eight bytes hold %d bytes, want %d", used, want)
 		}
-		_, br = send(head("c") + body)
-		if resp, got := read(br); resp.StatusCode != http.StatusCreated {
-			t.Fatalf("the refused request, retried: %d %s", resp.StatusCode, got)
+		resp, got := read(send(head("over", maxBody-1) + big + "y"))
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || resp.Header.Get("Idempotency-Outcome") != "busy" {
+			t.Fatalf("a body that finds no room left: %d %v %s; want 503 busy with Retry-After", resp.StatusCode, resp.Header, got)
 		}
-		if n := runs.n.Load(); n != 3 {
-			t.Fatalf("upstream ran %d times, want 3", n)
+		if st := r.state(t, "/pay", "over"); st != "gone" {
+			t.Fatalf("a body refused busy left record %s", st)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		synctest.Wait()
+		if used := idemproxy.BodyMemoryUsed(r.proxy); used != 0 {
+			t.Fatalf("%d bytes held after every connection is done", used)
+		}
+		if n := runs.n.Load(); n != 1 {
+			t.Fatalf("upstream ran %d times, want 1", n)
 		}
 		outlastHeartbeat()
 	})
@@ -96,7 +104,8 @@ func TestBodyMemoryIsBounded(t *testing.T) {
 func TestBodyMemoryMustFitEveryBody(t *testing.T) {
 	t.Parallel()
 	for _, yaml := range []string{
-		"upstream: http://h\nmax_body_memory: 1000\n", // the default max_body, 1 MiB
+		"upstream: http://h\nmax_body_memory: 1000\n",                 // the default max_body, 1 MiB
+		"upstream: http://h\nmax_body: 1000\nmax_body_memory: 1000\n", // no room for the byte that ends it
 		"upstream: http://h\nmax_body: 100\nmax_body_memory: 1000\nroutes:\n  - match: POST /upload\n    max_body: 5000\n",
 		"upstream: http://h\nmax_body_memory: -1\n",
 		"upstream: http://h\nmax_connections: -1\n",
@@ -112,41 +121,39 @@ func TestBodyMemoryMustFitEveryBody(t *testing.T) {
 	}
 }
 
-// TestChunkedBodyCountsItsBuffer: a chunked body is read into a buffer
-// grown by doubling, which ends up to twice its route's max_body (a body
-// of 1 MiB − 1 byte in a 2 MiB buffer): it holds that much of
-// max_body_memory, or all of it when that is less, so chunked bodies
-// cannot hold twice the memory the setting allows.
-func TestChunkedBodyCountsItsBuffer(t *testing.T) {
+// TestOverLimitAnsweredAtOnce: a body over max_body gets 413 as soon as the
+// proxy knows it, even when the client then stalls: at once for a
+// Content-Length over the limit, and the moment a chunked body passes it.
+// The answer closes the connection; the proxy's server used to read what
+// was left of the body (up to 256 KiB) before answering, so a stalled
+// client got its 413 only at read_timeout (never, here: the front has
+// none, and the connection's deadline is only a guard against a hang).
+func TestOverLimitAnsweredAtOnce(t *testing.T) {
 	t.Parallel()
-	synctest.Test(t, func(t *testing.T) {
-		tr := memUpstream(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			io.Copy(io.Discard, r.Body)
-			w.WriteHeader(http.StatusCreated)
-		}))
-		cfg, err := idemproxy.ParseConfig([]byte("upstream: http://upstream.invalid\nmax_body: 1000\nmax_body_memory: 2002\n"))
+	e := newEdgeRig(t, idemproxy.Config{Settings: idemproxy.Settings{MaxBody: ptr[int64](1000)}})
+	for _, tc := range []struct{ name, req string }{
+		{"Content-Length", "POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\r\nContent-Length: 2000\r\n\r\n" + strings.Repeat("x", 10)},
+		{"chunked", "POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: b\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n" + strings.Repeat("x", 1001) + "\r\n"},
+	} {
+		conn, err := net.Dial("tcp", e.front.Listener.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := newRig(t, cfg, idemproxy.Options{Transport: tr})
-		dial := memFront(t, r.proxy)
-		stalled := dial()
-		defer stalled.Close()
-		go io.WriteString(stalled, "POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: a\r\nTransfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n")
-		synctest.Wait()
-		c := dial()
-		defer c.Close()
-		go io.WriteString(c, fmt.Sprintf("POST /pay HTTP/1.1\r\nHost: x\r\nIdempotency-Key: b\r\nContent-Length: 1000\r\n\r\n%s", strings.Repeat("x", 1000)))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(20 * time.Second)) // a guard against a hang
+		if _, err := io.WriteString(conn, tc.req); err != nil {
 			t.Fatal(err)
 		}
-		io.Copy(io.Discard, resp.Body)
-		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Idempotency-Outcome") != "busy" {
-			t.Errorf("a body beside a chunked one that holds all of max_body_memory: %d %s; want 503 busy", resp.StatusCode, resp.Header.Get("Idempotency-Outcome"))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer while the body stalls: %v", tc.name, err)
 		}
-		stalled.Close()
-		synctest.Wait()
-		outlastHeartbeat()
-	})
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || !resp.Close {
+			t.Fatalf("%s: %d, close %v; want 413, closing the connection", tc.name, resp.StatusCode, resp.Close)
+		}
+	}
+	if n := len(e.up.requests()); n != 0 {
+		t.Fatalf("the upstream got %d requests", n)
+	}
 }

@@ -120,12 +120,13 @@ type Config struct {
 	// as not replayable when it was passing through). Defaults to 30s.
 	ClientWriteTimeout Duration `yaml:"client_write_timeout"`
 	// MaxBodyMemory bounds the bytes of protected request bodies held in
-	// memory at once, across all requests: a body with a Content-Length
-	// counts for its length, a chunked one for twice its route's max_body
-	// (its buffer grows by doubling; at most MaxBodyMemory), while its
-	// request is in flight. A request that would go over it gets 503
-	// with Retry-After (busy), unread. It must be at least every route's
-	// max_body. Defaults to 64 MiB.
+	// memory at once, across all requests. A body is charged as its bytes
+	// arrive, never for the length it announces: its buffer starts at 512
+	// bytes and doubles with what has arrived (never past its length and a
+	// byte), and each step is taken before the buffer grows; its share is
+	// given back when its request is done. A body that finds no room left
+	// gets 503 with Retry-After (busy), and the connection is closed. It
+	// must be more than every route's max_body. Defaults to 64 MiB.
 	MaxBodyMemory int64 `yaml:"max_body_memory"`
 	// MaxConnections bounds the client connections open at once; more
 	// wait in the listen queue until one closes. Defaults to 0: no limit.

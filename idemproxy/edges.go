@@ -126,12 +126,14 @@ func (c Config) checkBodyMemory() error {
 		return fmt.Errorf("max_body_memory %d is negative", c.MaxBodyMemory)
 	}
 	for _, r := range append([]Route{{Settings: c.Settings}}, c.Routes...) {
-		if mb := r.Settings.merge(c.Settings).maxBody(); mb > c.MaxBodyMemory {
+		// A body of max_body is read with a byte of room more, to see its
+		// end.
+		if mb := r.Settings.merge(c.Settings).maxBody(); mb >= c.MaxBodyMemory {
 			what := "max_body"
 			if r.Match.Pattern != "" {
 				what = fmt.Sprintf("line %d: route %q: max_body", r.Match.Line, r.Match.Pattern)
 			}
-			return fmt.Errorf("%s %d is over max_body_memory %d: such a body could never be read", what, mb, c.MaxBodyMemory)
+			return fmt.Errorf("%s %d is over max_body_memory %d less the byte that ends a body: such a body could never be read", what, mb, c.MaxBodyMemory)
 		}
 	}
 	return nil

@@ -31,6 +31,9 @@ type exchange struct {
 	info         httptrace.GotConnInfo
 	rtErr        error // the round trip failed: no answer
 	bodyErr      error // the answer's body could not be read whole
+	// refusedUnread: the upstream answered 4xx before the transport had
+	// taken the whole request body (see guardedBody.untaken).
+	refusedUnread bool
 
 	// One allocation for the request's wrappers and its deadline.
 	out      heldWriter
@@ -150,10 +153,10 @@ func (x *exchange) errs() (roundTrip, body error) {
 	return x.rtErr, x.bodyErr
 }
 
-// guard makes body the request body the transport reads. It is called
-// before the round trip starts.
-func (x *exchange) guard(body io.ReadCloser) io.ReadCloser {
-	x.reqBody.r = body
+// guard makes body, of size bytes (-1: unknown), the request body the
+// transport reads. It is called before the round trip starts.
+func (x *exchange) guard(body io.ReadCloser, size int64) io.ReadCloser {
+	x.reqBody.r, x.reqBody.size = body, size
 	return &x.reqBody
 }
 
@@ -165,10 +168,15 @@ func (x *exchange) endBody() { x.reqBody.end() }
 // broken connection), but the body belongs to the middleware's pooled state,
 // reused once the handler returns: end, called before the forwarder
 // returns, waits for a read in progress and fails every later one.
+//
+// It also counts what the transport took: an upstream cannot have read
+// bytes the transport had not yet taken from the proxy.
 type guardedBody struct {
 	mu    sync.Mutex
 	r     io.ReadCloser
 	ended bool
+	size  int64 // the body's length; -1 unknown, 0 not guarded
+	taken int64
 }
 
 var errBodyEnded = errors.New("idemproxy: the upstream call ended before the request body was sent")
@@ -179,7 +187,17 @@ func (b *guardedBody) Read(p []byte) (int, error) {
 	if b.ended {
 		return 0, errBodyEnded
 	}
-	return b.r.Read(p)
+	n, err := b.r.Read(p)
+	b.taken += int64(n)
+	return n, err
+}
+
+// untaken reports whether some of a body of known length had not been
+// taken by the transport yet: then the upstream had not received it all.
+func (b *guardedBody) untaken() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.size > 0 && b.taken < b.size
 }
 
 // Close does nothing: the body is the middleware's.
@@ -225,6 +243,15 @@ func (t watchBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode < 200 { // a 101's body is the upgraded connection: left alone
 		return resp, err
 	}
+	if x != nil && resp.StatusCode >= 400 && resp.StatusCode < 500 && x.reqBody.untaken() {
+		// Refused before the body was all sent: the upstream refused a
+		// request it did not have. Read now, when the answer came: the
+		// transport may go on taking the body after it. A 5xx that early
+		// is a failure, of unknown effect, kept to the route's policy.
+		x.mu.Lock()
+		x.refusedUnread = true
+		x.mu.Unlock()
+	}
 	if x != nil && resp.Body != nil {
 		want := resp.ContentLength
 		if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
@@ -253,7 +280,8 @@ func (b *upstreamBody) Read(p []byte) (int, error) {
 // status back until the first byte of body: an upstream that fails after
 // its headers but before any body can still be answered with a problem
 // document instead of a half answer. Informational answers (1xx) go
-// through at once; Flush before any body passes only for event streams,
+// through at once, but for 100 Continue, which is dropped; Flush before any
+// body passes only for event streams,
 // whose headers the client waits for.
 //
 // Once the answer is passing through, a client that has gone does not end
@@ -271,6 +299,13 @@ type heldWriter struct {
 func (h *heldWriter) Header() http.Header { return h.w.Header() }
 
 func (h *heldWriter) WriteHeader(code int) {
+	if code == http.StatusContinue {
+		// The proxy read the whole body before forwarding it, and the
+		// client had its 100 Continue then, from the proxy's server (or
+		// sent its body without one): a second is noise, and the
+		// upstream, which gets no Expect, has no business asking.
+		return
+	}
 	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		h.w.WriteHeader(code)
 		return
@@ -336,4 +371,12 @@ type deadlineCause struct{ d time.Duration }
 
 func (c deadlineCause) Error() string {
 	return "the upstream call ran past its deadline of " + c.d.String()
+}
+
+// refusedUnreadBody reports whether the upstream refused the request before
+// it had all of its body (see watchBodies).
+func (x *exchange) refusedUnreadBody() bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.refusedUnread
 }

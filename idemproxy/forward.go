@@ -64,6 +64,9 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	rtErr, bodyErr := x.errs()
 	if rtErr == nil && bodyErr == nil {
+		if x.refusedUnreadBody() {
+			f.passUnstored(r, lease, hw.status)
+		}
 		hw.commit() // an answer without a body
 		return
 	}
@@ -85,6 +88,24 @@ func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, x *exchange) {
 		}
 	}()
 	f.rp.ServeHTTP(w, r)
+}
+
+// passUnstored settles the key of a request that the upstream refused
+// (4xx) before it had the whole body: it did not run the operation with
+// this request, so its answer (a 417, a 413 from its own limit, a 401 on
+// the headers alone) is not the operation's. The key is released and the
+// answer passed through unstored: a retry is forwarded again. Any other
+// answer given that early follows the route's policy: a 2xx or 3xx is the
+// upstream acting on the headers alone, and a 5xx a failure whose effect
+// is unknown.
+func (f *forwarder) passUnstored(r *http.Request, lease *idem.Lease, status int) {
+	settlement := f.settle(r.Context(), lease, true, "")
+	if f.p.metrics != nil {
+		f.p.metrics.outcomes.WithLabelValues(idem.Acquired.String(), settlement).Inc()
+	}
+	f.p.log.LogAttrs(r.Context(), slog.LevelDebug, "upstream refused the request before taking its body; its answer is passed on unstored",
+		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key_digest", idem.KeyDigest(lease.Key())),
+		slog.Int("status", status), slog.String("settlement", settlement))
 }
 
 // refuse answers a protected request that arrives during shutdown: it was
@@ -244,6 +265,13 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 			}
 		}
 	}
+	if x != nil {
+		// The proxy has the whole body and sends it at once: Expect (and
+		// the upstream's 100 Continue, or the transport's wait of up to
+		// ExpectContinueTimeout for one) would serve nothing, and a 417
+		// would answer a question the client no longer asks.
+		pr.Out.Header.Del("Expect")
+	}
 	switch {
 	case x == nil:
 	case pr.Out.Body == nil || pr.Out.Body == http.NoBody:
@@ -263,12 +291,16 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 		if err != nil || int64(len(b)) != pr.Out.ContentLength {
 			// Not what it announced (observe mode passes on a body that
 			// failed mid-way): what was read, then the rest as it comes.
-			pr.Out.Body = x.guard(io.NopCloser(io.MultiReader(bytes.NewReader(b), pr.Out.Body)))
+			pr.Out.Body = x.guard(io.NopCloser(io.MultiReader(bytes.NewReader(b), pr.Out.Body)), -1)
 			return
 		}
 		pr.Out.Body = io.NopCloser(bytes.NewReader(b))
 	default:
-		pr.Out.Body = x.guard(pr.Out.Body)
+		size := pr.Out.ContentLength
+		if l, ok := pr.Out.Body.(interface{ Len() int }); ok && size < 0 {
+			size = int64(l.Len()) // a chunked body the middleware holds
+		}
+		pr.Out.Body = x.guard(pr.Out.Body, size)
 	}
 }
 

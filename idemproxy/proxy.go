@@ -67,8 +67,9 @@ type Proxy struct {
 	problemBase string
 	// writeTimeout is Config.ClientWriteTimeout, fixed at New.
 	writeTimeout time.Duration
-	// bodies bounds the request bodies held at once (Config.MaxBodyMemory).
-	bodies *bodyBudget
+	// bodies bounds the request bodies held at once (Config.MaxBodyMemory),
+	// shared by every route's middleware.
+	bodies *idem.BodyBudget
 }
 
 // New returns a proxy for cfg (defaults filled, validated) over engine.
@@ -97,7 +98,7 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		engine: engine, opts: opts, transport: watchBodies{opts.Transport}, pool: newBufferPool(),
 		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
 		problemBase: cfg.ProblemBaseURL, writeTimeout: cfg.ClientWriteTimeout.d(),
-		bodies:       &bodyBudget{max: cfg.MaxBodyMemory},
+		bodies:       idem.NewBodyBudget(cfg.MaxBodyMemory),
 		upstreamName: cfg.UpstreamName, legacy: *cfg.LegacyOperations,
 	}
 	if p.upstreamName == "" {
@@ -188,7 +189,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 	scope := NewScope(s.scopeSources(), p.opts.ScopeSecret, s.Anonymous)
-	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, maxBody: s.maxBody(), next: fwd,
+	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, next: fwd,
 		scope: scope, legacy: p.legacy, observe: s.Mode == ModeObserve}
 	if rt.override == "" {
 		rt.override = OverrideProtect
@@ -211,6 +212,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ProblemBaseURL: p.problemBase,
 		TracerProvider: p.opts.TracerProvider,
 		Logger:         p.log,
+		BodyBudget:     p.bodies,
 	})
 	if err != nil {
 		return nil, err

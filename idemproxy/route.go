@@ -21,13 +21,13 @@ type routes struct {
 
 // route is one route's handler: it decides whether a request is
 // protected, and what the proxy's edges do to it (refused paths and
-// overrides, upgrades, the body budget), before idem's middleware.
+// overrides, upgrades), before idem's middleware, which reads the body
+// within the proxy's body budget.
 type route struct {
 	p        *Proxy
 	methods  []string // protected methods; nil: POST and PATCH
 	disabled bool
 	override MethodOverride
-	maxBody  int64
 	next     http.Handler // the middleware around the forwarder, or the forwarder alone
 	scope    idem.ScopeFunc
 	legacy   bool // look for records stored under earlier operation names
@@ -212,30 +212,7 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if n := rt.bodyCost(r); n > 0 {
-		if !rt.p.bodies.acquire(n) {
-			w.Header().Set("Retry-After", "1")
-			rt.p.refuse(w, r, idem.SituationBusy, "The proxy holds as many request bodies as it may; this one was not read. Retry with the same key.")
-			return
-		}
-		defer rt.p.bodies.release(n)
-	}
 	rt.next.ServeHTTP(w, r)
-}
-
-// bodyCost is what reading r's body for its fingerprint may hold in memory:
-// its length; 0 for none, and for a body over the limit, which the
-// middleware refuses unread. A chunked body is read into a buffer grown by
-// doubling, which holds up to twice the route's limit: it counts for that,
-// or for the whole budget when that is less.
-func (rt *route) bodyCost(r *http.Request) int64 {
-	switch {
-	case r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || r.ContentLength > rt.maxBody:
-		return 0
-	case r.ContentLength < 0:
-		return min(2*(rt.maxBody+1), rt.p.bodies.max)
-	}
-	return r.ContentLength + 1
 }
 
 // dropUpgrade removes an upgrade from h, and "upgrade" from its Connection.

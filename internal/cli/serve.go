@@ -161,7 +161,7 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.DurationVar(&f.upstreamDeadline, "upstream-deadline", idemproxy.DefaultUpstreamDeadline, "longest protected upstream call, answer body included (then 504, key needs review)")
 	fl.DurationVar(&f.upstreamIdleTimeout, "upstream-idle-timeout", idemproxy.DefaultUpstreamIdleTimeout, "how long idle keep-alive connections to the upstream are kept; keep it below the upstream's own")
 	fl.DurationVar(&f.clientWriteTimeout, "client-write-timeout", idemproxy.DefaultClientWriteTimeout, "longest a client may take to accept 32 KiB of its answer; then it is cut off and the key completes without it")
-	fl.Int64Var(&f.maxBodyMemory, "max-body-memory", idemproxy.DefaultMaxBodyMemory, "bytes of protected request bodies held in memory at once (a chunked one counts as --max-body); past it, 503 busy")
+	fl.Int64Var(&f.maxBodyMemory, "max-body-memory", idemproxy.DefaultMaxBodyMemory, "bytes of protected request bodies held in memory at once, charged as they arrive (never at an announced length); no room left, 503 busy")
 	fl.IntVar(&f.maxConnections, "max-connections", 0, "client connections open at once; more wait in the listen queue (default 0: no limit)")
 	fl.BoolVar(&f.mergeSlashes, "merge-slashes", true, "read runs of '/' in paths as one (//pay is /pay); --merge-slashes=false for upstreams to which // means something")
 	fl.StringVar(&f.escapedSlashes, "escaped-slashes", string(idemproxy.EscapedSlashesKeep), "%2F in paths: keep (apart from /), decode (to /, as WSGI servers do) or reject (400 on protected requests)")
