@@ -191,25 +191,6 @@ func TestOptionalKey(t *testing.T) {
 	}
 }
 
-// TestAEPFirstSent: an AEP-155 key sent again with another first_sent is a
-// reuse, as the AEP asks servers to refuse.
-func TestAEPFirstSent(t *testing.T) {
-	t.Parallel()
-	ev := newEnv(t, idemgrpc.Config{}, envOptions{})
-	t0 := time.Now().Add(-time.Minute)
-	ship := func(at time.Time) error {
-		_, err := ev.client.Ship(as("alice"), &testpb.ShipRequest{Order: "o", IdempotencyKey: &testpb.IdempotencyKey{Key: "s-1", FirstSent: timestamppb.New(at)}})
-		return err
-	}
-	if err := ship(t0); err != nil {
-		t.Fatal(err)
-	}
-	if err := ship(t0); err != nil {
-		t.Fatal(err)
-	}
-	wantCode(t, ship(t0.Add(time.Second)), codes.FailedPrecondition, idemgrpc.ReasonKeyReused)
-}
-
 // TestScope: no credentials is UNAUTHENTICATED (SCOPE_MISSING) and a
 // status from the Scope function is answered as it is; nothing runs.
 func TestScope(t *testing.T) {

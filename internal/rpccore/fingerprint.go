@@ -3,6 +3,7 @@ package rpccore
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -16,9 +17,14 @@ import (
 // key order), so that a retry that encodes a map in another order is the
 // same request, whatever protocol or codec (binary or JSON) carried it:
 //
-//   - the key field (request_id, or idempotency_key) is left out, so that
-//     the key never makes two attempts differ; an AEP-155 first_sent stays
-//     in, so that a key sent again with another first_sent is a reuse;
+//   - the key field (request_id, or idempotency_key with its first_sent)
+//     is left out, so that the key never makes two attempts differ. An
+//     AEP-155 first_sent says how old the key is, not what is asked: a
+//     client that restarts and sends the operation again under its key
+//     stamps another first_sent, and must get the first answer, not
+//     KEY_REUSED (which would tell it to use a new key and run the
+//     operation twice). first_sent serves only to refuse keys older than
+//     the server keeps them (checkFirstSent);
 //   - unknown fields, at any depth, are left out: the server did not read
 //     them, so they cannot have changed what it did. A newer client whose
 //     retry differs only in fields this server does not know gets the
@@ -51,11 +57,18 @@ func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte, 
 	b = dropFields(b, f)
 	src := &idem.FingerprintSource{Input: idem.FingerprintInput{Method: "RPC", Operation: op, ContentType: fpContentType, Body: b},
 		Options: idem.FingerprintOptions{Key: key}}
-	if k.hasFirstSent {
-		src.Input.Query = "first_sent=" + strconv.FormatInt(k.firstSent.UnixNano(), 10)
-	}
 	fp, err := idem.Fingerprint(src.Input, src.Options)
 	return fp, src, err
+}
+
+// withFirstSent returns the fingerprint that earlier versions of idem gave
+// a call whose request src is, sent with an AEP-155 first_sent of at: they
+// counted it. A retry that a server before the upgrade reserved, sent
+// again with its first_sent unchanged, matches its record by it.
+func withFirstSent(src *idem.FingerprintSource, at time.Time) (string, error) {
+	in := src.Input
+	in.Query = "first_sent=" + strconv.FormatInt(at.UnixNano(), 10)
+	return idem.Fingerprint(in, src.Options)
 }
 
 // fpBuffer returns a buffer for Fingerprint from the pool; putFPBuffer

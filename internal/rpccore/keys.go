@@ -346,6 +346,16 @@ func SetKey(m proto.Message, f *KeyFields, key string, now time.Time) bool {
 	return true
 }
 
+// NeedsFirstSent reports whether m has an AEP-155 idempotency_key whose
+// first_sent is not set.
+func NeedsFirstSent(m proto.Message, f *KeyFields) bool {
+	if f.FirstSent == nil {
+		return false
+	}
+	r := m.ProtoReflect()
+	return r.Has(f.IdemKey) && !r.Get(f.IdemKey).Message().Has(f.FirstSent)
+}
+
 // KeyIn returns the key already in m's key fields, or "".
 func KeyIn(m proto.Message, f *KeyFields) string {
 	r := m.ProtoReflect()

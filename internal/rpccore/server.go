@@ -297,11 +297,25 @@ func (s *Server) begin(ctx context.Context, c *Call, m *method, k *found, scope 
 		// End the wait while the caller can still hear about it.
 		wait = max(min(wait, time.Until(dl)*9/10), 0)
 	}
-	res, err = s.e.Begin(ctx, idem.Request{
+	req := idem.Request{
 		Key: idem.Key{Scope: scope, Operation: c.Method, Key: k.key}, Fingerprint: fp, FingerprintSource: src,
 		Kind: m.pol.Kind, Wait: wait, Lease: m.pol.Lease, Retention: m.pol.Retention,
 		Info: m.info,
-	})
+	}
+	res, err = s.e.Begin(ctx, req)
+	if err == nil && res.Outcome == idem.Mismatch && k.hasFirstSent {
+		// The record may be one that an earlier version of idem reserved,
+		// when first_sent counted in the fingerprint: the same call sent
+		// again with the same first_sent matches it so.
+		if req.Fingerprint, err = withFirstSent(src, k.firstSent); err != nil {
+			return res, nil, err
+		}
+		req.FingerprintSource = nil
+		if again, err := s.e.Begin(ctx, req); err == nil && again.Outcome != idem.Mismatch {
+			return again, nil, nil
+		}
+		err = nil
+	}
 	return res, nil, err
 }
 
