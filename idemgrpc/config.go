@@ -71,17 +71,51 @@ type Policy struct {
 	// UNAVAILABLE and RESOURCE_EXHAUSTED; an empty non-nil slice releases on
 	// none.
 	ReleaseCodes []codes.Code
+	// AmbiguousCodes are the codes that mean "the effect is unknown": a
+	// handler that answers one, typically passing on a downstream call's
+	// timeout, may or may not have done its work, so its answer is never
+	// stored. The key goes to review (NEEDS_REVIEW until an operator or a
+	// Resolver settles it) in an External method, and is released in a
+	// Transactional one (nothing committed without CompleteTx). A code
+	// may not be in both lists. Defaults to DEADLINE_EXCEEDED and CANCELLED; an empty
+	// non-nil slice leaves only the codes of a call that itself ended.
+	AmbiguousCodes []codes.Code
+	// Ambiguous is what an ambiguous code does to an External method's
+	// key: AmbiguousEscalate, or AmbiguousRelease for a handler whose
+	// downstream deduplicates by the key itself (as idem serve's
+	// ambiguous: release). Defaults to AmbiguousEscalate.
+	Ambiguous Ambiguous
 }
 
+// Ambiguous is what becomes of the key of an External method whose handler
+// answered an ambiguous code (Policy.AmbiguousCodes).
+type Ambiguous string
+
+// The values of Policy.Ambiguous, named as idem serve's ambiguous.
+const (
+	// AmbiguousEscalate moves the key to review. The default.
+	AmbiguousEscalate Ambiguous = rpccore.AmbiguousEscalate
+	// AmbiguousRelease releases the key, so that a retry runs the handler
+	// again. Choose it only when what the handler calls is itself
+	// idempotent on the key it passes on.
+	AmbiguousRelease Ambiguous = rpccore.AmbiguousRelease
+)
+
 func (p Policy) core() rpccore.Policy {
-	cp := rpccore.Policy{Kind: p.Kind, Wait: p.Wait, Lease: p.Lease, Retention: p.Retention}
-	if p.ReleaseCodes != nil {
-		cp.ReleaseCodes = make([]code.Code, len(p.ReleaseCodes))
-		for i, c := range p.ReleaseCodes {
-			cp.ReleaseCodes[i] = code.Code(c)
-		}
+	return rpccore.Policy{Kind: p.Kind, Wait: p.Wait, Lease: p.Lease, Retention: p.Retention,
+		ReleaseCodes: coreCodes(p.ReleaseCodes), AmbiguousCodes: coreCodes(p.AmbiguousCodes), Ambiguous: string(p.Ambiguous)}
+}
+
+// coreCodes are cs as google.rpc codes; nil stays nil (the default).
+func coreCodes(cs []codes.Code) []code.Code {
+	if cs == nil {
+		return nil
 	}
-	return cp
+	out := make([]code.Code, len(cs))
+	for i, c := range cs {
+		out[i] = code.Code(c)
+	}
+	return out
 }
 
 // Config configures the server interceptor.
