@@ -110,6 +110,12 @@ type Config struct {
 	// MaxClockSkew is how far in the future an AEP-155 first_sent may be.
 	// Defaults to one minute.
 	MaxClockSkew time.Duration
+	// RefuseUnlistedKeys refuses a call that carries an Idempotency-Key
+	// header to a procedure this configuration does not protect
+	// (FAILED_PRECONDITION, METHOD_UNPROTECTED) instead of protecting it
+	// with Policy; see idemgrpc.Config.RefuseUnlistedKeys. Defaults to
+	// false.
+	RefuseUnlistedKeys bool
 	// FailOpen runs the handler unprotected when the store cannot be
 	// reached, instead of answering UNAVAILABLE. Defaults to false.
 	FailOpen bool
@@ -140,13 +146,16 @@ type Event struct {
 	Code connect.Code
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration
+	// Unlisted reports a call that carried a key to a procedure the
+	// configuration does not protect (see idemgrpc.Event.Unlisted).
+	Unlisted bool
 }
 
 func (cfg Config) options() rpccore.Options {
 	o := rpccore.Options{
 		Scope: cfg.Scope, Require: cfg.Require, Policy: cfg.Policy.core(),
 		IgnoreKeyFields: cfg.IgnoreKeyFields, AnyRequestID: cfg.AnyRequestID, MaxClockSkew: cfg.MaxClockSkew,
-		FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
+		RefuseUnlisted: cfg.RefuseUnlistedKeys, FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
 		Logger: cfg.Logger, StatusOf: statusOf,
 	}
 	if len(cfg.Methods) > 0 {
@@ -158,7 +167,7 @@ func (cfg Config) options() rpccore.Options {
 	if cfg.OnOutcome != nil {
 		on := cfg.OnOutcome
 		o.OnOutcome = func(ev rpccore.Event) {
-			on(Event{Procedure: ev.Method, Key: ev.Key, Outcome: ev.Outcome, Settlement: ev.Settlement, Code: connect.Code(ev.Code), Duration: ev.Duration})
+			on(Event{Procedure: ev.Method, Key: ev.Key, Outcome: ev.Outcome, Settlement: ev.Settlement, Code: connect.Code(ev.Code), Duration: ev.Duration, Unlisted: ev.Unlisted})
 		}
 	}
 	return o

@@ -155,6 +155,17 @@ type Config struct {
 	// before the key is refused as invalid. Defaults to one minute.
 	MaxClockSkew time.Duration
 
+	// RefuseUnlistedKeys refuses a call that carries a key in the
+	// idempotency-key metadata to a method this configuration does not
+	// protect (not in Methods or Require, and without a key field, or with
+	// IgnoreKeyFields): FAILED_PRECONDITION, reason METHOD_UNPROTECTED,
+	// naming the method; the handler does not run. Defaults to false: such
+	// a call is protected with Policy, as its client believes it is (a
+	// client that retries with its key must never run a call twice). Either
+	// way the call is logged at warn by key digest and its Event has
+	// Unlisted set. A method marked NO_SIDE_EFFECTS always runs as it is.
+	RefuseUnlistedKeys bool
+
 	// FailOpen runs the handler unprotected when the store cannot be
 	// reached, instead of answering UNAVAILABLE. Defaults to false.
 	FailOpen bool
@@ -196,13 +207,19 @@ type Event struct {
 	Code codes.Code
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration
+	// Unlisted reports a call that carried a key in its metadata to a
+	// method the configuration does not protect: protected with Policy,
+	// refused (Outcome "unprotected_method"), or run as it is on a method
+	// with no side effects (Outcome "key_ignored"). Count these: they are
+	// clients that expect a protection the configuration does not list.
+	Unlisted bool
 }
 
 func (cfg Config) options() rpccore.Options {
 	o := rpccore.Options{
 		Scope: cfg.Scope, Require: cfg.Require, Policy: cfg.Policy.core(),
 		IgnoreKeyFields: cfg.IgnoreKeyFields, AnyRequestID: cfg.AnyRequestID, MaxClockSkew: cfg.MaxClockSkew,
-		FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
+		RefuseUnlisted: cfg.RefuseUnlistedKeys, FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
 		Logger: cfg.Logger, StatusOf: statusOf, Now: cfg.now,
 	}
 	if len(cfg.Methods) > 0 {
@@ -214,7 +231,7 @@ func (cfg Config) options() rpccore.Options {
 	if cfg.OnOutcome != nil {
 		on := cfg.OnOutcome
 		o.OnOutcome = func(ev rpccore.Event) {
-			on(Event{Method: ev.Method, Key: ev.Key, Outcome: ev.Outcome, Settlement: ev.Settlement, Code: codes.Code(ev.Code), Duration: ev.Duration})
+			on(Event{Method: ev.Method, Key: ev.Key, Outcome: ev.Outcome, Settlement: ev.Settlement, Code: codes.Code(ev.Code), Duration: ev.Duration, Unlisted: ev.Unlisted})
 		}
 	}
 	return o

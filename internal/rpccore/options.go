@@ -33,6 +33,7 @@ type Options struct {
 	FingerprintKey  []byte
 	DropMetadata    []string
 	MaxClockSkew    time.Duration
+	RefuseUnlisted  bool
 	OnOutcome       func(Event)
 	Logger          *slog.Logger
 	Files           *protoregistry.Files
@@ -128,7 +129,8 @@ type Event struct {
 	// Outcome is the situation's name: "acquired", "replayed", "mismatch",
 	// "in_flight", "needs_review", "not_replayable", "missing_key",
 	// "invalid_key", "scope_missing", "scope_denied", "too_long",
-	// "unavailable", "sealed", "fail_open", "no_key" or "canceled".
+	// "unavailable", "sealed", "fail_open", "no_key", "canceled",
+	// "unprotected_method" or "key_ignored".
 	Outcome string
 	// Settlement says what became of an acquired call's key, as
 	// idem.Event.Settlement does.
@@ -137,6 +139,9 @@ type Event struct {
 	Code code.Code
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration
+	// Unlisted reports a call that carried a key in its metadata to a
+	// method the configuration does not protect (see Server.unlisted).
+	Unlisted bool
 }
 
 // method is how one method is protected.

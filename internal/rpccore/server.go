@@ -21,14 +21,15 @@ import (
 // idemconnect share: find the key, scope and fingerprint the call, Begin,
 // and then run the handler under the lease, replay, or refuse.
 type Server struct {
-	e         *idem.Engine // used through its public API only
-	o         Options
-	explicit  map[string]*method
-	detected  sync.Map // method name → *method; nil: not protected
-	drop      map[string]bool
-	keep      func(string) bool
-	retention time.Duration
-	later     sync.WaitGroup // settlements going on after the answer
+	e               *idem.Engine // used through its public API only
+	o               Options
+	explicit        map[string]*method
+	detected        sync.Map // method name → *method; nil: not protected
+	drop            map[string]bool
+	keep            func(string) bool
+	unlistedMethods sync.Map // method name → *method, or the error that leaves it unprotected
+	retention       time.Duration
+	later           sync.WaitGroup // settlements going on after the answer
 }
 
 // New returns the server flow over e, or an error for a bad configuration.
@@ -193,7 +194,7 @@ func (s *Server) methodFor(c *Call) *method {
 // on.
 func (s *Server) Serve(ctx context.Context, c *Call, handler func(context.Context) Result) Answer {
 	m := s.methodFor(c)
-	if m == nil {
+	if m == nil && len(c.Keys) == 0 {
 		return s.pass(ctx, handler)
 	}
 	ev := Event{Method: c.Method}
@@ -208,7 +209,11 @@ func (s *Server) Serve(ctx context.Context, c *Call, handler func(context.Contex
 			s.o.OnOutcome(ev)
 		}()
 	}
-	ans = s.serve(ctx, c, m, &ev, handler)
+	if m == nil {
+		ans = s.unlisted(ctx, c, &ev, handler)
+	} else {
+		ans = s.serve(ctx, c, m, &ev, handler)
+	}
 	return ans
 }
 
