@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/rpccore"
@@ -127,6 +128,13 @@ type Config struct {
 	DropMetadata []string
 	// OnOutcome, if set, is called once per protected call.
 	OnOutcome func(Event)
+	// Types resolves the messages inside the google.protobuf.Any fields of
+	// requests, so that an Any counts in the fingerprint by the message it
+	// holds (maps in any order, unknown fields left out) rather than by its
+	// bytes, and the response types of protected methods. Defaults to
+	// protoregistry.GlobalTypes.
+	Types *protoregistry.Types
+
 	// Logger receives structured logs. Defaults to the engine's logger.
 	Logger *slog.Logger
 }
@@ -156,7 +164,7 @@ func (cfg Config) options() rpccore.Options {
 		Scope: cfg.Scope, Require: cfg.Require, Policy: cfg.Policy.core(),
 		IgnoreKeyFields: cfg.IgnoreKeyFields, AnyRequestID: cfg.AnyRequestID, MaxClockSkew: cfg.MaxClockSkew,
 		RefuseUnlisted: cfg.RefuseUnlistedKeys, FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
-		Logger: cfg.Logger, StatusOf: statusOf,
+		Logger: cfg.Logger, Types: cfg.Types, StatusOf: statusOf,
 	}
 	if len(cfg.Methods) > 0 {
 		o.Methods = make(map[string]rpccore.Policy, len(cfg.Methods))

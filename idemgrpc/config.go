@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/rpccore"
@@ -183,6 +184,13 @@ type Config struct {
 	// handler returned.
 	OnOutcome func(Event)
 
+	// Types resolves the messages inside the google.protobuf.Any fields of
+	// requests, so that an Any counts in the fingerprint by the message it
+	// holds (maps in any order, unknown fields left out) rather than by its
+	// bytes, and the response types of protected methods. Defaults to
+	// protoregistry.GlobalTypes.
+	Types *protoregistry.Types
+
 	// Logger receives structured logs. Defaults to the engine's logger.
 	Logger *slog.Logger
 
@@ -220,7 +228,7 @@ func (cfg Config) options() rpccore.Options {
 		Scope: cfg.Scope, Require: cfg.Require, Policy: cfg.Policy.core(),
 		IgnoreKeyFields: cfg.IgnoreKeyFields, AnyRequestID: cfg.AnyRequestID, MaxClockSkew: cfg.MaxClockSkew,
 		RefuseUnlisted: cfg.RefuseUnlistedKeys, FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
-		Logger: cfg.Logger, StatusOf: statusOf, Now: cfg.now,
+		Logger: cfg.Logger, Types: cfg.Types, StatusOf: statusOf, Now: cfg.now,
 	}
 	if len(cfg.Methods) > 0 {
 		o.Methods = make(map[string]rpccore.Policy, len(cfg.Methods))

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idem-dev/idem"
 )
@@ -28,7 +29,15 @@ import (
 //   - unknown fields, at any depth, are left out: the server did not read
 //     them, so they cannot have changed what it did. A newer client whose
 //     retry differs only in fields this server does not know gets the
-//     first answer, as it would from a server that ignored them.
+//     first answer, as it would from a server that ignored them;
+//   - a google.protobuf.Any whose type the server resolves (Options.Types)
+//     counts by the message it holds, canonicalised as the request is (its
+//     maps in key order, its unknown fields left out, the Anys inside it
+//     likewise, to maxAnyDepth), under its type's full name: a client's
+//     encoder, or protobuf JSON, may write an Any's bytes in any order.
+//     An Any whose type the server cannot resolve, or that does not
+//     decode, or nested deeper than maxAnyDepth, counts by its type URL
+//     and bytes as they came.
 var fpBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // fpContentType tags the fingerprint's body: a message, not JSON.
@@ -41,8 +50,17 @@ const fpContentType = "application/protobuf"
 // *buf, and what it was made of holds it: the caller keeps *buf untouched
 // while it uses that (in Begin), and may reuse it after; nil makes a new
 // one.
-func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte, buf *[]byte) (string, *idem.FingerprintSource, error) {
-	if r := m.ProtoReflect(); len(r.GetUnknown()) > 0 || f.nested && hasUnknown(r) {
+func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte, types *protoregistry.Types, buf *[]byte) (string, *idem.FingerprintSource, error) {
+	switch r := m.ProtoReflect(); {
+	case f.anys:
+		// Deterministic marshalling does not re-encode the bytes inside an
+		// Any: they are canonicalised here, on a copy.
+		if types == nil {
+			types = protoregistry.GlobalTypes
+		}
+		m = proto.Clone(m)
+		canonical(m.ProtoReflect(), types, 0)
+	case len(r.GetUnknown()) > 0 || f.nested && hasUnknown(r):
 		m = proto.Clone(m)
 		discardUnknown(m.ProtoReflect())
 	}
@@ -166,4 +184,85 @@ func anyUnknown(fd protoreflect.FieldDescriptor, v protoreflect.Value, f func(pr
 		return false
 	}
 	return f(v.Message())
+}
+
+// maxAnyDepth bounds how deep Anys inside Anys are unpacked to be
+// canonicalised; deeper ones count by their bytes. Each level decodes its
+// bytes once more, so the bound keeps hostile nesting from costing more
+// than a few passes over the request.
+const maxAnyDepth = 8
+
+// anyName is the full name of google.protobuf.Any.
+const anyName protoreflect.FullName = "google.protobuf.Any"
+
+// canonical makes m, and every message in it, canonical for the
+// fingerprint: unknown fields removed, and each Any of a type that types
+// resolves holding its message in canonical, deterministic form, under the
+// type's full name. depth is how many Anys m is inside.
+func canonical(m protoreflect.Message, types *protoregistry.Types, depth int) {
+	if len(m.GetUnknown()) > 0 {
+		m.SetUnknown(nil)
+	}
+	if m.Descriptor().FullName() == anyName {
+		canonicalAny(m, types, depth)
+		return
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		anyUnknown(fd, v, func(sub protoreflect.Message) bool { canonical(sub, types, depth); return false })
+		return true
+	})
+}
+
+// canonicalAny makes the Any m canonical, when its type resolves.
+func canonicalAny(m protoreflect.Message, types *protoregistry.Types, depth int) {
+	if depth >= maxAnyDepth {
+		return
+	}
+	fields := m.Descriptor().Fields()
+	urlField, valueField := fields.ByNumber(1), fields.ByNumber(2)
+	if urlField == nil || valueField == nil {
+		return
+	}
+	mt, err := types.FindMessageByURL(m.Get(urlField).String())
+	if err != nil {
+		return // a type the server does not know: by its bytes
+	}
+	inner := mt.New()
+	if err := (proto.UnmarshalOptions{Resolver: types, DiscardUnknown: true}).Unmarshal(m.Get(valueField).Bytes(), inner.Interface()); err != nil {
+		return
+	}
+	canonical(inner, types, depth+1)
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(inner.Interface())
+	if err != nil {
+		return
+	}
+	m.Set(urlField, protoreflect.ValueOfString(anyURLPrefix+string(mt.Descriptor().FullName())))
+	m.Set(valueField, protoreflect.ValueOfBytes(b))
+}
+
+// anyURLPrefix is the prefix of a canonical Any's type URL.
+const anyURLPrefix = "type.googleapis.com/"
+
+// reachesAny reports whether a message described by md can hold a
+// google.protobuf.Any, at any depth.
+func reachesAny(md protoreflect.MessageDescriptor, seen map[protoreflect.FullName]bool) bool {
+	if md.FullName() == anyName {
+		return true
+	}
+	if seen[md.FullName()] {
+		return false
+	}
+	seen[md.FullName()] = true
+	fields := md.Fields()
+	for i := 0; i < fields.Len(); i++ {
+		fd := fields.Get(i)
+		sub := fd.Message()
+		if fd.IsMap() {
+			sub = fd.MapValue().Message()
+		}
+		if sub != nil && reachesAny(sub, seen) {
+			return true
+		}
+	}
+	return false
 }

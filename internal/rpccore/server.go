@@ -293,7 +293,7 @@ const msgScopeMissing = "The call carries no credentials, so its key cannot be t
 func (s *Server) begin(ctx context.Context, c *Call, m *method, k *found, scope string) (res idem.Result, st *spb.Status, err error) {
 	fpBuf := fpBuffer()
 	defer putFPBuffer(fpBuf) // src holds it, and Begin is done with src
-	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey, fpBuf)
+	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey, s.o.Types, fpBuf)
 	if err != nil {
 		return res, &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}, nil
 	}
