@@ -47,6 +47,9 @@ func (p *payments) Charge(_ context.Context, req *connect.Request[testpb.ChargeR
 	if p.fail.Add(-1) >= 0 {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("busy"))
 	}
+	if req.Msg.Account == "dial-timeout" { // a downstream's dial timed out
+		return nil, fmt.Errorf("dialing the ledger: %w", os.ErrDeadlineExceeded)
+	}
 	if req.Msg.Account == "wrapped" {
 		ce := connect.NewError(connect.CodeFailedPrecondition, errors.New("card declined"))
 		if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "DECLINED", Domain: "payments.example"}); err == nil {
@@ -203,5 +206,28 @@ func TestReplayOfWrappedError(t *testing.T) {
 	}
 	if n := svc.runs.Load(); n != 3 {
 		t.Fatalf("runs %d, want 3", n)
+	}
+}
+
+// TestDownstreamDeadline: a handler that fails with a downstream's net
+// deadline (os.ErrDeadlineExceeded, as a dial returns it) is answered
+// DEADLINE_EXCEEDED by connect, an outcome that is unknown: the key goes
+// to review, and the retry gets NEEDS_REVIEW rather than a stored UNKNOWN
+// the client never saw.
+func TestDownstreamDeadline(t *testing.T) {
+	t.Parallel()
+	svc, srv := server(t, idemconnect.Config{})
+	c := testpbconnect.NewPaymentsClient(srv.Client(), srv.URL)
+	key := "0190a0e0-0000-7000-8000-000000000900"
+	_, err := charge(context.Background(), c, "alice", key, &testpb.ChargeRequest{Account: "dial-timeout"})
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+		t.Fatalf("first call: %v", err)
+	}
+	_, err = charge(context.Background(), c, "alice", key, &testpb.ChargeRequest{Account: "dial-timeout"})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !idemconnect.NeedsReview(err) {
+		t.Fatalf("retry: %v, want NEEDS_REVIEW", err)
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Fatalf("runs %d", n)
 	}
 }

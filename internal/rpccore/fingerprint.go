@@ -228,11 +228,11 @@ func canonicalAny(m protoreflect.Message, types *protoregistry.Types, depth int)
 		return // a type the server does not know: by its bytes
 	}
 	inner := mt.New()
-	if err := (proto.UnmarshalOptions{Resolver: types, DiscardUnknown: true}).Unmarshal(m.Get(valueField).Bytes(), inner.Interface()); err != nil {
+	if err := (proto.UnmarshalOptions{Resolver: types, DiscardUnknown: true, AllowPartial: true}).Unmarshal(m.Get(valueField).Bytes(), inner.Interface()); err != nil {
 		return
 	}
 	canonical(inner, types, depth+1)
-	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(inner.Interface())
+	b, err := proto.MarshalOptions{Deterministic: true, AllowPartial: true}.Marshal(inner.Interface())
 	if err != nil {
 		return
 	}
