@@ -164,7 +164,8 @@ type Config struct {
 	// a call is protected with Policy, as its client believes it is (a
 	// client that retries with its key must never run a call twice). Either
 	// way the call is logged at warn by key digest and its Event has
-	// Unlisted set. A method marked NO_SIDE_EFFECTS always runs as it is.
+	// Unlisted set. A method marked NO_SIDE_EFFECTS runs as it is, key or
+	// not: it has no effect to run twice.
 	RefuseUnlistedKeys bool
 
 	// FailOpen runs the handler unprotected when the store cannot be
@@ -216,10 +217,9 @@ type Event struct {
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration
 	// Unlisted reports a call that carried a key in its metadata to a
-	// method the configuration does not protect: protected with Policy,
-	// refused (Outcome "unprotected_method"), or run as it is on a method
-	// with no side effects (Outcome "key_ignored"). Count these: they are
-	// clients that expect a protection the configuration does not list.
+	// method the configuration does not protect: protected with Policy, or
+	// refused (Outcome "unprotected_method"). Count these: they are clients
+	// that expect a protection the configuration does not list.
 	Unlisted bool
 }
 

@@ -180,13 +180,22 @@ func TestOptionalKey(t *testing.T) {
 			t.Fatalf("outcome %q", e.Outcome)
 		}
 	}
-	// Refund has no key field and is not configured: not protected at all.
+	// Refund has no key field and is not configured: not protected
+	// without a key; with one (its client believes it protected), it is.
+	for i := 0; i < 2; i++ {
+		if _, err := ev.client.Refund(as("alice"), &testpb.RefundRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i := 0; i < 2; i++ {
 		if _, err := ev.client.Refund(as("alice", "r"), &testpb.RefundRequest{}); err != nil {
 			t.Fatal(err)
 		}
+		if e := ev.event(); !e.Unlisted {
+			t.Fatalf("%+v", e)
+		}
 	}
-	if n := ev.svc.runs.Load(); n != 4 {
+	if n := ev.svc.runs.Load(); n != 5 {
 		t.Fatalf("runs %d", n)
 	}
 }

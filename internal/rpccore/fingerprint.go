@@ -3,7 +3,6 @@ package rpccore
 import (
 	"strconv"
 	"sync"
-	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -79,14 +78,30 @@ func Fingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte, 
 	return fp, src, err
 }
 
-// withFirstSent returns the fingerprint that earlier versions of idem gave
-// a call whose request src is, sent with an AEP-155 first_sent of at: they
-// counted it. A retry that a server before the upgrade reserved, sent
-// again with its first_sent unchanged, matches its record by it.
-func withFirstSent(src *idem.FingerprintSource, at time.Time) (string, error) {
-	in := src.Input
-	in.Query = "first_sent=" + strconv.FormatInt(at.UnixNano(), 10)
-	return idem.Fingerprint(in, src.Options)
+// earlierFingerprint returns the fingerprint that earlier versions of idem
+// gave the call, and whether it differs from today's: they counted an
+// AEP-155 first_sent, and an Any by its bytes as they came. A retry that a
+// server before the upgrade reserved, sent again as it was (first_sent
+// unchanged), matches its record by it, instead of getting KEY_REUSED,
+// which would tell its client to run the operation again under a new key.
+func earlierFingerprint(op string, m proto.Message, f *KeyFields, k found, key []byte) (string, bool, error) {
+	if !k.hasFirstSent && !f.anys {
+		return "", false, nil
+	}
+	if r := m.ProtoReflect(); len(r.GetUnknown()) > 0 || f.nested && hasUnknown(r) {
+		m = proto.Clone(m)
+		discardUnknown(m.ProtoReflect())
+	}
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		return "", false, err
+	}
+	in := idem.FingerprintInput{Method: "RPC", Operation: op, ContentType: fpContentType, Body: dropFields(b, f)}
+	if k.hasFirstSent {
+		in.Query = "first_sent=" + strconv.FormatInt(k.firstSent.UnixNano(), 10)
+	}
+	fp, err := idem.Fingerprint(in, idem.FingerprintOptions{Key: key})
+	return fp, err == nil, err
 }
 
 // fpBuffer returns a buffer for Fingerprint from the pool; putFPBuffer

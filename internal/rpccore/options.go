@@ -129,8 +129,8 @@ type Event struct {
 	// Outcome is the situation's name: "acquired", "replayed", "mismatch",
 	// "in_flight", "needs_review", "not_replayable", "missing_key",
 	// "invalid_key", "scope_missing", "scope_denied", "too_long",
-	// "unavailable", "sealed", "fail_open", "no_key", "canceled",
-	// "unprotected_method" or "key_ignored".
+	// "unavailable", "sealed", "fail_open", "no_key", "canceled"
+	// or "unprotected_method".
 	Outcome string
 	// Settlement says what became of an acquired call's key, as
 	// idem.Event.Settlement does.

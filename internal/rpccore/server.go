@@ -194,7 +194,7 @@ func (s *Server) methodFor(c *Call) *method {
 // on.
 func (s *Server) Serve(ctx context.Context, c *Call, handler func(context.Context) Result) Answer {
 	m := s.methodFor(c)
-	if m == nil && len(c.Keys) == 0 {
+	if m == nil && (len(c.Keys) == 0 || s.noSideEffects(c)) {
 		return s.pass(ctx, handler)
 	}
 	ev := Event{Method: c.Method}
@@ -308,18 +308,16 @@ func (s *Server) begin(ctx context.Context, c *Call, m *method, k *found, scope 
 		Info: m.info,
 	}
 	res, err = s.e.Begin(ctx, req)
-	if err == nil && res.Outcome == idem.Mismatch && k.hasFirstSent {
+	if err == nil && res.Outcome == idem.Mismatch {
 		// The record may be one that an earlier version of idem reserved,
-		// when first_sent counted in the fingerprint: the same call sent
-		// again with the same first_sent matches it so.
-		if req.Fingerprint, err = withFirstSent(src, k.firstSent); err != nil {
-			return res, nil, err
+		// whose fingerprint counted first_sent and Anys' bytes.
+		earlier, differs, ferr := earlierFingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey)
+		if ferr == nil && differs && earlier != fp {
+			req.Fingerprint, req.FingerprintSource = earlier, nil
+			if again, aerr := s.e.Begin(ctx, req); aerr == nil && again.Outcome != idem.Mismatch {
+				return again, nil, nil
+			}
 		}
-		req.FingerprintSource = nil
-		if again, err := s.e.Begin(ctx, req); err == nil && again.Outcome != idem.Mismatch {
-			return again, nil, nil
-		}
-		err = nil
 	}
 	return res, nil, err
 }

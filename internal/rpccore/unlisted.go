@@ -14,17 +14,11 @@ import (
 // it carries a key to a method this server does not protect.
 const ReasonMethodUnprotected = "METHOD_UNPROTECTED"
 
-// The situations of a call that carries a key to a method the server's
-// configuration does not protect. They are the RPC front doors' own: HTTP
-// has no such thing (the middleware protects the routes it wraps).
-var (
-	// SituationUnprotectedMethod: refused (Options.RefuseUnlisted), or a
-	// method that cannot be protected (not in the protobuf registry).
-	SituationUnprotectedMethod = idem.Situation{Name: "unprotected_method"}
-	// SituationKeyIgnored: a method marked NO_SIDE_EFFECTS, run as it is:
-	// running it twice does no harm.
-	SituationKeyIgnored = idem.Situation{Name: "key_ignored"}
-)
+// SituationUnprotectedMethod is a call refused for carrying a key to a
+// method the server's configuration does not protect (Options.RefuseUnlisted,
+// or a method not in the protobuf registry). It is the RPC front doors'
+// own: HTTP has no such thing (the middleware protects the routes it wraps).
+var SituationUnprotectedMethod = idem.Situation{Name: "unprotected_method"}
 
 // rowUnprotected answers a call refused for carrying a key to a method
 // that is not protected.
@@ -43,7 +37,9 @@ var rowUnprotected = &Row{SituationUnprotectedMethod, code.Code_FAILED_PRECONDIT
 //     in the protobuf registry), the call is refused with
 //     FAILED_PRECONDITION (METHOD_UNPROTECTED) naming the method, and does
 //     not run;
-//   - a method marked NO_SIDE_EFFECTS runs as it is: it is safe to repeat.
+//
+// (A method marked NO_SIDE_EFFECTS never gets here: it has no effect to
+// run twice, and runs as it is, key or not; see noSideEffects.)
 //
 // Each such call is logged (at warn, by key digest) and reported in its
 // Event with Unlisted set.
@@ -52,13 +48,6 @@ func (s *Server) unlisted(ctx context.Context, c *Call, ev *Event, handler func(
 	m, why := s.unlistedMethod(c)
 	digest := s.digestOf(ctx, c)
 	switch {
-	case errors.Is(why, errNoSideEffects):
-		s.o.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: a call carries an idempotency key to a method with no side effects; it runs unprotected",
-			slog.String("method", c.Method), slog.String("key_digest", digest))
-		ev.Outcome = SituationKeyIgnored.Name
-		ans := s.pass(ctx, handler)
-		ev.Code = s.codeOf(ans)
-		return ans
 	case why != nil || s.o.RefuseUnlisted:
 		attrs := []slog.Attr{slog.String("method", c.Method), slog.String("key_digest", digest)}
 		if why != nil {
@@ -71,6 +60,13 @@ func (s *Server) unlisted(ctx context.Context, c *Call, ev *Event, handler func(
 	s.o.Logger.LogAttrs(ctx, slog.LevelWarn, "idem: a call carries an idempotency key to a method that is not configured; protected with the default policy",
 		slog.String("method", c.Method), slog.String("key_digest", digest))
 	return s.serve(ctx, c, m, ev, handler)
+}
+
+// noSideEffects reports whether the call's method, not configured, is
+// marked NO_SIDE_EFFECTS: left alone deliberately, as methodFor leaves it.
+func (s *Server) noSideEffects(c *Call) bool {
+	_, why := s.unlistedMethod(c)
+	return errors.Is(why, errNoSideEffects)
 }
 
 // unlistedMethod returns how a method that is not configured is protected

@@ -847,11 +847,12 @@ const file_payments_proto_rawDesc = "" +
 	"\aby_name\x18\x04 \x03(\v2&.idem.test.v1.OrderRequest.ByNameEntryR\x06byName\x1aO\n" +
 	"\vByNameEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12*\n" +
-	"\x05value\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\x05value:\x028\x012\xcd\x02\n" +
+	"\x05value\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\x05value:\x028\x012\x89\x03\n" +
 	"\bPayments\x12<\n" +
 	"\x06Charge\x12\x1b.idem.test.v1.ChargeRequest\x1a\x15.idem.test.v1.Payment\x129\n" +
 	"\x04Ship\x12\x19.idem.test.v1.ShipRequest\x1a\x16.idem.test.v1.Shipment\x12A\n" +
 	"\x06Refund\x12\x1b.idem.test.v1.RefundRequest\x1a\x1a.idem.test.v1.RefundResult\x12:\n" +
+	"\x05Order\x12\x1a.idem.test.v1.OrderRequest\x1a\x15.idem.test.v1.Payment\x12:\n" +
 	"\x05Watch\x12\x1a.idem.test.v1.WatchRequest\x1a\x13.idem.test.v1.Event0\x01\x12I\n" +
 	"\n" +
 	"GetPayment\x12\x1f.idem.test.v1.GetPaymentRequest\x1a\x15.idem.test.v1.Payment\"\x03\x90\x02\x01B9Z7github.com/idem-dev/idem/internal/rpctest/testpb;testpbb\x06proto3"
@@ -902,15 +903,17 @@ var file_payments_proto_depIdxs = []int32{
 	1,  // 9: idem.test.v1.Payments.Charge:input_type -> idem.test.v1.ChargeRequest
 	3,  // 10: idem.test.v1.Payments.Ship:input_type -> idem.test.v1.ShipRequest
 	5,  // 11: idem.test.v1.Payments.Refund:input_type -> idem.test.v1.RefundRequest
-	8,  // 12: idem.test.v1.Payments.Watch:input_type -> idem.test.v1.WatchRequest
-	10, // 13: idem.test.v1.Payments.GetPayment:input_type -> idem.test.v1.GetPaymentRequest
-	2,  // 14: idem.test.v1.Payments.Charge:output_type -> idem.test.v1.Payment
-	4,  // 15: idem.test.v1.Payments.Ship:output_type -> idem.test.v1.Shipment
-	6,  // 16: idem.test.v1.Payments.Refund:output_type -> idem.test.v1.RefundResult
-	9,  // 17: idem.test.v1.Payments.Watch:output_type -> idem.test.v1.Event
-	2,  // 18: idem.test.v1.Payments.GetPayment:output_type -> idem.test.v1.Payment
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
+	11, // 12: idem.test.v1.Payments.Order:input_type -> idem.test.v1.OrderRequest
+	8,  // 13: idem.test.v1.Payments.Watch:input_type -> idem.test.v1.WatchRequest
+	10, // 14: idem.test.v1.Payments.GetPayment:input_type -> idem.test.v1.GetPaymentRequest
+	2,  // 15: idem.test.v1.Payments.Charge:output_type -> idem.test.v1.Payment
+	4,  // 16: idem.test.v1.Payments.Ship:output_type -> idem.test.v1.Shipment
+	6,  // 17: idem.test.v1.Payments.Refund:output_type -> idem.test.v1.RefundResult
+	2,  // 18: idem.test.v1.Payments.Order:output_type -> idem.test.v1.Payment
+	9,  // 19: idem.test.v1.Payments.Watch:output_type -> idem.test.v1.Event
+	2,  // 20: idem.test.v1.Payments.GetPayment:output_type -> idem.test.v1.Payment
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
