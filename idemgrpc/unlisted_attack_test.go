@@ -152,3 +152,34 @@ func TestUnlistedKeyDefaultPolicy(t *testing.T) {
 	_, err := ev.client.Charge(as("alice", "bad key"), &testpb.ChargeRequest{Account: "a"})
 	wantCode(t, err, codes.InvalidArgument, idemgrpc.ReasonKeyInvalid)
 }
+
+// TestUnlistedKeyConcurrent: many calls at once with one key to a method
+// the configuration does not list, the first ones on a server that has not
+// seen the method yet: the handler runs once, and every other call gets
+// its answer or IN_FLIGHT.
+func TestUnlistedKeyConcurrent(t *testing.T) {
+	t.Parallel()
+	ev := newEnv(t, idemgrpc.Config{Policy: idemgrpc.Policy{Wait: time.Minute}}, envOptions{})
+	const n = 24
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			r, err := ev.client.Refund(as("alice", "refund-concurrent"), &testpb.RefundRequest{Charge: "pay_1", Amount: 5})
+			if err == nil && r.Run != 1 {
+				err = status.Errorf(codes.Internal, "run %d", r.Run)
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && idemgrpc.Reason(err) != idemgrpc.ReasonInFlight {
+			t.Fatal(err)
+		}
+	}
+	if n := ev.svc.runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times", n)
+	}
+}
