@@ -159,6 +159,9 @@ const (
 	ReasonScopeMissing     = rpccore.ReasonScopeMissing
 	ReasonScopeDenied      = rpccore.ReasonScopeDenied
 	ReasonStoreUnavailable = rpccore.ReasonStoreUnavailable
+	// ReasonMethodUnprotected: a key sent to a procedure the server does
+	// not protect (Config.RefuseUnlistedKeys).
+	ReasonMethodUnprotected = rpccore.ReasonMethodUnprotected
 )
 
 // Reason returns the ErrorInfo reason of err when idem answered it, or "".

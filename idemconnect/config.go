@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/code"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/rpccore"
@@ -40,17 +41,51 @@ type Policy struct {
 	// the error. Defaults to CodeUnavailable and CodeResourceExhausted; an
 	// empty non-nil slice releases on none.
 	ReleaseCodes []connect.Code
+	// AmbiguousCodes are the codes that mean "the effect is unknown": a
+	// handler that answers one, typically passing on a downstream call's
+	// timeout, may or may not have done its work, so its answer is never
+	// stored. The key goes to review (NEEDS_REVIEW until an operator or a
+	// Resolver settles it) in an External method, and is released in a
+	// Transactional one (nothing committed without CompleteTx). A code
+	// may not be in both lists. Defaults to CodeDeadlineExceeded and CodeCanceled; an empty
+	// non-nil slice leaves only the codes of a call that itself ended.
+	AmbiguousCodes []connect.Code
+	// Ambiguous is what an ambiguous code does to an External method's
+	// key: AmbiguousEscalate, or AmbiguousRelease for a handler whose
+	// downstream deduplicates by the key itself (as idem serve's
+	// ambiguous: release). Defaults to AmbiguousEscalate.
+	Ambiguous Ambiguous
 }
 
+// Ambiguous is what becomes of the key of an External method whose handler
+// answered an ambiguous code (Policy.AmbiguousCodes).
+type Ambiguous string
+
+// The values of Policy.Ambiguous, named as idem serve's ambiguous.
+const (
+	// AmbiguousEscalate moves the key to review. The default.
+	AmbiguousEscalate Ambiguous = rpccore.AmbiguousEscalate
+	// AmbiguousRelease releases the key, so that a retry runs the handler
+	// again. Choose it only when what the handler calls is itself
+	// idempotent on the key it passes on.
+	AmbiguousRelease Ambiguous = rpccore.AmbiguousRelease
+)
+
 func (p Policy) core() rpccore.Policy {
-	cp := rpccore.Policy{Kind: p.Kind, Wait: p.Wait, Lease: p.Lease, Retention: p.Retention}
-	if p.ReleaseCodes != nil {
-		cp.ReleaseCodes = make([]code.Code, len(p.ReleaseCodes))
-		for i, c := range p.ReleaseCodes {
-			cp.ReleaseCodes[i] = code.Code(c)
-		}
+	return rpccore.Policy{Kind: p.Kind, Wait: p.Wait, Lease: p.Lease, Retention: p.Retention,
+		ReleaseCodes: coreCodes(p.ReleaseCodes), AmbiguousCodes: coreCodes(p.AmbiguousCodes), Ambiguous: string(p.Ambiguous)}
+}
+
+// coreCodes are cs as google.rpc codes; nil stays nil (the default).
+func coreCodes(cs []connect.Code) []code.Code {
+	if cs == nil {
+		return nil
 	}
-	return cp
+	out := make([]code.Code, len(cs))
+	for i, c := range cs {
+		out[i] = code.Code(c)
+	}
+	return out
 }
 
 // Config configures the handler side of the interceptor. Its fields mean
@@ -76,6 +111,12 @@ type Config struct {
 	// MaxClockSkew is how far in the future an AEP-155 first_sent may be.
 	// Defaults to one minute.
 	MaxClockSkew time.Duration
+	// RefuseUnlistedKeys refuses a call that carries an Idempotency-Key
+	// header to a procedure this configuration does not protect
+	// (FAILED_PRECONDITION, METHOD_UNPROTECTED) instead of protecting it
+	// with Policy; see idemgrpc.Config.RefuseUnlistedKeys. Defaults to
+	// false.
+	RefuseUnlistedKeys bool
 	// FailOpen runs the handler unprotected when the store cannot be
 	// reached, instead of answering UNAVAILABLE. Defaults to false.
 	FailOpen bool
@@ -87,6 +128,13 @@ type Config struct {
 	DropMetadata []string
 	// OnOutcome, if set, is called once per protected call.
 	OnOutcome func(Event)
+	// Types resolves the messages inside the google.protobuf.Any fields of
+	// requests, so that an Any counts in the fingerprint by the message it
+	// holds (maps in any order, unknown fields left out) rather than by its
+	// bytes, and the response types of protected methods. Defaults to
+	// protoregistry.GlobalTypes.
+	Types *protoregistry.Types
+
 	// Logger receives structured logs. Defaults to the engine's logger.
 	Logger *slog.Logger
 }
@@ -106,14 +154,17 @@ type Event struct {
 	Code connect.Code
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration
+	// Unlisted reports a call that carried a key to a procedure the
+	// configuration does not protect (see idemgrpc.Event.Unlisted).
+	Unlisted bool
 }
 
 func (cfg Config) options() rpccore.Options {
 	o := rpccore.Options{
 		Scope: cfg.Scope, Require: cfg.Require, Policy: cfg.Policy.core(),
 		IgnoreKeyFields: cfg.IgnoreKeyFields, AnyRequestID: cfg.AnyRequestID, MaxClockSkew: cfg.MaxClockSkew,
-		FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
-		Logger: cfg.Logger, StatusOf: statusOf,
+		RefuseUnlisted: cfg.RefuseUnlistedKeys, FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
+		Logger: cfg.Logger, Types: cfg.Types, StatusOf: statusOf,
 	}
 	if len(cfg.Methods) > 0 {
 		o.Methods = make(map[string]rpccore.Policy, len(cfg.Methods))
@@ -124,7 +175,7 @@ func (cfg Config) options() rpccore.Options {
 	if cfg.OnOutcome != nil {
 		on := cfg.OnOutcome
 		o.OnOutcome = func(ev rpccore.Event) {
-			on(Event{Procedure: ev.Method, Key: ev.Key, Outcome: ev.Outcome, Settlement: ev.Settlement, Code: connect.Code(ev.Code), Duration: ev.Duration})
+			on(Event{Procedure: ev.Method, Key: ev.Key, Outcome: ev.Outcome, Settlement: ev.Settlement, Code: connect.Code(ev.Code), Duration: ev.Duration, Unlisted: ev.Unlisted})
 		}
 	}
 	return o

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idem-dev/idem"
@@ -45,6 +46,16 @@ func (p *payments) Charge(_ context.Context, req *connect.Request[testpb.ChargeR
 	run := p.runs.Add(1)
 	if p.fail.Add(-1) >= 0 {
 		return nil, connect.NewError(connect.CodeUnavailable, errors.New("busy"))
+	}
+	if req.Msg.Account == "dial-timeout" { // a downstream's dial timed out
+		return nil, fmt.Errorf("dialing the ledger: %w", os.ErrDeadlineExceeded)
+	}
+	if req.Msg.Account == "wrapped" {
+		ce := connect.NewError(connect.CodeFailedPrecondition, errors.New("card declined"))
+		if d, err := connect.NewErrorDetail(&errdetails.ErrorInfo{Reason: "DECLINED", Domain: "payments.example"}); err == nil {
+			ce.AddDetail(d)
+		}
+		return nil, fmt.Errorf("charging %s: %w", req.Msg.Account, ce)
 	}
 	if req.Msg.Account == "declined" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("card declined"))
@@ -164,5 +175,59 @@ func TestClientInterceptor(t *testing.T) {
 	res, err = charge(idemconnect.WithKey(ctx, info.Key), c, "alice", "", &testpb.ChargeRequest{Account: "a"})
 	if err != nil || res.Msg.Run != 3 || !info.Replayed {
 		t.Fatalf("again: %v %v %+v", res, err, info)
+	}
+}
+
+// TestReplayOfWrappedError: a handler's *connect.Error wrapped in its own
+// text is replayed as the client first got it, over every protocol: the
+// code, the message and the details.
+func TestReplayOfWrappedError(t *testing.T) {
+	t.Parallel()
+	svc, srv := server(t, idemconnect.Config{Require: []string{testpbconnect.PaymentsChargeProcedure}})
+	ctx := context.Background()
+	for i, opt := range []connect.ClientOption{connect.WithProtoJSON(), connect.WithGRPC(), connect.WithGRPCWeb()} {
+		c := testpbconnect.NewPaymentsClient(srv.Client(), srv.URL, opt)
+		key := fmt.Sprintf("0190a0e0-0000-7000-8000-%012d", 800+i)
+		var got [2]*connect.Error
+		for try := range got {
+			_, err := charge(ctx, c, "alice", key, &testpb.ChargeRequest{Account: "wrapped"})
+			if !errors.As(err, &got[try]) {
+				t.Fatalf("%d: try %d: %v", i, try, err)
+			}
+		}
+		a, b := got[0], got[1]
+		if a.Code() != b.Code() || a.Message() != b.Message() || len(a.Details()) != 1 || len(b.Details()) != 1 ||
+			a.Details()[0].Type() != b.Details()[0].Type() || string(a.Details()[0].Bytes()) != string(b.Details()[0].Bytes()) {
+			t.Fatalf("%d: first %v %v, replay %v %v", i, a, a.Details(), b, b.Details())
+		}
+		if !idemconnect.Replayed(b.Meta()) {
+			t.Fatalf("%d: the second answer is not a replay", i)
+		}
+	}
+	if n := svc.runs.Load(); n != 3 {
+		t.Fatalf("runs %d, want 3", n)
+	}
+}
+
+// TestDownstreamDeadline: a handler that fails with a downstream's net
+// deadline (os.ErrDeadlineExceeded, as a dial returns it) is answered
+// DEADLINE_EXCEEDED by connect, an outcome that is unknown: the key goes
+// to review, and the retry gets NEEDS_REVIEW rather than a stored UNKNOWN
+// the client never saw.
+func TestDownstreamDeadline(t *testing.T) {
+	t.Parallel()
+	svc, srv := server(t, idemconnect.Config{})
+	c := testpbconnect.NewPaymentsClient(srv.Client(), srv.URL)
+	key := "0190a0e0-0000-7000-8000-000000000900"
+	_, err := charge(context.Background(), c, "alice", key, &testpb.ChargeRequest{Account: "dial-timeout"})
+	if connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+		t.Fatalf("first call: %v", err)
+	}
+	_, err = charge(context.Background(), c, "alice", key, &testpb.ChargeRequest{Account: "dial-timeout"})
+	if connect.CodeOf(err) != connect.CodeFailedPrecondition || !idemconnect.NeedsReview(err) {
+		t.Fatalf("retry: %v, want NEEDS_REVIEW", err)
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Fatalf("runs %d", n)
 	}
 }

@@ -5,8 +5,17 @@
 // One handler serves Connect, gRPC and gRPC-Web clients alike, and they
 // all get the same answers.
 //
-//	interceptor, err := idemconnect.NewInterceptor(engine, idemconnect.Config{Scope: tenantOf})
+//	interceptor, err := idemconnect.NewInterceptor(engine, idemconnect.Config{
+//		Scope:   tenantOf, // func(ctx context.Context) (string, error): whose key it is
+//		Require: []string{paymentsv1connect.PaymentsChargeProcedure},
+//	})
 //	path, handler := paymentsv1connect.NewPaymentsHandler(svc, connect.WithInterceptors(interceptor))
+//
+// A call without a key runs unprotected unless its procedure is in
+// Config.Require (then it gets INVALID_ARGUMENT and does not run). A call
+// with an Idempotency-Key header to a procedure the configuration does not
+// list is protected with Config.Policy, or refused with
+// Config.RefuseUnlistedKeys; never run unprotected in silence.
 //
 // A call's key comes from the Idempotency-Key header, an AIP-155 string
 // request_id field, or an AEP-155 idempotency_key field; answers, errors

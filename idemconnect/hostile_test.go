@@ -57,3 +57,49 @@ func TestNoSideEffectsUnprotected(t *testing.T) {
 		}
 	}
 }
+
+// TestUnlistedKey: a call that carries an Idempotency-Key to a procedure
+// the configuration does not protect is never run unprotected in silence:
+// by default it is protected with the default policy (the retry replays),
+// and with RefuseUnlistedKeys it is refused with FAILED_PRECONDITION
+// naming the procedure. Both are reported with Event.Unlisted.
+func TestUnlistedKey(t *testing.T) {
+	t.Parallel()
+	for _, refuse := range []bool{false, true} {
+		events := make(chan idemconnect.Event, 4)
+		svc, srv := server(t, idemconnect.Config{IgnoreKeyFields: true, RefuseUnlistedKeys: refuse,
+			OnOutcome: func(ev idemconnect.Event) { events <- ev }})
+		c := testpbconnect.NewPaymentsClient(srv.Client(), srv.URL)
+		var got [2]*connect.Response[testpb.Payment]
+		var errs [2]error
+		for try := range got {
+			got[try], errs[try] = charge(context.Background(), c, "alice", "charge-unlisted", &testpb.ChargeRequest{Account: "a", Amount: 5})
+			select { // OnOutcome ran before the answer was sent
+			case ev := <-events:
+				if !ev.Unlisted {
+					t.Fatalf("refuse %v: %+v", refuse, ev)
+				}
+			default:
+				t.Fatalf("refuse %v: try %d was not reported", refuse, try)
+			}
+		}
+		if refuse {
+			for _, err := range errs {
+				if connect.CodeOf(err) != connect.CodeFailedPrecondition || idemconnect.Reason(err) != idemconnect.ReasonMethodUnprotected ||
+					!strings.Contains(err.Error(), testpbconnect.PaymentsChargeProcedure) {
+					t.Fatalf("%v", err)
+				}
+			}
+			if n := svc.runs.Load(); n != 0 {
+				t.Fatalf("runs %d", n)
+			}
+			continue
+		}
+		if errs[0] != nil || errs[1] != nil || got[1].Msg.Run != 1 || !idemconnect.Replayed(got[1].Header()) {
+			t.Fatalf("%v %v %v", got, errs[0], errs[1])
+		}
+		if n := svc.runs.Load(); n != 1 {
+			t.Fatalf("runs %d", n)
+		}
+	}
+}

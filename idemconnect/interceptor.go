@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -101,7 +102,8 @@ func statusOf(err error) (*spb.Status, bool) {
 		switch {
 		case errors.Is(err, context.Canceled):
 			ce = connect.NewError(connect.CodeCanceled, err)
-		case errors.Is(err, context.DeadlineExceeded):
+		case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+			// connect sends a net deadline (a dial's) as DEADLINE_EXCEEDED too
 			ce = connect.NewError(connect.CodeDeadlineExceeded, err)
 		default:
 			return &spb.Status{Code: int32(connect.CodeUnknown), Message: err.Error()}, false

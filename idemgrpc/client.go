@@ -197,6 +197,12 @@ func placeKey(ctx context.Context, msg proto.Message, req any, fields *rpccore.K
 		return nil, ctx, "", status.Errorf(codes.InvalidArgument, "idemgrpc: %v", err)
 	}
 	switch {
+	case inMsg != "" && rpccore.NeedsFirstSent(msg, fields):
+		// An AEP-155 key without its first_sent would be refused: the
+		// first attempt is this one.
+		c := proto.Clone(msg)
+		rpccore.SetKey(c, fields, inMsg, time.Now())
+		return c, ctx, key, nil
 	case inMsg != "" || len(inMD) > 0:
 		return req, ctx, key, nil // the server reads it where it is
 	case fields != nil && fields.Any():

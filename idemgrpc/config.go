@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/protobuf/reflect/protoregistry"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/internal/rpccore"
@@ -71,17 +72,51 @@ type Policy struct {
 	// UNAVAILABLE and RESOURCE_EXHAUSTED; an empty non-nil slice releases on
 	// none.
 	ReleaseCodes []codes.Code
+	// AmbiguousCodes are the codes that mean "the effect is unknown": a
+	// handler that answers one, typically passing on a downstream call's
+	// timeout, may or may not have done its work, so its answer is never
+	// stored. The key goes to review (NEEDS_REVIEW until an operator or a
+	// Resolver settles it) in an External method, and is released in a
+	// Transactional one (nothing committed without CompleteTx). A code
+	// may not be in both lists. Defaults to DEADLINE_EXCEEDED and CANCELLED; an empty
+	// non-nil slice leaves only the codes of a call that itself ended.
+	AmbiguousCodes []codes.Code
+	// Ambiguous is what an ambiguous code does to an External method's
+	// key: AmbiguousEscalate, or AmbiguousRelease for a handler whose
+	// downstream deduplicates by the key itself (as idem serve's
+	// ambiguous: release). Defaults to AmbiguousEscalate.
+	Ambiguous Ambiguous
 }
 
+// Ambiguous is what becomes of the key of an External method whose handler
+// answered an ambiguous code (Policy.AmbiguousCodes).
+type Ambiguous string
+
+// The values of Policy.Ambiguous, named as idem serve's ambiguous.
+const (
+	// AmbiguousEscalate moves the key to review. The default.
+	AmbiguousEscalate Ambiguous = rpccore.AmbiguousEscalate
+	// AmbiguousRelease releases the key, so that a retry runs the handler
+	// again. Choose it only when what the handler calls is itself
+	// idempotent on the key it passes on.
+	AmbiguousRelease Ambiguous = rpccore.AmbiguousRelease
+)
+
 func (p Policy) core() rpccore.Policy {
-	cp := rpccore.Policy{Kind: p.Kind, Wait: p.Wait, Lease: p.Lease, Retention: p.Retention}
-	if p.ReleaseCodes != nil {
-		cp.ReleaseCodes = make([]code.Code, len(p.ReleaseCodes))
-		for i, c := range p.ReleaseCodes {
-			cp.ReleaseCodes[i] = code.Code(c)
-		}
+	return rpccore.Policy{Kind: p.Kind, Wait: p.Wait, Lease: p.Lease, Retention: p.Retention,
+		ReleaseCodes: coreCodes(p.ReleaseCodes), AmbiguousCodes: coreCodes(p.AmbiguousCodes), Ambiguous: string(p.Ambiguous)}
+}
+
+// coreCodes are cs as google.rpc codes; nil stays nil (the default).
+func coreCodes(cs []codes.Code) []code.Code {
+	if cs == nil {
+		return nil
 	}
-	return cp
+	out := make([]code.Code, len(cs))
+	for i, c := range cs {
+		out[i] = code.Code(c)
+	}
+	return out
 }
 
 // Config configures the server interceptor.
@@ -121,6 +156,18 @@ type Config struct {
 	// before the key is refused as invalid. Defaults to one minute.
 	MaxClockSkew time.Duration
 
+	// RefuseUnlistedKeys refuses a call that carries a key in the
+	// idempotency-key metadata to a method this configuration does not
+	// protect (not in Methods or Require, and without a key field, or with
+	// IgnoreKeyFields): FAILED_PRECONDITION, reason METHOD_UNPROTECTED,
+	// naming the method; the handler does not run. Defaults to false: such
+	// a call is protected with Policy, as its client believes it is (a
+	// client that retries with its key must never run a call twice). Either
+	// way the call is logged at warn by key digest and its Event has
+	// Unlisted set. A method marked NO_SIDE_EFFECTS runs as it is, key or
+	// not: it has no effect to run twice.
+	RefuseUnlistedKeys bool
+
 	// FailOpen runs the handler unprotected when the store cannot be
 	// reached, instead of answering UNAVAILABLE. Defaults to false.
 	FailOpen bool
@@ -137,6 +184,13 @@ type Config struct {
 	// OnOutcome, if set, is called once per protected call, after the
 	// handler returned.
 	OnOutcome func(Event)
+
+	// Types resolves the messages inside the google.protobuf.Any fields of
+	// requests, so that an Any counts in the fingerprint by the message it
+	// holds (maps in any order, unknown fields left out) rather than by its
+	// bytes, and the response types of protected methods. Defaults to
+	// protoregistry.GlobalTypes.
+	Types *protoregistry.Types
 
 	// Logger receives structured logs. Defaults to the engine's logger.
 	Logger *slog.Logger
@@ -162,14 +216,19 @@ type Event struct {
 	Code codes.Code
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration
+	// Unlisted reports a call that carried a key in its metadata to a
+	// method the configuration does not protect: protected with Policy, or
+	// refused (Outcome "unprotected_method"). Count these: they are clients
+	// that expect a protection the configuration does not list.
+	Unlisted bool
 }
 
 func (cfg Config) options() rpccore.Options {
 	o := rpccore.Options{
 		Scope: cfg.Scope, Require: cfg.Require, Policy: cfg.Policy.core(),
 		IgnoreKeyFields: cfg.IgnoreKeyFields, AnyRequestID: cfg.AnyRequestID, MaxClockSkew: cfg.MaxClockSkew,
-		FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
-		Logger: cfg.Logger, StatusOf: statusOf, Now: cfg.now,
+		RefuseUnlisted: cfg.RefuseUnlistedKeys, FailOpen: cfg.FailOpen, FingerprintKey: cfg.FingerprintKey, DropMetadata: cfg.DropMetadata,
+		Logger: cfg.Logger, Types: cfg.Types, StatusOf: statusOf, Now: cfg.now,
 	}
 	if len(cfg.Methods) > 0 {
 		o.Methods = make(map[string]rpccore.Policy, len(cfg.Methods))
@@ -180,7 +239,7 @@ func (cfg Config) options() rpccore.Options {
 	if cfg.OnOutcome != nil {
 		on := cfg.OnOutcome
 		o.OnOutcome = func(ev rpccore.Event) {
-			on(Event{Method: ev.Method, Key: ev.Key, Outcome: ev.Outcome, Settlement: ev.Settlement, Code: codes.Code(ev.Code), Duration: ev.Duration})
+			on(Event{Method: ev.Method, Key: ev.Key, Outcome: ev.Outcome, Settlement: ev.Settlement, Code: codes.Code(ev.Code), Duration: ev.Duration, Unlisted: ev.Unlisted})
 		}
 	}
 	return o

@@ -5,9 +5,23 @@
 //
 // On the server, add UnaryServerInterceptor over an idem.Engine:
 //
+//	// tenantOf says whose key a call carries (see ScopeFunc).
+//	func tenantOf(ctx context.Context) (string, error) { ... }
+//
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
-//		idemgrpc.UnaryServerInterceptor(engine, idemgrpc.Config{Scope: tenantOf}),
+//		auth, // first: tenantOf reads what it established
+//		idemgrpc.UnaryServerInterceptor(engine, idemgrpc.Config{
+//			Scope:   tenantOf,
+//			Require: []string{paymentsv1.Payments_Charge_FullMethodName},
+//		}),
 //	))
+//
+// A call without a key runs unprotected unless its method is in
+// Config.Require (then it gets INVALID_ARGUMENT, KEY_MISSING, and does not
+// run): list there every method that must never run twice. A call that
+// carries a key in its metadata to a method the configuration does not list
+// is protected with Config.Policy (or refused, with
+// Config.RefuseUnlistedKeys), never run unprotected in silence.
 //
 // A call's key comes from the idempotency-key metadata, from an AIP-155
 // string request_id field, or from an AEP-155 idempotency_key field (key
@@ -25,7 +39,8 @@
 // handler whose data lives in the store's database completes the key
 // inside its own transaction with the store's CompleteTx and Response.
 // Returning an error marked idem.Retryable releases the key; idem.Ambiguous
-// sends it to review.
+// sends it to review, as do the codes whose effect is unknown
+// (Policy.AmbiguousCodes: DEADLINE_EXCEEDED and CANCELLED).
 //
 // On the client, UnaryClientInterceptor gives each call of a protected
 // method a key (in an empty request_id or idempotency_key field, or in the

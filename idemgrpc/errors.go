@@ -26,6 +26,8 @@ const (
 	ReasonScopeTooLong     = rpccore.ReasonTooLong          // INVALID_ARGUMENT: a scope longer than idem keeps
 	ReasonStoreUnavailable = rpccore.ReasonStoreUnavailable // UNAVAILABLE + RetryInfo: nothing ran
 	ReasonAnswerSealed     = rpccore.ReasonAnswerSealed     // INTERNAL: the stored answer cannot be opened
+	// FAILED_PRECONDITION: a key sent to a method the server does not protect
+	ReasonMethodUnprotected = rpccore.ReasonMethodUnprotected
 )
 
 // HeaderReplayed is the header metadata of a replayed answer.

@@ -91,6 +91,11 @@ func (p *payments) Refund(ctx context.Context, req *testpb.RefundRequest) (*test
 	return &testpb.RefundResult{Id: fmt.Sprintf("ref_%d", run), Run: run}, nil
 }
 
+func (p *payments) Order(ctx context.Context, req *testpb.OrderRequest) (*testpb.Payment, error) {
+	run := p.saw(ctx, req.GetRequestId())
+	return &testpb.Payment{Id: fmt.Sprintf("order_%d", run), Run: run}, nil
+}
+
 func (p *payments) GetPayment(ctx context.Context, req *testpb.GetPaymentRequest) (*testpb.Payment, error) {
 	return &testpb.Payment{Id: req.GetId(), Run: p.saw(ctx, req.GetRequestId())}, nil
 }
@@ -100,6 +105,7 @@ const (
 	chargeMethod = "/idem.test.v1.Payments/Charge"
 	shipMethod   = "/idem.test.v1.Payments/Ship"
 	refundMethod = "/idem.test.v1.Payments/Refund"
+	orderMethod  = "/idem.test.v1.Payments/Order"
 	watchMethod  = "/idem.test.v1.Payments/Watch"
 )
 

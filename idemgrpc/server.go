@@ -89,15 +89,22 @@ func NewUnaryServerInterceptor(e *idem.Engine, cfg Config) (grpc.UnaryServerInte
 // retry policy how long to wait before its next attempt (gRFC A6).
 const pushbackKey = "grpc-retry-pushback-ms"
 
-// statusOf is the status grpc-go sends for a handler's error: the status
-// it wraps (without the wrapper's text, so that a mark of idem.Retryable or
-// idem.Ambiguous does not change the message), or a context error's code.
+// statusOf is the status grpc-go sends for a handler's error, as grpc-go
+// makes it (status.FromError, then a context error's code): for an error
+// that wraps a status, its code and details with the whole error's text,
+// so that a replay carries exactly what the first call answered. A mark of
+// idem.Retryable or idem.Ambiguous is taken off first: it says what became
+// of the key, not what to answer (and such an answer is never stored).
 func statusOf(err error) (*spb.Status, bool) {
-	var gs interface{ GRPCStatus() *status.Status }
-	if errors.As(err, &gs) {
-		if s := gs.GRPCStatus(); s != nil {
-			return s.Proto(), true
+	for idem.FailureMark(err) != idem.Unmarked {
+		u := errors.Unwrap(err)
+		if u == nil {
+			break
 		}
+		err = u
+	}
+	if s, ok := status.FromError(err); ok {
+		return s.Proto(), true
 	}
 	s := status.FromContextError(err)
 	return s.Proto(), errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)

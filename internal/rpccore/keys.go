@@ -37,6 +37,10 @@ type KeyFields struct {
 	// (a message, a list of them, a map to them): only then can unknown
 	// fields hide below the top level.
 	nested bool
+	// anys reports whether the message can hold a google.protobuf.Any, at
+	// any depth: only then is it canonicalised beyond deterministic
+	// marshalling.
+	anys bool
 }
 
 // Any reports whether the message has a key field.
@@ -88,6 +92,7 @@ func KeyFieldsOf(md protoreflect.MessageDescriptor) *KeyFields {
 			f.nested = true
 		}
 	}
+	f.anys = reachesAny(md, map[protoreflect.FullName]bool{})
 	keyFieldsCache.Store(md, f)
 	return f
 }
@@ -344,6 +349,16 @@ func SetKey(m proto.Message, f *KeyFields, key string, now time.Time) bool {
 		return false
 	}
 	return true
+}
+
+// NeedsFirstSent reports whether m has an AEP-155 idempotency_key whose
+// first_sent is not set.
+func NeedsFirstSent(m proto.Message, f *KeyFields) bool {
+	if f.FirstSent == nil {
+		return false
+	}
+	r := m.ProtoReflect()
+	return r.Has(f.IdemKey) && !r.Get(f.IdemKey).Message().Has(f.FirstSent)
 }
 
 // KeyIn returns the key already in m's key fields, or "".

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ type Options struct {
 	FingerprintKey  []byte
 	DropMetadata    []string
 	MaxClockSkew    time.Duration
+	RefuseUnlisted  bool
 	OnOutcome       func(Event)
 	Logger          *slog.Logger
 	Files           *protoregistry.Files
@@ -47,13 +49,30 @@ type Options struct {
 type Policy struct {
 	Kind                   idem.Kind
 	Wait, Lease, Retention time.Duration
-	// ReleaseCodes: nil means UNAVAILABLE and RESOURCE_EXHAUSTED.
+	// ReleaseCodes: nil means DefaultReleaseCodes.
 	ReleaseCodes []code.Code
+	// AmbiguousCodes: nil means DefaultAmbiguousCodes.
+	AmbiguousCodes []code.Code
+	// Ambiguous is what an ambiguous code does to the key of an External
+	// method: "" or AmbiguousEscalate, or AmbiguousRelease.
+	Ambiguous string
 }
 
 // DefaultReleaseCodes are the codes that mean "nothing happened, try
-// again", as 503 and 429 do on HTTP.
+// again", as 503 and 429 do on HTTP (idem serve's release_statuses).
 var DefaultReleaseCodes = []code.Code{code.Code_UNAVAILABLE, code.Code_RESOURCE_EXHAUSTED}
+
+// DefaultAmbiguousCodes are the codes that mean "the effect is unknown":
+// a handler that answers them, typically passing on a downstream call's
+// error, may or may not have done its work (idem serve's ambiguous
+// outcomes: an upstream that timed out or broke after the request went).
+var DefaultAmbiguousCodes = []code.Code{code.Code_DEADLINE_EXCEEDED, code.Code_CANCELLED}
+
+// The values of Policy.Ambiguous, as idem serve's ambiguous names them.
+const (
+	AmbiguousEscalate = "escalate"
+	AmbiguousRelease  = "release"
+)
 
 // DefaultMaxClockSkew is how far in the future an AEP-155 first_sent may
 // be before it is refused.
@@ -62,6 +81,12 @@ const DefaultMaxClockSkew = time.Minute
 func (p Policy) withDefaults() Policy {
 	if p.ReleaseCodes == nil {
 		p.ReleaseCodes = DefaultReleaseCodes
+	}
+	if p.AmbiguousCodes == nil {
+		p.AmbiguousCodes = DefaultAmbiguousCodes
+	}
+	if p.Ambiguous == "" {
+		p.Ambiguous = AmbiguousEscalate
 	}
 	return p
 }
@@ -73,9 +98,23 @@ func (p Policy) validate() error {
 	case p.Wait < 0 || p.Lease < 0 || p.Retention < 0:
 		return errors.New("Policy.Wait, Lease and Retention must not be negative")
 	}
+	switch p.Ambiguous {
+	case "", AmbiguousEscalate, AmbiguousRelease:
+	default:
+		return fmt.Errorf("Policy.Ambiguous must be %q or %q, got %q", AmbiguousEscalate, AmbiguousRelease, p.Ambiguous)
+	}
 	for _, c := range p.ReleaseCodes {
 		if c == code.Code_OK {
 			return errors.New("Policy.ReleaseCodes: OK is an answer, never a release")
+		}
+	}
+	p = p.withDefaults()
+	for _, c := range p.AmbiguousCodes {
+		switch {
+		case c == code.Code_OK:
+			return errors.New("Policy.AmbiguousCodes: OK is an answer, never an unknown outcome")
+		case slices.Contains(p.ReleaseCodes, c):
+			return fmt.Errorf("%v is both in Policy.ReleaseCodes (nothing happened) and in Policy.AmbiguousCodes (the effect is unknown); choose one (an empty non-nil slice empties a default)", c)
 		}
 	}
 	return nil
@@ -90,7 +129,8 @@ type Event struct {
 	// Outcome is the situation's name: "acquired", "replayed", "mismatch",
 	// "in_flight", "needs_review", "not_replayable", "missing_key",
 	// "invalid_key", "scope_missing", "scope_denied", "too_long",
-	// "unavailable", "sealed", "fail_open", "no_key" or "canceled".
+	// "unavailable", "sealed", "fail_open", "no_key", "canceled"
+	// or "unprotected_method".
 	Outcome string
 	// Settlement says what became of an acquired call's key, as
 	// idem.Event.Settlement does.
@@ -99,6 +139,9 @@ type Event struct {
 	Code code.Code
 	// Duration is the time spent in the interceptor and the handler.
 	Duration time.Duration
+	// Unlisted reports a call that carried a key in its metadata to a
+	// method the configuration does not protect (see Server.unlisted).
+	Unlisted bool
 }
 
 // method is how one method is protected.

@@ -67,7 +67,7 @@ func TestFingerprintMapOrderAndUnknownFields(t *testing.T) {
 		}
 		f := KeyFieldsOf(m.ProtoReflect().Descriptor())
 		before := len(m.ProtoReflect().GetUnknown())
-		s, _, err := Fingerprint("/m", &m, f, found{}, nil, nil)
+		s, _, err := Fingerprint("/m", &m, f, found{}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestFingerprintNestedUnknownFields(t *testing.T) {
 		if err := proto.Unmarshal(raw, &m); err != nil {
 			t.Fatal(err)
 		}
-		s, _, err := Fingerprint("/m", &m, KeyFieldsOf(m.ProtoReflect().Descriptor()), found{}, nil, nil)
+		s, _, err := Fingerprint("/m", &m, KeyFieldsOf(m.ProtoReflect().Descriptor()), found{}, nil, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -21,14 +21,15 @@ import (
 // idemconnect share: find the key, scope and fingerprint the call, Begin,
 // and then run the handler under the lease, replay, or refuse.
 type Server struct {
-	e         *idem.Engine // used through its public API only
-	o         Options
-	explicit  map[string]*method
-	detected  sync.Map // method name → *method; nil: not protected
-	drop      map[string]bool
-	keep      func(string) bool
-	retention time.Duration
-	later     sync.WaitGroup // settlements going on after the answer
+	e               *idem.Engine // used through its public API only
+	o               Options
+	explicit        map[string]*method
+	detected        sync.Map // method name → *method; nil: not protected
+	drop            map[string]bool
+	keep            func(string) bool
+	unlistedMethods sync.Map // method name → *method, or the error that leaves it unprotected
+	retention       time.Duration
+	later           sync.WaitGroup // settlements going on after the answer
 }
 
 // New returns the server flow over e, or an error for a bad configuration.
@@ -193,7 +194,7 @@ func (s *Server) methodFor(c *Call) *method {
 // on.
 func (s *Server) Serve(ctx context.Context, c *Call, handler func(context.Context) Result) Answer {
 	m := s.methodFor(c)
-	if m == nil {
+	if m == nil && (len(c.Keys) == 0 || s.noSideEffects(c)) {
 		return s.pass(ctx, handler)
 	}
 	ev := Event{Method: c.Method}
@@ -208,7 +209,11 @@ func (s *Server) Serve(ctx context.Context, c *Call, handler func(context.Contex
 			s.o.OnOutcome(ev)
 		}()
 	}
-	ans = s.serve(ctx, c, m, &ev, handler)
+	if m == nil {
+		ans = s.unlisted(ctx, c, &ev, handler)
+	} else {
+		ans = s.serve(ctx, c, m, &ev, handler)
+	}
 	return ans
 }
 
@@ -288,7 +293,7 @@ const msgScopeMissing = "The call carries no credentials, so its key cannot be t
 func (s *Server) begin(ctx context.Context, c *Call, m *method, k *found, scope string) (res idem.Result, st *spb.Status, err error) {
 	fpBuf := fpBuffer()
 	defer putFPBuffer(fpBuf) // src holds it, and Begin is done with src
-	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey, fpBuf)
+	fp, src, err := Fingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey, s.o.Types, fpBuf)
 	if err != nil {
 		return res, &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}, nil
 	}
@@ -297,11 +302,23 @@ func (s *Server) begin(ctx context.Context, c *Call, m *method, k *found, scope 
 		// End the wait while the caller can still hear about it.
 		wait = max(min(wait, time.Until(dl)*9/10), 0)
 	}
-	res, err = s.e.Begin(ctx, idem.Request{
+	req := idem.Request{
 		Key: idem.Key{Scope: scope, Operation: c.Method, Key: k.key}, Fingerprint: fp, FingerprintSource: src,
 		Kind: m.pol.Kind, Wait: wait, Lease: m.pol.Lease, Retention: m.pol.Retention,
 		Info: m.info,
-	})
+	}
+	res, err = s.e.Begin(ctx, req)
+	if err == nil && res.Outcome == idem.Mismatch {
+		// The record may be one that an earlier version of idem reserved,
+		// whose fingerprint counted first_sent and Anys' bytes.
+		earlier, differs, ferr := earlierFingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey)
+		if ferr == nil && differs && earlier != fp {
+			req.Fingerprint, req.FingerprintSource = earlier, nil
+			if again, aerr := s.e.Begin(ctx, req); aerr == nil && again.Outcome != idem.Mismatch {
+				return again, nil, nil
+			}
+		}
+	}
 	return res, nil, err
 }
 

@@ -37,10 +37,13 @@ const (
 //     External one, whose effect may have happened outside the database;
 //   - its error is marked idem.Retryable: released; idem.Ambiguous:
 //     escalated; the client gets the error without its mark;
-//   - the call was cancelled, or ran out of time, and the handler returned
-//     CANCELLED or DEADLINE_EXCEEDED: its outcome is unknown, escalated;
 //   - it answered one of the policy's release codes (UNAVAILABLE and
-//     RESOURCE_EXHAUSTED by default): released;
+//     RESOURCE_EXHAUSTED by default): nothing happened, released;
+//   - it answered one of the policy's ambiguous codes (DEADLINE_EXCEEDED
+//     and CANCELLED by default), or CANCELLED or DEADLINE_EXCEEDED after
+//     the call itself ended: its effect is unknown, escalated in an
+//     External method (released with Policy.Ambiguous "release"), and
+//     released in a Transactional one;
 //   - otherwise its answer, message or status, is stored and replayed. A
 //     Complete that fails escalates the key: the handler ran.
 //
@@ -100,9 +103,11 @@ func (s *Server) settle(ctx context.Context, m *method, lease *idem.Lease, res R
 		case idem.FailureMark(res.Err) == idem.MarkedAmbiguous:
 			return s.escalate(ctx, lease, "the handler failed with an ambiguous error: "+c.String()+": "+st.Message)
 		case ctx.Err() != nil && (c == code.Code_CANCELLED || c == code.Code_DEADLINE_EXCEEDED):
-			return s.settleUnknown(ctx, lease, "the call ended ("+ctx.Err().Error()+") and the handler answered "+c.String(), nil)
+			return s.ambiguous(ctx, m, lease, "the call ended ("+ctx.Err().Error()+") and the handler answered "+c.String()+": "+st.Message)
 		case slices.Contains(m.pol.ReleaseCodes, c):
 			return s.release(ctx, lease, "the handler answered "+c.String())
+		case slices.Contains(m.pol.AmbiguousCodes, c):
+			return s.ambiguous(ctx, m, lease, "the handler answered "+c.String()+", whose effect is unknown: "+st.Message)
 		}
 	} else if res.Msg == nil {
 		return s.settleUnknown(ctx, lease, "the handler returned neither a message nor an error", nil)
@@ -133,6 +138,18 @@ func (s *Server) settle(ctx context.Context, m *method, lease *idem.Lease, res R
 	// may run it again.
 	s.log(ctx, slog.LevelError, "idem: storing the answer failed; escalating the key", lease, err)
 	return s.escalate(ctx, lease, fmt.Sprintf("the handler answered but storing the answer failed: %v", err))
+}
+
+// ambiguous settles the open lease of a handler that answered a code whose
+// effect is unknown: escalated in an External method, unless its policy
+// releases such keys (its downstream deduplicates by the key itself);
+// released in a Transactional one, whose effects commit only with
+// CompleteTx, which it did not call.
+func (s *Server) ambiguous(ctx context.Context, m *method, lease *idem.Lease, reason string) string {
+	if lease.Kind() == idem.Transactional || m.pol.Ambiguous == AmbiguousRelease {
+		return s.release(ctx, lease, reason)
+	}
+	return s.escalate(ctx, lease, reason)
 }
 
 // settleUnknown settles the key of a handler whose outcome is unknown.

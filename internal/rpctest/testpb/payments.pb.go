@@ -14,6 +14,7 @@ package testpb
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	anypb "google.golang.org/protobuf/types/known/anypb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -703,11 +704,82 @@ func (x *GetPaymentRequest) GetRequestId() string {
 	return ""
 }
 
+// OrderRequest carries messages in google.protobuf.Any fields, one Any
+// able to hold another: equal requests once unpacked must fingerprint
+// alike, whatever order their maps came in.
+type OrderRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	RequestId     string                 `protobuf:"bytes,1,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	Item          *anypb.Any             `protobuf:"bytes,2,opt,name=item,proto3" json:"item,omitempty"`
+	Extras        []*anypb.Any           `protobuf:"bytes,3,rep,name=extras,proto3" json:"extras,omitempty"`
+	ByName        map[string]*anypb.Any  `protobuf:"bytes,4,rep,name=by_name,json=byName,proto3" json:"by_name,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OrderRequest) Reset() {
+	*x = OrderRequest{}
+	mi := &file_payments_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OrderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OrderRequest) ProtoMessage() {}
+
+func (x *OrderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_payments_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OrderRequest.ProtoReflect.Descriptor instead.
+func (*OrderRequest) Descriptor() ([]byte, []int) {
+	return file_payments_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *OrderRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
+func (x *OrderRequest) GetItem() *anypb.Any {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *OrderRequest) GetExtras() []*anypb.Any {
+	if x != nil {
+		return x.Extras
+	}
+	return nil
+}
+
+func (x *OrderRequest) GetByName() map[string]*anypb.Any {
+	if x != nil {
+		return x.ByName
+	}
+	return nil
+}
+
 var File_payments_proto protoreflect.FileDescriptor
 
 const file_payments_proto_rawDesc = "" +
 	"\n" +
-	"\x0epayments.proto\x12\fidem.test.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"]\n" +
+	"\x0epayments.proto\x12\fidem.test.v1\x1a\x19google/protobuf/any.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"]\n" +
 	"\x0eIdempotencyKey\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x129\n" +
 	"\n" +
@@ -766,11 +838,21 @@ const file_payments_proto_rawDesc = "" +
 	"\x11GetPaymentRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x02 \x01(\tR\trequestId2\xcd\x02\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\x97\x02\n" +
+	"\fOrderRequest\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x01 \x01(\tR\trequestId\x12(\n" +
+	"\x04item\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\x04item\x12,\n" +
+	"\x06extras\x18\x03 \x03(\v2\x14.google.protobuf.AnyR\x06extras\x12?\n" +
+	"\aby_name\x18\x04 \x03(\v2&.idem.test.v1.OrderRequest.ByNameEntryR\x06byName\x1aO\n" +
+	"\vByNameEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12*\n" +
+	"\x05value\x18\x02 \x01(\v2\x14.google.protobuf.AnyR\x05value:\x028\x012\x89\x03\n" +
 	"\bPayments\x12<\n" +
 	"\x06Charge\x12\x1b.idem.test.v1.ChargeRequest\x1a\x15.idem.test.v1.Payment\x129\n" +
 	"\x04Ship\x12\x19.idem.test.v1.ShipRequest\x1a\x16.idem.test.v1.Shipment\x12A\n" +
 	"\x06Refund\x12\x1b.idem.test.v1.RefundRequest\x1a\x1a.idem.test.v1.RefundResult\x12:\n" +
+	"\x05Order\x12\x1a.idem.test.v1.OrderRequest\x1a\x15.idem.test.v1.Payment\x12:\n" +
 	"\x05Watch\x12\x1a.idem.test.v1.WatchRequest\x1a\x13.idem.test.v1.Event0\x01\x12I\n" +
 	"\n" +
 	"GetPayment\x12\x1f.idem.test.v1.GetPaymentRequest\x1a\x15.idem.test.v1.Payment\"\x03\x90\x02\x01B9Z7github.com/idem-dev/idem/internal/rpctest/testpb;testpbb\x06proto3"
@@ -787,7 +869,7 @@ func file_payments_proto_rawDescGZIP() []byte {
 	return file_payments_proto_rawDescData
 }
 
-var file_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_payments_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_payments_proto_goTypes = []any{
 	(*IdempotencyKey)(nil),        // 0: idem.test.v1.IdempotencyKey
 	(*ChargeRequest)(nil),         // 1: idem.test.v1.ChargeRequest
@@ -800,32 +882,41 @@ var file_payments_proto_goTypes = []any{
 	(*WatchRequest)(nil),          // 8: idem.test.v1.WatchRequest
 	(*Event)(nil),                 // 9: idem.test.v1.Event
 	(*GetPaymentRequest)(nil),     // 10: idem.test.v1.GetPaymentRequest
-	nil,                           // 11: idem.test.v1.ChargeRequest.LabelsEntry
-	nil,                           // 12: idem.test.v1.ChargeRequestV2.LabelsEntry
-	nil,                           // 13: idem.test.v1.ChargeRequestV2.ExtraEntry
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*OrderRequest)(nil),          // 11: idem.test.v1.OrderRequest
+	nil,                           // 12: idem.test.v1.ChargeRequest.LabelsEntry
+	nil,                           // 13: idem.test.v1.ChargeRequestV2.LabelsEntry
+	nil,                           // 14: idem.test.v1.ChargeRequestV2.ExtraEntry
+	nil,                           // 15: idem.test.v1.OrderRequest.ByNameEntry
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*anypb.Any)(nil),             // 17: google.protobuf.Any
 }
 var file_payments_proto_depIdxs = []int32{
-	14, // 0: idem.test.v1.IdempotencyKey.first_sent:type_name -> google.protobuf.Timestamp
-	11, // 1: idem.test.v1.ChargeRequest.labels:type_name -> idem.test.v1.ChargeRequest.LabelsEntry
+	16, // 0: idem.test.v1.IdempotencyKey.first_sent:type_name -> google.protobuf.Timestamp
+	12, // 1: idem.test.v1.ChargeRequest.labels:type_name -> idem.test.v1.ChargeRequest.LabelsEntry
 	0,  // 2: idem.test.v1.ShipRequest.idempotency_key:type_name -> idem.test.v1.IdempotencyKey
-	12, // 3: idem.test.v1.ChargeRequestV2.labels:type_name -> idem.test.v1.ChargeRequestV2.LabelsEntry
-	13, // 4: idem.test.v1.ChargeRequestV2.extra:type_name -> idem.test.v1.ChargeRequestV2.ExtraEntry
-	1,  // 5: idem.test.v1.Payments.Charge:input_type -> idem.test.v1.ChargeRequest
-	3,  // 6: idem.test.v1.Payments.Ship:input_type -> idem.test.v1.ShipRequest
-	5,  // 7: idem.test.v1.Payments.Refund:input_type -> idem.test.v1.RefundRequest
-	8,  // 8: idem.test.v1.Payments.Watch:input_type -> idem.test.v1.WatchRequest
-	10, // 9: idem.test.v1.Payments.GetPayment:input_type -> idem.test.v1.GetPaymentRequest
-	2,  // 10: idem.test.v1.Payments.Charge:output_type -> idem.test.v1.Payment
-	4,  // 11: idem.test.v1.Payments.Ship:output_type -> idem.test.v1.Shipment
-	6,  // 12: idem.test.v1.Payments.Refund:output_type -> idem.test.v1.RefundResult
-	9,  // 13: idem.test.v1.Payments.Watch:output_type -> idem.test.v1.Event
-	2,  // 14: idem.test.v1.Payments.GetPayment:output_type -> idem.test.v1.Payment
-	10, // [10:15] is the sub-list for method output_type
-	5,  // [5:10] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	13, // 3: idem.test.v1.ChargeRequestV2.labels:type_name -> idem.test.v1.ChargeRequestV2.LabelsEntry
+	14, // 4: idem.test.v1.ChargeRequestV2.extra:type_name -> idem.test.v1.ChargeRequestV2.ExtraEntry
+	17, // 5: idem.test.v1.OrderRequest.item:type_name -> google.protobuf.Any
+	17, // 6: idem.test.v1.OrderRequest.extras:type_name -> google.protobuf.Any
+	15, // 7: idem.test.v1.OrderRequest.by_name:type_name -> idem.test.v1.OrderRequest.ByNameEntry
+	17, // 8: idem.test.v1.OrderRequest.ByNameEntry.value:type_name -> google.protobuf.Any
+	1,  // 9: idem.test.v1.Payments.Charge:input_type -> idem.test.v1.ChargeRequest
+	3,  // 10: idem.test.v1.Payments.Ship:input_type -> idem.test.v1.ShipRequest
+	5,  // 11: idem.test.v1.Payments.Refund:input_type -> idem.test.v1.RefundRequest
+	11, // 12: idem.test.v1.Payments.Order:input_type -> idem.test.v1.OrderRequest
+	8,  // 13: idem.test.v1.Payments.Watch:input_type -> idem.test.v1.WatchRequest
+	10, // 14: idem.test.v1.Payments.GetPayment:input_type -> idem.test.v1.GetPaymentRequest
+	2,  // 15: idem.test.v1.Payments.Charge:output_type -> idem.test.v1.Payment
+	4,  // 16: idem.test.v1.Payments.Ship:output_type -> idem.test.v1.Shipment
+	6,  // 17: idem.test.v1.Payments.Refund:output_type -> idem.test.v1.RefundResult
+	2,  // 18: idem.test.v1.Payments.Order:output_type -> idem.test.v1.Payment
+	9,  // 19: idem.test.v1.Payments.Watch:output_type -> idem.test.v1.Event
+	2,  // 20: idem.test.v1.Payments.GetPayment:output_type -> idem.test.v1.Payment
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_payments_proto_init() }
@@ -839,7 +930,7 @@ func file_payments_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_payments_proto_rawDesc), len(file_payments_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

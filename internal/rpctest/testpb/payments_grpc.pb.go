@@ -27,6 +27,7 @@ const (
 	Payments_Charge_FullMethodName     = "/idem.test.v1.Payments/Charge"
 	Payments_Ship_FullMethodName       = "/idem.test.v1.Payments/Ship"
 	Payments_Refund_FullMethodName     = "/idem.test.v1.Payments/Refund"
+	Payments_Order_FullMethodName      = "/idem.test.v1.Payments/Order"
 	Payments_Watch_FullMethodName      = "/idem.test.v1.Payments/Watch"
 	Payments_GetPayment_FullMethodName = "/idem.test.v1.Payments/GetPayment"
 )
@@ -38,6 +39,8 @@ type PaymentsClient interface {
 	Charge(ctx context.Context, in *ChargeRequest, opts ...grpc.CallOption) (*Payment, error)
 	Ship(ctx context.Context, in *ShipRequest, opts ...grpc.CallOption) (*Shipment, error)
 	Refund(ctx context.Context, in *RefundRequest, opts ...grpc.CallOption) (*RefundResult, error)
+	// Order carries messages in Any fields.
+	Order(ctx context.Context, in *OrderRequest, opts ...grpc.CallOption) (*Payment, error)
 	// Watch streams; idem protects unary calls only.
 	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error)
 	// GetPayment has no side effects: Connect clients may send it as an HTTP
@@ -83,6 +86,16 @@ func (c *paymentsClient) Refund(ctx context.Context, in *RefundRequest, opts ...
 	return out, nil
 }
 
+func (c *paymentsClient) Order(ctx context.Context, in *OrderRequest, opts ...grpc.CallOption) (*Payment, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Payment)
+	err := c.cc.Invoke(ctx, Payments_Order_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *paymentsClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Event], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &Payments_ServiceDesc.Streams[0], Payments_Watch_FullMethodName, cOpts...)
@@ -119,6 +132,8 @@ type PaymentsServer interface {
 	Charge(context.Context, *ChargeRequest) (*Payment, error)
 	Ship(context.Context, *ShipRequest) (*Shipment, error)
 	Refund(context.Context, *RefundRequest) (*RefundResult, error)
+	// Order carries messages in Any fields.
+	Order(context.Context, *OrderRequest) (*Payment, error)
 	// Watch streams; idem protects unary calls only.
 	Watch(*WatchRequest, grpc.ServerStreamingServer[Event]) error
 	// GetPayment has no side effects: Connect clients may send it as an HTTP
@@ -142,6 +157,9 @@ func (UnimplementedPaymentsServer) Ship(context.Context, *ShipRequest) (*Shipmen
 }
 func (UnimplementedPaymentsServer) Refund(context.Context, *RefundRequest) (*RefundResult, error) {
 	return nil, status.Error(codes.Unimplemented, "method Refund not implemented")
+}
+func (UnimplementedPaymentsServer) Order(context.Context, *OrderRequest) (*Payment, error) {
+	return nil, status.Error(codes.Unimplemented, "method Order not implemented")
 }
 func (UnimplementedPaymentsServer) Watch(*WatchRequest, grpc.ServerStreamingServer[Event]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
@@ -224,6 +242,24 @@ func _Payments_Refund_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Payments_Order_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OrderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PaymentsServer).Order(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Payments_Order_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PaymentsServer).Order(ctx, req.(*OrderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Payments_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 	m := new(WatchRequest)
 	if err := stream.RecvMsg(m); err != nil {
@@ -271,6 +307,10 @@ var Payments_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Refund",
 			Handler:    _Payments_Refund_Handler,
+		},
+		{
+			MethodName: "Order",
+			Handler:    _Payments_Order_Handler,
 		},
 		{
 			MethodName: "GetPayment",

@@ -44,6 +44,8 @@ const (
 	PaymentsShipProcedure = "/idem.test.v1.Payments/Ship"
 	// PaymentsRefundProcedure is the fully-qualified name of the Payments's Refund RPC.
 	PaymentsRefundProcedure = "/idem.test.v1.Payments/Refund"
+	// PaymentsOrderProcedure is the fully-qualified name of the Payments's Order RPC.
+	PaymentsOrderProcedure = "/idem.test.v1.Payments/Order"
 	// PaymentsWatchProcedure is the fully-qualified name of the Payments's Watch RPC.
 	PaymentsWatchProcedure = "/idem.test.v1.Payments/Watch"
 	// PaymentsGetPaymentProcedure is the fully-qualified name of the Payments's GetPayment RPC.
@@ -55,6 +57,8 @@ type PaymentsClient interface {
 	Charge(context.Context, *connect.Request[testpb.ChargeRequest]) (*connect.Response[testpb.Payment], error)
 	Ship(context.Context, *connect.Request[testpb.ShipRequest]) (*connect.Response[testpb.Shipment], error)
 	Refund(context.Context, *connect.Request[testpb.RefundRequest]) (*connect.Response[testpb.RefundResult], error)
+	// Order carries messages in Any fields.
+	Order(context.Context, *connect.Request[testpb.OrderRequest]) (*connect.Response[testpb.Payment], error)
 	// Watch streams; idem protects unary calls only.
 	Watch(context.Context, *connect.Request[testpb.WatchRequest]) (*connect.ServerStreamForClient[testpb.Event], error)
 	// GetPayment has no side effects: Connect clients may send it as an HTTP
@@ -91,6 +95,12 @@ func NewPaymentsClient(httpClient connect.HTTPClient, baseURL string, opts ...co
 			connect.WithSchema(paymentsMethods.ByName("Refund")),
 			connect.WithClientOptions(opts...),
 		),
+		order: connect.NewClient[testpb.OrderRequest, testpb.Payment](
+			httpClient,
+			baseURL+PaymentsOrderProcedure,
+			connect.WithSchema(paymentsMethods.ByName("Order")),
+			connect.WithClientOptions(opts...),
+		),
 		watch: connect.NewClient[testpb.WatchRequest, testpb.Event](
 			httpClient,
 			baseURL+PaymentsWatchProcedure,
@@ -112,6 +122,7 @@ type paymentsClient struct {
 	charge     *connect.Client[testpb.ChargeRequest, testpb.Payment]
 	ship       *connect.Client[testpb.ShipRequest, testpb.Shipment]
 	refund     *connect.Client[testpb.RefundRequest, testpb.RefundResult]
+	order      *connect.Client[testpb.OrderRequest, testpb.Payment]
 	watch      *connect.Client[testpb.WatchRequest, testpb.Event]
 	getPayment *connect.Client[testpb.GetPaymentRequest, testpb.Payment]
 }
@@ -131,6 +142,11 @@ func (c *paymentsClient) Refund(ctx context.Context, req *connect.Request[testpb
 	return c.refund.CallUnary(ctx, req)
 }
 
+// Order calls idem.test.v1.Payments.Order.
+func (c *paymentsClient) Order(ctx context.Context, req *connect.Request[testpb.OrderRequest]) (*connect.Response[testpb.Payment], error) {
+	return c.order.CallUnary(ctx, req)
+}
+
 // Watch calls idem.test.v1.Payments.Watch.
 func (c *paymentsClient) Watch(ctx context.Context, req *connect.Request[testpb.WatchRequest]) (*connect.ServerStreamForClient[testpb.Event], error) {
 	return c.watch.CallServerStream(ctx, req)
@@ -146,6 +162,8 @@ type PaymentsHandler interface {
 	Charge(context.Context, *connect.Request[testpb.ChargeRequest]) (*connect.Response[testpb.Payment], error)
 	Ship(context.Context, *connect.Request[testpb.ShipRequest]) (*connect.Response[testpb.Shipment], error)
 	Refund(context.Context, *connect.Request[testpb.RefundRequest]) (*connect.Response[testpb.RefundResult], error)
+	// Order carries messages in Any fields.
+	Order(context.Context, *connect.Request[testpb.OrderRequest]) (*connect.Response[testpb.Payment], error)
 	// Watch streams; idem protects unary calls only.
 	Watch(context.Context, *connect.Request[testpb.WatchRequest], *connect.ServerStream[testpb.Event]) error
 	// GetPayment has no side effects: Connect clients may send it as an HTTP
@@ -178,6 +196,12 @@ func NewPaymentsHandler(svc PaymentsHandler, opts ...connect.HandlerOption) (str
 		connect.WithSchema(paymentsMethods.ByName("Refund")),
 		connect.WithHandlerOptions(opts...),
 	)
+	paymentsOrderHandler := connect.NewUnaryHandler(
+		PaymentsOrderProcedure,
+		svc.Order,
+		connect.WithSchema(paymentsMethods.ByName("Order")),
+		connect.WithHandlerOptions(opts...),
+	)
 	paymentsWatchHandler := connect.NewServerStreamHandler(
 		PaymentsWatchProcedure,
 		svc.Watch,
@@ -199,6 +223,8 @@ func NewPaymentsHandler(svc PaymentsHandler, opts ...connect.HandlerOption) (str
 			paymentsShipHandler.ServeHTTP(w, r)
 		case PaymentsRefundProcedure:
 			paymentsRefundHandler.ServeHTTP(w, r)
+		case PaymentsOrderProcedure:
+			paymentsOrderHandler.ServeHTTP(w, r)
 		case PaymentsWatchProcedure:
 			paymentsWatchHandler.ServeHTTP(w, r)
 		case PaymentsGetPaymentProcedure:
@@ -222,6 +248,10 @@ func (UnimplementedPaymentsHandler) Ship(context.Context, *connect.Request[testp
 
 func (UnimplementedPaymentsHandler) Refund(context.Context, *connect.Request[testpb.RefundRequest]) (*connect.Response[testpb.RefundResult], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("idem.test.v1.Payments.Refund is not implemented"))
+}
+
+func (UnimplementedPaymentsHandler) Order(context.Context, *connect.Request[testpb.OrderRequest]) (*connect.Response[testpb.Payment], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("idem.test.v1.Payments.Order is not implemented"))
 }
 
 func (UnimplementedPaymentsHandler) Watch(context.Context, *connect.Request[testpb.WatchRequest], *connect.ServerStream[testpb.Event]) error {
