@@ -27,3 +27,20 @@ func (b *bodyBudget) acquire(n int64) bool {
 }
 
 func (b *bodyBudget) release(n int64) { b.used.Add(-n) }
+
+// replayBudget bounds the bytes of stored answers held while they are
+// written to clients (Config.MaxReplayMemory): the middleware takes a
+// replay's share before it writes it, through the request's context
+// (replaygate), and gives it back once the client took it or was cut off.
+// A replay that does not fit is refused at once (503 busy).
+type replayBudget struct{ bodyBudget }
+
+// Acquire implements replaygate.Gate.
+func (b *replayBudget) Acquire(n int64) bool { return b.acquire(n) }
+
+// Release implements replaygate.Gate.
+func (b *replayBudget) Release(n int64) { b.release(n) }
+
+// minReplayMemory is the least Config.MaxReplayMemory: the largest stored
+// answer (idem's MaxResponseBody, 1 MiB) and what decoding it holds.
+const minReplayMemory = 2 << 20

@@ -65,6 +65,11 @@ type Proxy struct {
 	writeTimeout time.Duration
 	// bodies bounds the request bodies held at once (Config.MaxBodyMemory).
 	bodies *bodyBudget
+	// replays bounds the stored answers held while clients read them
+	// (Config.MaxReplayMemory).
+	replays *replayBudget
+	// maxDecoded is Config.MaxDecodedReplay, fixed at New.
+	maxDecoded int64
 }
 
 // New returns a proxy for cfg (defaults filled, validated) over engine.
@@ -72,6 +77,9 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if mb := engine.Config().MaxResponseBody; int64(mb)+minReplayMemory/2 > cfg.MaxReplayMemory {
+		return nil, fmt.Errorf("max_replay_memory %d is under the largest stored answer (%d bytes), decoded for a client: it could never be replayed", cfg.MaxReplayMemory, mb)
 	}
 	up, _ := url.Parse(cfg.Upstream)
 	if opts.Logger == nil {
@@ -93,7 +101,8 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		engine: engine, opts: opts, transport: watchBodies{opts.Transport}, pool: newBufferPool(),
 		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
 		problemBase: cfg.ProblemBaseURL, writeTimeout: cfg.ClientWriteTimeout.d(),
-		bodies: &bodyBudget{max: cfg.MaxBodyMemory},
+		bodies: &bodyBudget{max: cfg.MaxBodyMemory}, replays: &replayBudget{bodyBudget{max: cfg.MaxReplayMemory}},
+		maxDecoded: cfg.MaxDecodedReplay,
 	}
 	rs, err := p.build(cfg)
 	if err != nil {
@@ -200,6 +209,9 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ProblemBaseURL: p.problemBase,
 		TracerProvider: p.opts.TracerProvider,
 		Logger:         p.log,
+		// MaxDecodedReplay: decoding streams; the replay budget holds
+		// its state (route.ServeHTTP passes it on).
+		MaxDecodedReplay: p.maxDecoded,
 	})
 	if err != nil {
 		return nil, err
