@@ -130,9 +130,10 @@ type Config struct {
 	// MaxConnections bounds the client connections open at once; more
 	// wait in the listen queue until one closes. Size it from the memory
 	// the host gives idem serve (see docs/capacity.md): each open
-	// connection holds about 10 KiB of its own, on top of the request
-	// bodies (MaxBodyMemory) and replays (MaxReplayMemory) it may hold.
-	// Defaults to 0: no limit.
+	// connection holds some 20 KiB of its own, on top of the request
+	// bodies (MaxBodyMemory) and replays (MaxReplayMemory) it may hold,
+	// and a retry of a completed key reads its stored answer from the store
+	// before either budget is asked. Defaults to 0: no limit.
 	MaxConnections int `yaml:"max_connections"`
 
 	// MergeSlashes makes runs of '/' in a request's path one ("//pay" is
