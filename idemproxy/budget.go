@@ -35,11 +35,13 @@ func (b *bodyBudget) release(n int64) { b.used.Add(-n) }
 // A replay that does not fit is refused at once (503 busy).
 type replayBudget struct{ bodyBudget }
 
-// Acquire implements replaygate.Gate.
-func (b *replayBudget) Acquire(n int64) bool { return b.acquire(n) }
+// Acquire implements replaygate.Gate. A replay larger than the whole
+// budget (an engine whose MaxResponseBody is over it) takes all of it, so
+// that it is written when it is alone rather than never.
+func (b *replayBudget) Acquire(n int64) bool { return b.acquire(min(n, b.max)) }
 
 // Release implements replaygate.Gate.
-func (b *replayBudget) Release(n int64) { b.release(n) }
+func (b *replayBudget) Release(n int64) { b.release(min(n, b.max)) }
 
 // minReplayMemory is the least Config.MaxReplayMemory: the largest stored
 // answer (idem's MaxResponseBody, 1 MiB) and what decoding it holds.
