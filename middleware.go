@@ -253,7 +253,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case Acquired:
 		h.run(w, r, res.Lease, pol, st, &ev)
 	case Replayed:
-		ev.Outcome, ev.Status = m.replay(w, res.Response, key)
+		ev.Outcome, ev.Status = m.replay(w, r, res.Response, key)
 	case Mismatch:
 		ev.Outcome, ev.Status = m.problem(w, SituationMismatch.ProblemDoc(mismatchDetail(r, buf.Len()), key))
 	case InFlight:
@@ -307,24 +307,6 @@ var situationOf = func() map[string]string {
 	}
 	return m
 }()
-
-// replay writes a stored answer and returns the outcome and status.
-func (m *middleware) replay(w http.ResponseWriter, resp *Response, key string) (string, int) {
-	if resp.NotReplayable != "" {
-		w.Header().Set("Idempotency-Original-Status", strconv.Itoa(resp.Status))
-		return m.problem(w, SituationNotReplayable.ProblemDoc(fmt.Sprintf("The request with this Idempotency-Key completed with status %d, but its answer was not kept (%s), so it cannot be replayed. It will not run again.", resp.Status, resp.NotReplayable), key))
-	}
-	h := w.Header()
-	for name, values := range resp.Header {
-		h[name] = values
-	}
-	h["Idempotent-Replayed"] = valTrue
-	h[outcomeHeader] = valReplayed
-	h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
-	return SituationReplayed.Name, resp.Status
-}
 
 // requestInfo is what the record keeps of r for operators: method, path and
 // query, and the body where the policy allows it and it fits. It lives in

@@ -79,7 +79,9 @@ type Policy struct {
 	// Defaults to none: the whole body counts.
 	IncludeFields []string
 	// KeepHeaders, if set, are the only headers of the handler's answer that
-	// are stored and replayed, besides Content-Type, which is always kept.
+	// are stored and replayed, besides Content-Type, Content-Encoding and
+	// Vary, which are always kept: without them the stored body cannot be
+	// read, nor a retry's negotiation checked.
 	// Headers that are never stored (Set-Cookie, Date, hop-by-hop headers,
 	// credentials) cannot be kept. Defaults to every header but those.
 	KeepHeaders []string
@@ -240,6 +242,14 @@ type Config struct {
 	// repository).
 	ProblemBaseURL string
 
+	// MaxDecodedReplay bounds the body a coded stored answer (Content-Encoding
+	// gzip or deflate) is decoded to for a retry that does not accept its
+	// coding: it is decoded as it is written, holding only the decoder's
+	// state, but a body that decodes to more (a zip bomb) gets 406
+	// not-acceptable, naming the coding to accept. Defaults to
+	// DefaultMaxDecodedReplay (16 MiB).
+	MaxDecodedReplay int64
+
 	// TracerProvider, if set, makes the middleware start a span per
 	// protected request ("idem.request", attributes idem.operation,
 	// idem.outcome, idem.settlement, idem.finding and the status), the
@@ -298,7 +308,13 @@ func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, erro
 	if cfg.Logger == nil {
 		cfg.Logger = e.cfg.Logger
 	}
-	m := &middleware{e: e, cfg: cfg, policy: cfg.Policy.withDefaults(), maxBody: e.Config().MaxResponseBody}
+	if cfg.MaxDecodedReplay < 0 {
+		return nil, fmt.Errorf("idem: Config.MaxDecodedReplay %d is negative", cfg.MaxDecodedReplay)
+	}
+	if cfg.MaxDecodedReplay == 0 {
+		cfg.MaxDecodedReplay = DefaultMaxDecodedReplay
+	}
+	m := &middleware{e: e, cfg: cfg, policy: cfg.Policy.withDefaults(), maxBody: e.Config().MaxResponseBody, maxDecoded: cfg.MaxDecodedReplay}
 	if cfg.TracerProvider != nil {
 		m.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
@@ -365,12 +381,13 @@ func DefaultOperation(r *http.Request) string {
 }
 
 type middleware struct {
-	e       *Engine // used through its public API only
-	cfg     Config
-	policy  Policy
-	routes  map[string]*Policy
-	maxBody int          // EngineConfig.MaxResponseBody
-	tracer  trace.Tracer // nil: no spans
+	e          *Engine // used through its public API only
+	cfg        Config
+	policy     Policy
+	routes     map[string]*Policy
+	maxBody    int          // EngineConfig.MaxResponseBody
+	maxDecoded int64        // Config.MaxDecodedReplay
+	tracer     trace.Tracer // nil: no spans
 }
 
 type handler struct {

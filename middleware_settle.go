@@ -90,7 +90,7 @@ func (h *handler) run(w http.ResponseWriter, r *http.Request, lease *Lease, pol 
 		return
 	}
 	var later pendingSettle
-	ev.Settlement = m.settle(ctx, cw, lease, pol, &later)
+	ev.Settlement = m.settle(ctx, r, cw, lease, pol, &later)
 	cw.finish()
 	ev.Status = cw.finalStatus()
 	if later.op != 0 {
@@ -137,7 +137,7 @@ func (m *middleware) settleLater(ctx context.Context, lease *Lease, p *pendingSe
 }
 
 // settle records what the handler's answer means for the key.
-func (m *middleware) settle(ctx context.Context, cw *captureWriter, lease *Lease, pol *Policy, later *pendingSettle) string {
+func (m *middleware) settle(ctx context.Context, r *http.Request, cw *captureWriter, lease *Lease, pol *Policy, later *pendingSettle) string {
 	switch lease.State() {
 	case LeaseOpen:
 	case LeaseTxPrepared:
@@ -149,7 +149,7 @@ func (m *middleware) settle(ctx context.Context, cw *captureWriter, lease *Lease
 	if slices.Contains(pol.ReleaseStatuses, resp.Status) {
 		return m.release(ctx, lease, "the handler answered a release status", later)
 	}
-	resp = pol.storedResponse(resp)
+	resp = m.withVaryDigests(pol.storedResponse(resp), r)
 	err := lease.Complete(ctx, resp)
 	switch {
 	case err == nil && resp.NotReplayable != "":

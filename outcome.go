@@ -46,6 +46,7 @@ var (
 	SituationInFlight       = Situation{Name: "in_flight", Status: http.StatusConflict, Problem: ProblemInFlight, Title: "Request in progress"}
 	SituationNeedsReview    = Situation{Name: "needs_review", Status: http.StatusConflict, Problem: ProblemNeedsReview, Title: "Request outcome under review"}
 	SituationNotReplayable  = Situation{Name: "not_replayable", Status: http.StatusConflict, Problem: ProblemNotReplayable, Title: "Answer not kept"}
+	SituationNotAcceptable  = Situation{Name: "not_acceptable", Status: http.StatusNotAcceptable, Problem: ProblemNotAcceptable, Title: "Stored answer not acceptable"}
 	SituationTooLong        = Situation{Name: "too_long", Status: http.StatusRequestURITooLong, Problem: ProblemTooLong, Title: "Request path too long"}
 	SituationBodyTooLarge   = Situation{Name: "body_too_large", Status: http.StatusRequestEntityTooLarge, Problem: ProblemBodyTooLarge, Title: "Request body too large"}
 	SituationBodyUnreadable = Situation{Name: "body_unreadable", Status: http.StatusBadRequest, Problem: ProblemBodyUnreadable, Title: "Unreadable request body"}
@@ -68,7 +69,7 @@ func Situations() []Situation {
 	return []Situation{
 		SituationAcquired, SituationReplayed, SituationNoKey, SituationFailOpen, SituationCanceled, SituationObserved,
 		SituationMissingKey, SituationInvalidKey, SituationInvalidMethod, SituationMismatch, SituationInFlight, SituationNeedsReview,
-		SituationNotReplayable, SituationTooLong, SituationBodyTooLarge, SituationBodyUnreadable,
+		SituationNotReplayable, SituationNotAcceptable, SituationTooLong, SituationBodyTooLarge, SituationBodyUnreadable,
 		SituationScopeDenied, SituationScopeMissing, SituationUnavailable, SituationSealed,
 		SituationUpstreamUnreachable, SituationUpstreamFailed, SituationUpstreamTimeout, SituationShuttingDown,
 		SituationInvalidPath, SituationBusy,

@@ -54,7 +54,7 @@ func (p *Policy) storedResponse(resp *Response) *Response {
 	h := make(http.Header, len(resp.Header))
 	for name, v := range resp.Header {
 		cn := textproto.CanonicalMIMEHeaderKey(name)
-		if len(p.KeepHeaders) > 0 && cn != "Content-Type" && !slices.Contains(p.KeepHeaders, cn) {
+		if len(p.KeepHeaders) > 0 && !alwaysKept(cn) && !slices.Contains(p.KeepHeaders, cn) {
 			continue
 		}
 		if slices.Contains(p.DropHeaders, cn) {
@@ -87,4 +87,10 @@ func RebaseProblemType(t, base string) string {
 		return t
 	}
 	return base + t[len(ProblemTypeBase):]
+}
+
+// alwaysKept reports the headers Policy.KeepHeaders cannot leave out: those
+// that say how to read the stored body, and what it was negotiated by.
+func alwaysKept(name string) bool {
+	return name == "Content-Type" || name == "Content-Encoding" || name == "Vary"
 }

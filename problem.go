@@ -19,6 +19,7 @@ const (
 	ProblemInFlight       = ProblemTypeBase + "in-flight"
 	ProblemNeedsReview    = ProblemTypeBase + "needs-review"
 	ProblemNotReplayable  = ProblemTypeBase + "not-replayable"
+	ProblemNotAcceptable  = ProblemTypeBase + "not-acceptable"
 	ProblemBodyTooLarge   = ProblemTypeBase + "body-too-large"
 	ProblemUnavailable    = ProblemTypeBase + "store-unavailable"
 	ProblemScope          = ProblemTypeBase + "scope-denied"

@@ -128,8 +128,30 @@ type Config struct {
 	// gets 503 with Retry-After (busy), and the connection is closed. It
 	// must be more than every route's max_body. Defaults to 64 MiB.
 	MaxBodyMemory int64 `yaml:"max_body_memory"`
+	// MaxReplayMemory bounds the bytes of stored answers held in memory
+	// while they are written to clients (replays), across all requests: a
+	// replay counts for its stored body (and 128 KiB more when it is
+	// decoded for a client that does not accept its Content-Encoding) from
+	// the moment it starts to be written until the client has taken it or
+	// was cut off (ClientWriteTimeout). A replay that would go over gets
+	// 503 with Retry-After (busy), unwritten; its key is untouched. It must
+	// be at least 2 MiB (the largest stored answer, 1 MiB, decoded).
+	// Defaults to 64 MiB.
+	MaxReplayMemory int64 `yaml:"max_replay_memory"`
+	// MaxDecodedReplay bounds the size a stored answer with a
+	// Content-Encoding (gzip, deflate) is decoded to for a retry that does
+	// not accept the coding; past it the retry gets 406 not-acceptable,
+	// naming the Accept-Encoding that reads the answer as stored. Decoding
+	// streams: it holds the decoder's state, not the decoded body.
+	// Defaults to 16 MiB.
+	MaxDecodedReplay int64 `yaml:"max_decoded_replay"`
 	// MaxConnections bounds the client connections open at once; more
-	// wait in the listen queue until one closes. Defaults to 0: no limit.
+	// wait in the listen queue until one closes. Size it from the memory
+	// the host gives idem serve (see docs/capacity.md): each open
+	// connection holds some 20 KiB of its own, on top of the request
+	// bodies (MaxBodyMemory) and replays (MaxReplayMemory) it may hold,
+	// and a retry of a completed key reads its stored answer from the store
+	// before either budget is asked. Defaults to 0: no limit.
 	MaxConnections int `yaml:"max_connections"`
 
 	// MergeSlashes makes runs of '/' in a request's path one ("//pay" is
@@ -282,6 +304,10 @@ const (
 	DefaultClientWriteTimeout = 30 * time.Second
 	// DefaultMaxBodyMemory is Config.MaxBodyMemory's default.
 	DefaultMaxBodyMemory = 64 << 20
+	// DefaultMaxReplayMemory is Config.MaxReplayMemory's default.
+	DefaultMaxReplayMemory = 64 << 20
+	// DefaultMaxDecodedReplay is Config.MaxDecodedReplay's default.
+	DefaultMaxDecodedReplay = idem.DefaultMaxDecodedReplay
 	// DefaultUpstreamDeadline is Settings.UpstreamDeadline's default.
 	DefaultUpstreamDeadline = 5 * time.Minute
 )
@@ -342,6 +368,12 @@ func (c Config) WithDefaults() Config {
 	if c.MaxBodyMemory == 0 {
 		c.MaxBodyMemory = DefaultMaxBodyMemory
 	}
+	if c.MaxReplayMemory == 0 {
+		c.MaxReplayMemory = DefaultMaxReplayMemory
+	}
+	if c.MaxDecodedReplay == 0 {
+		c.MaxDecodedReplay = DefaultMaxDecodedReplay
+	}
 	if c.MergeSlashes == nil {
 		c.MergeSlashes = new(true)
 	}
@@ -401,6 +433,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxConnections < 0 {
 		return fmt.Errorf("max_connections %d is negative", c.MaxConnections)
+	}
+	if c.MaxReplayMemory < minReplayMemory {
+		return fmt.Errorf("max_replay_memory %d is under %d: the largest stored answer, decoded for a client, could never be replayed", c.MaxReplayMemory, minReplayMemory)
+	}
+	if c.MaxDecodedReplay < 0 {
+		return fmt.Errorf("max_decoded_replay %d is negative", c.MaxDecodedReplay)
 	}
 	if err := c.checkBodyMemory(); err != nil {
 		return err

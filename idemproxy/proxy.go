@@ -70,6 +70,11 @@ type Proxy struct {
 	// bodies bounds the request bodies held at once (Config.MaxBodyMemory),
 	// shared by every route's middleware.
 	bodies *idem.BodyBudget
+	// replays bounds the stored answers held while clients read them
+	// (Config.MaxReplayMemory).
+	replays *replayBudget
+	// maxDecoded is Config.MaxDecodedReplay, fixed at New.
+	maxDecoded int64
 }
 
 // New returns a proxy for cfg (defaults filled, validated) over engine.
@@ -77,6 +82,9 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if mb := engine.Config().MaxResponseBody; int64(mb)+minReplayMemory/2 > cfg.MaxReplayMemory {
+		return nil, fmt.Errorf("max_replay_memory %d is under the largest stored answer (%d bytes), decoded for a client: it could never be replayed", cfg.MaxReplayMemory, mb)
 	}
 	up, _ := url.Parse(cfg.Upstream)
 	if opts.Logger == nil {
@@ -99,6 +107,8 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
 		problemBase: cfg.ProblemBaseURL, writeTimeout: cfg.ClientWriteTimeout.d(),
 		bodies:       idem.NewBodyBudget(cfg.MaxBodyMemory),
+		replays:      &replayBudget{max: cfg.MaxReplayMemory},
+		maxDecoded:   cfg.MaxDecodedReplay,
 		upstreamName: cfg.UpstreamName, legacy: *cfg.LegacyOperations,
 	}
 	if p.upstreamName == "" {
@@ -213,6 +223,9 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		TracerProvider: p.opts.TracerProvider,
 		Logger:         p.log,
 		BodyBudget:     p.bodies,
+		// MaxDecodedReplay: decoding streams; the replay budget holds
+		// its state (route.ServeHTTP passes it on).
+		MaxDecodedReplay: p.maxDecoded,
 	})
 	if err != nil {
 		return nil, err

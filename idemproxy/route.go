@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/internal/replaygate"
 	"github.com/idem-dev/idem/internal/urlpath"
 )
 
@@ -212,6 +213,9 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// A replay is written from the stored answer, held until the client
+	// takes it: it counts against max_replay_memory.
+	r = r.WithContext(replaygate.With(r.Context(), rt.p.replays))
 	rt.next.ServeHTTP(w, r)
 }
 

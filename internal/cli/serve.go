@@ -46,6 +46,7 @@ type serveFlags struct {
 	clientWriteTimeout                               time.Duration
 	maxBodyMemory                                    int64
 	maxConnections                                   int
+	maxReplayMemory, maxDecodedReplay                int64
 	mergeSlashes                                     bool
 	escapedSlashes, pathParams, methodOverride       string
 }
@@ -162,6 +163,8 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.DurationVar(&f.upstreamIdleTimeout, "upstream-idle-timeout", idemproxy.DefaultUpstreamIdleTimeout, "how long idle keep-alive connections to the upstream are kept; keep it below the upstream's own")
 	fl.DurationVar(&f.clientWriteTimeout, "client-write-timeout", idemproxy.DefaultClientWriteTimeout, "longest a client may take to accept 32 KiB of its answer; then it is cut off and the key completes without it")
 	fl.Int64Var(&f.maxBodyMemory, "max-body-memory", idemproxy.DefaultMaxBodyMemory, "bytes of protected request bodies held in memory at once, charged as they arrive (never at an announced length); no room left, 503 busy")
+	fl.Int64Var(&f.maxReplayMemory, "max-replay-memory", idemproxy.DefaultMaxReplayMemory, "bytes of stored answers held in memory at once while clients read their replays; past it, 503 busy")
+	fl.Int64Var(&f.maxDecodedReplay, "max-decoded-replay", idemproxy.DefaultMaxDecodedReplay, "largest size a gzip- or deflate-coded stored answer is decoded to for a retry that does not accept its coding; past it, 406")
 	fl.IntVar(&f.maxConnections, "max-connections", 0, "client connections open at once; more wait in the listen queue (default 0: no limit)")
 	fl.BoolVar(&f.mergeSlashes, "merge-slashes", true, "read runs of '/' in paths as one (//pay is /pay); --merge-slashes=false for upstreams to which // means something")
 	fl.StringVar(&f.escapedSlashes, "escaped-slashes", string(idemproxy.EscapedSlashesKeep), "%2F in paths: keep (apart from /), decode (to /, as WSGI servers do) or reject (400 on protected requests)")
@@ -296,6 +299,12 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if set("max-connections") {
 		cfg.MaxConnections = f.maxConnections
+	}
+	if set("max-replay-memory") {
+		cfg.MaxReplayMemory = f.maxReplayMemory
+	}
+	if set("max-decoded-replay") {
+		cfg.MaxDecodedReplay = f.maxDecodedReplay
 	}
 	if set("merge-slashes") {
 		cfg.MergeSlashes = &f.mergeSlashes

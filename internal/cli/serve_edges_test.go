@@ -12,6 +12,7 @@ func TestServeEdgeFlags(t *testing.T) {
 	t.Parallel()
 	defaults := map[string]string{
 		"client-write-timeout": "30s", "max-body-memory": "67108864", "max-connections": "0",
+		"max-replay-memory": "67108864", "max-decoded-replay": "16777216",
 		"merge-slashes": "true", "escaped-slashes": "keep", "path-params": "reject", "method-override": "protect",
 	}
 	fl := newServeCmd().Flags()
@@ -27,6 +28,8 @@ func TestServeEdgeFlags(t *testing.T) {
 		{"--escaped-slashes yes", "escaped_slashes must be keep, decode or reject"},
 		{"--max-body-memory 10", "over max_body_memory"},
 		{"--client-write-timeout -1s", "client_write_timeout"},
+		{"--max-replay-memory 1024", "max_replay_memory 1024 is under"},
+		{"--max-decoded-replay -1", "max_decoded_replay"},
 	} {
 		cmd := newServeCmd()
 		cmd.SetArgs(append([]string{"--upstream", "http://127.0.0.1:1"}, strings.Fields(tc.args)...))

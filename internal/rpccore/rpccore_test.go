@@ -17,11 +17,13 @@ import (
 )
 
 // TestTableCoversSituations: every situation idem answers with a problem
-// document has a row, except those only an HTTP request's body or method causes.
+// document has a row, except those only an HTTP request's body or method, or
+// HTTP content negotiation, causes.
 func TestTableCoversSituations(t *testing.T) {
 	t.Parallel()
-	// An HTTP request's body or method; a gRPC call's are checked by grpc.
-	httpOnly := []string{idem.SituationBodyTooLarge.Name, idem.SituationBodyUnreadable.Name, "invalid_method"}
+	// An HTTP request's body or method, and HTTP content negotiation
+	// (Vary, Content-Encoding); a gRPC call's are checked by grpc.
+	httpOnly := []string{idem.SituationBodyTooLarge.Name, idem.SituationBodyUnreadable.Name, "invalid_method", idem.SituationNotAcceptable.Name}
 	for _, s := range idem.Situations() {
 		if s.Problem == "" || s.ProxyOnly || slices.Contains(httpOnly, s.Name) {
 			continue

@@ -1,0 +1,197 @@
+// Command replayrss measures the memory of an `idem serve` process while
+// clients hold replays in it: it starts the binary (-idem) on a store
+// (-store; SQLite by default) in front of an upstream that answers -size bytes, stores that
+// answer under one key, then opens -conns connections that each ask for
+// it again (the same key, so a replay) and never read. Each client's
+// receive buffer is made small, so the answer stays in the proxy rather
+// than in the kernel. It prints the process's resident memory before the
+// clients, while they hold their replays, and its peak (VmHWM), from
+// /proc (Linux only), and how many were refused (503 busy).
+// scripts/replay-rss.sh runs it.
+//
+//	go build -o /tmp/idem ./cmd/idem
+//	go run ./internal/tools/replayrss -idem /tmp/idem -conns 400 -size 1048576
+//
+// Arguments after "--" go to idem serve.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	bin := flag.String("idem", "idem", "the idem binary")
+	conns := flag.Int("conns", 400, "connections, each asking for the stored answer and never reading it")
+	size := flag.Int("size", 1<<20, "the size of the stored answer's body")
+	storeURL := flag.String("store", "", "the store (default: SQLite, idem serve's default, in a temporary directory)")
+	settle := flag.Duration("settle", 2*time.Second, "how long resident memory must stay put to count as settled")
+	flag.Parse()
+
+	answer := []byte(strings.Repeat("x", *size))
+	up, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(answer)
+	}))
+	if *storeURL == "" {
+		dir, err := os.MkdirTemp("", "replayrss")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		*storeURL = "sqlite://" + dir + "/idem.db"
+	}
+	addr := freeAddr()
+	args := append([]string{"serve", "--upstream", "http://" + up.Addr().String(), "--listen", addr, "--store", *storeURL,
+		"--client-write-timeout", "10m", "--log-level", "error"}, flag.Args()...)
+	cmd := exec.Command(*bin, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	waitListening(addr)
+	pid := cmd.Process.Pid
+	// The first request runs and stores the answer; the baseline includes
+	// it, and one replay read in full.
+	for range 2 {
+		store(addr)
+	}
+	base := settled(pid, *settle)
+
+	d := net.Dialer{Control: func(_, _ string, rc syscall.RawConn) error {
+		return rc.Control(func(fd uintptr) {
+			_ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		})
+	}}
+	var held []net.Conn
+	for range *conns {
+		c, err := d.DialContext(context.Background(), "tcp", addr)
+		if err != nil {
+			log.Fatal(err)
+		}
+		held = append(held, c)
+		fmt.Fprint(c, request)
+	}
+	after := settled(pid, *settle)
+	refused := 0
+	for _, c := range held {
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode == http.StatusServiceUnavailable {
+			refused++
+		}
+	}
+	fmt.Printf("conns=%d size=%d refused=%d rss_before=%.1fMiB rss_held=%.1fMiB peak_rss=%.1fMiB\n",
+		*conns, *size, refused, mib(base.rss), mib(after.rss), mib(after.hwm))
+	for _, c := range held {
+		c.Close()
+	}
+}
+
+// request is the protected POST every client sends, under one key.
+const request = "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer client\r\nIdempotency-Key: stored\r\n" +
+	"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+
+// store sends the request and reads its answer in full.
+func store(addr string) {
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, request)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated {
+		log.Fatalf("storing the answer: status %d", resp.StatusCode)
+	}
+	io.Copy(io.Discard, resp.Body)
+}
+
+type memory struct{ rss, hwm int64 }
+
+// settled polls pid's memory until its resident size has not changed for
+// d, and returns it.
+func settled(pid int, d time.Duration) memory {
+	last, since := read(pid), time.Now()
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		m := read(pid)
+		if m.rss != last.rss {
+			last, since = m, time.Now()
+			continue
+		}
+		last = m
+		if time.Since(since) >= d {
+			break
+		}
+	}
+	return last
+}
+
+// read returns pid's VmRSS and VmHWM, in bytes.
+func read(pid int) memory {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		log.Fatal(err)
+	}
+	var m memory
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(f[1], 10, 64)
+		switch f[0] {
+		case "VmRSS:":
+			m.rss = kb << 10
+		case "VmHWM:":
+			m.hwm = kb << 10
+		}
+	}
+	return m
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+func freeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func waitListening(addr string) {
+	for range 200 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	log.Fatalf("idem serve did not listen on %s", addr)
+}
