@@ -61,6 +61,7 @@ var (
 	SituationShuttingDown        = Situation{Name: "shutting_down", Status: http.StatusServiceUnavailable, Problem: ProblemShuttingDown, Title: "Proxy shutting down", ProxyOnly: true}
 	SituationInvalidPath         = Situation{Name: "invalid_path", Status: http.StatusBadRequest, Problem: ProblemInvalidPath, Title: "Request path not accepted", ProxyOnly: true}
 	SituationBusy                = Situation{Name: "busy", Status: http.StatusServiceUnavailable, Problem: ProblemBusy, Title: "Proxy busy", ProxyOnly: true}
+	SituationTooManyNewKeys      = Situation{Name: "too_many_new_keys", Status: http.StatusTooManyRequests, Problem: ProblemTooManyNewKeys, Title: "Too many new keys", ProxyOnly: true}
 )
 
 // Situations returns every situation, in the order docs/problems.md lists
@@ -72,7 +73,7 @@ func Situations() []Situation {
 		SituationNotReplayable, SituationNotAcceptable, SituationTooLong, SituationBodyTooLarge, SituationBodyUnreadable,
 		SituationScopeDenied, SituationScopeMissing, SituationUnavailable, SituationSealed,
 		SituationUpstreamUnreachable, SituationUpstreamFailed, SituationUpstreamTimeout, SituationShuttingDown,
-		SituationInvalidPath, SituationBusy,
+		SituationInvalidPath, SituationBusy, SituationTooManyNewKeys,
 	}
 }
 

@@ -36,6 +36,7 @@ const (
 	ProblemShuttingDown        = ProblemTypeBase + "shutting-down"
 	ProblemInvalidPath         = ProblemTypeBase + "invalid-path"
 	ProblemBusy                = ProblemTypeBase + "busy"
+	ProblemTooManyNewKeys      = ProblemTypeBase + "too-many-new-keys"
 )
 
 // Problem is an RFC 9457 problem document.

@@ -52,6 +52,13 @@ type Config struct {
 	// (see SignInFailures). Defaults to 1m.
 	SignInRegain time.Duration
 
+	// SignInIPv6Prefix is the length, in bits, of the IPv6 networks
+	// failed sign-ins are counted by: every address of one network shares
+	// one count, as one host or site usually holds the whole network and
+	// can pick any address in it. An IPv4 address (or an IPv4-mapped IPv6
+	// one) counts alone. Between 32 and 128. Defaults to 64.
+	SignInIPv6Prefix int
+
 	// TrustedProxies are the load balancers in front of the admin
 	// listener: for a request from one of them, failed sign-ins are
 	// counted by the nearest address of X-Forwarded-For that is not one of
@@ -92,6 +99,9 @@ func (c Config) withDefaults() Config {
 	if c.SignInRegain == 0 {
 		c.SignInRegain = time.Minute
 	}
+	if c.SignInIPv6Prefix == 0 {
+		c.SignInIPv6Prefix = 64
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -119,6 +129,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("idemadmin: Config.SignInFailures %d must be positive", c.SignInFailures)
 	case c.SignInRegain < time.Second:
 		return fmt.Errorf("idemadmin: Config.SignInRegain %v is under a second", c.SignInRegain)
+	case c.SignInIPv6Prefix < 32 || c.SignInIPv6Prefix > 128:
+		return fmt.Errorf("idemadmin: Config.SignInIPv6Prefix %d must be between 32 and 128 (bits of an IPv6 network)", c.SignInIPv6Prefix)
 	}
 	return nil
 }

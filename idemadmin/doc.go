@@ -16,7 +16,9 @@
 // same token file accepts it, so an operator signs in once for a fleet
 // behind one load balancer. Signing out revokes the session in the shared
 // store (SessionScope), for every instance. Wrong tokens are counted per
-// client address and, past Config.SignInFailures, refused for a while.
+// client address (an IPv6 one by its /64, Config.SignInIPv6Prefix) and,
+// past Config.SignInFailures, refused for a while; an address that gave
+// no wrong token is never refused.
 //
 // Every change names the attempt of the key the operator looked at
 // (Item.Attempt), and applies to that attempt only: a key that went to

@@ -1,6 +1,7 @@
 package idemadmin
 
 import (
+	"container/list"
 	"net"
 	"net/http"
 	"net/netip"
@@ -10,7 +11,9 @@ import (
 )
 
 // maxLimitedAddrs bounds the client addresses whose failed sign-ins are
-// counted; past it, addresses not yet counted share one count.
+// counted. Past it, the address that failed least recently is forgotten:
+// an attacker who fails from more addresses than that gives some of them
+// their tries back, but never takes any from an address that did not fail.
 const maxLimitedAddrs = 10000
 
 // signInLimiter counts failed sign-ins (the page's form, the API's Bearer
@@ -19,66 +22,70 @@ const maxLimitedAddrs = 10000
 // Config.SignInRegain. An address that has used them up is refused before
 // its token is even compared, until it regains one. A sign-in that
 // succeeds costs nothing.
+//
+// Only addresses that failed are tracked, and at most max of them, least
+// recently failed (or refused) first out: an address with no failures of
+// its own is never refused, however many others fail.
 type signInLimiter struct {
 	burst  float64
 	regain time.Duration
+	max    int
 
 	mu     sync.Mutex
-	byAddr map[string]*failures
+	byAddr map[string]*list.Element // of *failures, in order
+	order  list.List                // least recently failed or refused first
 }
 
 type failures struct {
+	addr   string
 	left   float64   // tries left at
 	at     time.Time // this time
 	warned bool      // the refusal was logged since the tries ran out
 }
 
 func newSignInLimiter(burst int, regain time.Duration) *signInLimiter {
-	return &signInLimiter{burst: float64(burst), regain: regain, byAddr: map[string]*failures{}}
+	return &signInLimiter{burst: float64(burst), regain: regain, max: maxLimitedAddrs, byAddr: map[string]*list.Element{}}
 }
 
-// entryLocked returns addr's count, brought up to now.
-func (l *signInLimiter) entryLocked(addr string, now time.Time) *failures {
-	f := l.byAddr[addr]
-	if f == nil {
-		if len(l.byAddr) >= maxLimitedAddrs {
-			l.pruneLocked(now)
-		}
-		if len(l.byAddr) >= maxLimitedAddrs {
-			return l.entryLocked("(others)", now)
-		}
-		f = &failures{left: l.burst, at: now}
-		l.byAddr[addr] = f
+// lookupLocked returns addr's count brought up to now, or nil when addr
+// has every try left (and is then forgotten).
+func (l *signInLimiter) lookupLocked(addr string, now time.Time) *list.Element {
+	e := l.byAddr[addr]
+	if e == nil {
+		return nil
 	}
+	f := e.Value.(*failures)
 	if d := now.Sub(f.at); d > 0 {
 		f.left = min(l.burst, f.left+float64(d)/float64(l.regain))
 		f.at = now
 	}
+	if f.left >= l.burst {
+		l.order.Remove(e)
+		delete(l.byAddr, addr)
+		return nil
+	}
 	if f.left >= 1 {
 		f.warned = false
 	}
-	return f
-}
-
-// pruneLocked forgets the addresses that have all their tries back.
-func (l *signInLimiter) pruneLocked(now time.Time) {
-	for addr, f := range l.byAddr {
-		if f.left+float64(now.Sub(f.at))/float64(l.regain) >= l.burst {
-			delete(l.byAddr, addr)
-		}
-	}
+	return e
 }
 
 // allow reports whether addr may try to sign in at now; if not, how long
 // until it may, and whether this is the first refusal since its tries ran
-// out (the one to log).
+// out (the one to log). A refused address keeps its place among the most
+// recent, so an attacker who goes on trying stays counted.
 func (l *signInLimiter) allow(addr string, now time.Time) (ok bool, wait time.Duration, first bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := l.entryLocked(addr, now)
+	e := l.lookupLocked(addr, now)
+	if e == nil {
+		return true, 0, false
+	}
+	f := e.Value.(*failures)
 	if f.left >= 1 {
 		return true, 0, false
 	}
+	l.order.MoveToBack(e)
 	first, f.warned = !f.warned, true
 	return false, time.Duration((1 - f.left) * float64(l.regain)), first
 }
@@ -88,16 +95,38 @@ func (l *signInLimiter) allow(addr string, now time.Time) (ok bool, wait time.Du
 func (l *signInLimiter) fail(addr string, now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := l.entryLocked(addr, now)
+	e := l.lookupLocked(addr, now)
+	if e == nil {
+		for len(l.byAddr) >= l.max {
+			oldest := l.order.Front()
+			delete(l.byAddr, oldest.Value.(*failures).addr)
+			l.order.Remove(oldest)
+		}
+		e = l.order.PushBack(&failures{addr: addr, left: l.burst, at: now})
+		l.byAddr[addr] = e
+	} else {
+		l.order.MoveToBack(e)
+	}
+	f := e.Value.(*failures)
 	f.left = max(f.left-1, 0)
 	return int(f.left)
 }
 
+// tracked returns how many addresses are counted.
+func (l *signInLimiter) tracked() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.byAddr)
+}
+
 // clientAddr is the address failed sign-ins are counted by: the peer's,
 // or, when the peer is one of trusted (a load balancer in front), the
-// nearest address of X-Forwarded-For that is not. An IPv6 address counts
-// by its /64, which one host usually holds whole.
-func clientAddr(r *http.Request, trusted []netip.Prefix) string {
+// nearest address of X-Forwarded-For that is not. An IPv4 address counts
+// alone (an IPv4-mapped IPv6 address as the IPv4 address it maps); an
+// IPv6 address by its network of v6Bits bits (a /64, which one host
+// usually holds whole, by default), so that a host cannot get new tries
+// by picking new addresses from its own network.
+func clientAddr(r *http.Request, trusted []netip.Prefix, v6Bits int) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
@@ -121,7 +150,7 @@ func clientAddr(r *http.Request, trusted []netip.Prefix) string {
 		}
 	}
 	if addr.Is6() {
-		p, _ := addr.Prefix(64)
+		p, _ := addr.WithZone("").Prefix(v6Bits)
 		return p.String()
 	}
 	return addr.String()

@@ -232,7 +232,7 @@ func (h *Handler) login(w http.ResponseWriter, r *http.Request) {
 // refused is set, and Retry-After, when the address has used up its
 // tries: the token is then not even compared.
 func (h *Handler) signIn(w http.ResponseWriter, r *http.Request, presented string) (name string, ok, refused bool) {
-	addr, now := clientAddr(r, h.cfg.TrustedProxies), h.cfg.Now()
+	addr, now := clientAddr(r, h.cfg.TrustedProxies, h.cfg.SignInIPv6Prefix), h.cfg.Now()
 	if allowed, wait, first := h.limiter.allow(addr, now); !allowed {
 		if first {
 			h.cfg.Logger.Warn("admin: sign-in refused: too many wrong tokens from this address; refusing it until it regains a try",

@@ -272,6 +272,12 @@ type Settings struct {
 	// "strip" removes them before forwarding; "refuse" answers 400.
 	// Defaults to protect.
 	MethodOverride MethodOverride `yaml:"method_override"`
+	// NewKeysPerScope caps the new keys each scope may reserve per
+	// interval (see NewKeyLimit): the global setting is one count per
+	// scope shared by every route that does not set its own; a route
+	// that sets it counts apart, and limit 0 there turns it off. Routes in
+	// observe mode never refuse. Defaults to none: no cap.
+	NewKeysPerScope *NewKeyLimit `yaml:"new_keys_per_scope"`
 }
 
 // Route is the settings of the requests matching one ServeMux pattern.
@@ -546,6 +552,11 @@ func (s Settings) validate() error {
 			return err
 		}
 	}
+	if s.NewKeysPerScope != nil {
+		if err := s.NewKeysPerScope.check(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -610,6 +621,9 @@ func (s Settings) merge(parent Settings) Settings {
 	}
 	if s.MethodOverride == "" {
 		s.MethodOverride = parent.MethodOverride
+	}
+	if s.NewKeysPerScope == nil {
+		s.NewKeysPerScope = parent.NewKeysPerScope
 	}
 	return s
 }

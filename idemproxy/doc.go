@@ -37,6 +37,9 @@
 //     says the upstream is itself idempotent. If the store refuses the
 //     release or escalation, the lease is abandoned: the key stays pending
 //     for recovery, and the proxy's own problem document is never stored;
+//   - growth per client: with Settings.NewKeysPerScope, a scope's new keys
+//     past its cap are released as they are reserved, before anything is
+//     forwarded, and get 429 (keycap.go); replays never count;
 //   - shutdown: requests not yet forwarded are released and get 503.
 //
 // The configuration file is YAML (LoadConfig); docs/proxy.md describes it.

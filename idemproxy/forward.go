@@ -24,7 +24,8 @@ type forwarder struct {
 	rp        *httputil.ReverseProxy
 	ambiguous Ambiguous
 	deadline  time.Duration
-	observe   bool // the route observes: forwarded during shutdown too
+	observe   bool      // the route observes: forwarded during shutdown too
+	cap       *routeCap // the route's new-key cap, or nil
 	// endToEnd are the request headers that reach the upstream as the
 	// client sent them, whatever its Connection header says (see rewrite).
 	endToEnd []string
@@ -48,6 +49,9 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if f.p.closing.Load() && !f.observe {
 		f.refuse(w, r, lease)
+		return
+	}
+	if f.overCap(w, r, lease) {
 		return
 	}
 	// Detached from the client's cancellation, so that a client hanging up

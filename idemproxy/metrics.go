@@ -25,6 +25,8 @@ type Metrics struct {
 	findings *prometheus.CounterVec
 	store    *prometheus.HistogramVec
 	upstream *prometheus.HistogramVec
+	// newKeysRefused counts new keys refused by new_keys_per_scope.
+	newKeysRefused *prometheus.CounterVec
 }
 
 // NewMetrics registers the proxy's metrics in a new registry.
@@ -49,8 +51,12 @@ func NewMetrics() *Metrics {
 			Help:    "Time to the upstream's response headers, by status class (2xx … 5xx) or error.",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"code"}),
+		newKeysRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_proxy_new_keys_refused_total",
+			Help: "New keys refused (429 too_many_new_keys, nothing forwarded) because their scope had reserved as many as new_keys_per_scope allows in its interval, by route (its match pattern, or default).",
+		}, []string{"route"}),
 	}
-	m.Registry.MustRegister(m.outcomes, m.findings, m.store, m.upstream,
+	m.Registry.MustRegister(m.outcomes, m.findings, m.store, m.upstream, m.newKeysRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -41,6 +41,9 @@ type Options struct {
 	// (idem.EngineConfig.TracerProvider) for the store calls' spans.
 	// Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
+	// Now is the clock of the new-key caps' intervals
+	// (Settings.NewKeysPerScope). Defaults to time.Now.
+	Now func() time.Time
 }
 
 // Proxy is the idempotency reverse proxy: an http.Handler that forwards to
@@ -89,6 +92,9 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	up, _ := url.Parse(cfg.Upstream)
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
 	if opts.Transport == nil {
 		tr := NewTransport(cfg.UpstreamTimeout.d())
@@ -159,7 +165,8 @@ func (p *Proxy) onOutcome(route string) func(idem.Event) {
 // build returns the handler of cfg's routes.
 func (p *Proxy) build(cfg Config) (*routes, error) {
 	rs := &routes{cfg: cfg, paths: cfg.pathOptions()}
-	def, err := p.buildRoute(DefaultRouteLabel, cfg.Settings, nil, false)
+	global, caps := capsOf(cfg, p.opts.Now)
+	def, err := p.buildRoute(DefaultRouteLabel, cfg.Settings, nil, false, global)
 	if err != nil {
 		return nil, err
 	}
@@ -168,8 +175,8 @@ func (p *Proxy) build(cfg Config) (*routes, error) {
 		return rs, nil
 	}
 	mux := http.NewServeMux()
-	for _, r := range cfg.Routes {
-		h, err := p.buildRoute(r.Match.Pattern, r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled)
+	for i, r := range cfg.Routes {
+		h, err := p.buildRoute(r.Match.Pattern, r.Settings.merge(cfg.Settings), patternMethods(r.Match.Pattern), r.Disabled, caps[i])
 		if err != nil {
 			return nil, fmt.Errorf("line %d: route %q: %w", r.Match.Line, r.Match.Pattern, err)
 		}
@@ -187,10 +194,13 @@ func (p *Proxy) build(cfg Config) (*routes, error) {
 
 // buildRoute returns the handler of one route: the middleware with s's
 // policy around a forwarder, or the forwarder alone when disabled, behind
-// the route's edges.
-func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool) (*route, error) {
+// the route's edges; c is the route's new-key cap, or nil.
+func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled bool, c *keyCap) (*route, error) {
 	fwd := &forwarder{p: p, ambiguous: s.Ambiguous, deadline: s.upstreamDeadline(), observe: s.Mode == ModeObserve,
 		endToEnd: endToEndFields(s.scopeSources())}
+	if !fwd.observe && !disabled {
+		fwd.cap = p.routeCap(c, label)
+	}
 	fwd.rp = &httputil.ReverseProxy{
 		Rewrite:      fwd.rewrite,
 		Transport:    p.transport,

@@ -49,6 +49,7 @@ type serveFlags struct {
 	maxReplayMemory, maxDecodedReplay                int64
 	mergeSlashes                                     bool
 	escapedSlashes, pathParams, methodOverride       string
+	newKeysPerScope                                  string
 }
 
 func newServeCmd() *cobra.Command {
@@ -170,6 +171,7 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.StringVar(&f.escapedSlashes, "escaped-slashes", string(idemproxy.EscapedSlashesKeep), "%2F in paths: keep (apart from /), decode (to /, as WSGI servers do) or reject (400 on protected requests)")
 	fl.StringVar(&f.pathParams, "path-params", string(idemproxy.PathParamsReject), "';' parameters in paths: reject (400 on protected requests), strip (as servlet containers do) or keep")
 	fl.StringVar(&f.methodOverride, "method-override", string(idemproxy.OverrideProtect), "X-HTTP-Method-Override and its kin: protect (as the method they name), strip, or refuse (400); method_override: per route in --config")
+	fl.StringVar(&f.newKeysPerScope, "new-keys-per-scope", "off", "cap on the new keys each scope (client) may reserve: LIMIT/INTERVAL such as 100/1m; over it, 429 and nothing forwarded (replays never count); new_keys_per_scope: per route in --config")
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug (one line per protected request), info, warn or error")
 	return cmd
@@ -321,6 +323,13 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 			return cfg, fmt.Errorf("--method-override: %w", err)
 		}
 		cfg.MethodOverride = m
+	}
+	if set("new-keys-per-scope") {
+		l, err := idemproxy.ParseNewKeyLimit(f.newKeysPerScope)
+		if err != nil {
+			return cfg, fmt.Errorf("--new-keys-per-scope: %w", err)
+		}
+		cfg.NewKeysPerScope = &l
 	}
 	if set("log-format") {
 		cfg.LogFormat = f.logFormat
