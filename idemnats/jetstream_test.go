@@ -380,3 +380,38 @@ func TestJetStreamAckWaitShorterThanHandler(t *testing.T) {
 		t.Fatalf("the handler ran %d times", n)
 	}
 }
+
+// A guard remembers the messages it terminated by their place in the
+// stream. A stream deleted and created again numbers its messages from 1
+// again: its new message at a terminated message's sequence is another
+// message, and runs; it is not terminated unhandled as the old one's
+// redelivery.
+func TestJetStreamStreamRecreatedAfterTerm(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var got runs
+	g := serverGuard(t, e, idemnats.Config{Key: idemnats.HeaderKey("Order-Id")})
+	for i, data := range []string{"no order id", "order 1"} {
+		if i == 0 {
+			r.publish(t, data) // no Order-Id: terminated
+		} else {
+			r.publish(t, data, "Order-Id", "o-1")
+		}
+		rigCtx, stop := context.WithCancel(context.Background())
+		cc, err := r.cons.Consume(g.MessageHandler(rigCtx, got.handle))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.drained(t)
+		stop()
+		cc.Stop()
+		<-cc.Closed()
+		if i == 0 {
+			r.recreate(t)
+		}
+	}
+	if d := got.all(); strings.Join(d, ",") != "order 1" {
+		t.Fatalf("the handler ran for %q; want the new stream's message, once", d)
+	}
+}
