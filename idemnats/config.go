@@ -208,9 +208,11 @@ func isKey(f, key func(jetstream.Msg) (string, error)) bool {
 // control or non-ASCII bytes) is replaced by its digest,
 // "nats-msg-id-sha256:<64 hex digits>": the same for every delivery and
 // every republication of the ID, so its dedupe holds; the guard logs it.
+// An ID that starts with "nats-msg-id-sha256:" is replaced by its digest
+// too, so that no ID can name another's digest and pass for its message.
 func DefaultKey(msg jetstream.Msg) (string, error) {
 	if id := msgID(msg); id != "" {
-		if idem.ValidateKey(id) != nil {
+		if idem.ValidateKey(id) != nil || strings.HasPrefix(id, digestKeyPrefix) {
 			return digestKey(id), nil
 		}
 		return id, nil

@@ -2,6 +2,8 @@ package idemnats_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -413,5 +415,24 @@ func TestJetStreamStreamRecreatedAfterTerm(t *testing.T) {
 	}
 	if d := got.all(); strings.Join(d, ",") != "order 1" {
 		t.Fatalf("the handler ran for %q; want the new stream's message, once", d)
+	}
+}
+
+// A Nats-Msg-Id that idem cannot keep is keyed by its digest,
+// "nats-msg-id-sha256:<hex>". Another message whose Nats-Msg-Id is that
+// very text is another message for JetStream (which stores both): it runs
+// too, and is not acked unhandled as a replay of the first.
+func TestJetStreamDigestKeyNotForged(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var got runs
+	r.consume(t, serverGuard(t, e, idemnats.Config{}), got.handle)
+	sum := sha256.Sum256([]byte("order 1"))
+	r.publish(t, "order", jetstream.MsgIDHeader, "order 1")
+	r.publish(t, "order", jetstream.MsgIDHeader, "nats-msg-id-sha256:"+hex.EncodeToString(sum[:]))
+	r.drained(t)
+	if d := got.all(); len(d) != 2 {
+		t.Fatalf("the handler ran %d times; want twice, once per message JetStream stored", len(d))
 	}
 }
