@@ -436,3 +436,57 @@ func TestJetStreamDigestKeyNotForged(t *testing.T) {
 		t.Fatalf("the handler ran %d times; want twice, once per message JetStream stored", len(d))
 	}
 }
+
+// A handler that publishes one event to two streams under one Nats-Msg-Id
+// (JetStream dedupes within a stream, not across streams): both are
+// stored, and the message is acked; neither is held back as a duplicate.
+func TestJetStreamOneIDTwoStreams(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var outs [2]string
+	for i := range outs {
+		name := msgchaos.RandomName("IDEMNATS_OUT_")
+		outs[i] = msgchaos.RandomName("idemnats.") + ".out"
+		if _, err := r.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{outs[i]}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.js.DeleteStream(context.Background(), name) })
+	}
+	var got runs
+	results := make(chan error, 1)
+	g := serverGuard(t, e, idemnats.Config{Publisher: r.js})
+	rigCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	cc, err := r.cons.Consume(func(msg jetstream.Msg) {
+		results <- g.Handle(rigCtx, msg, func(ctx context.Context, msg jetstream.Msg) ([]*nats.Msg, error) {
+			_, _ = got.handle(ctx, msg)
+			id := nats.Header{jetstream.MsgIDHeader: {"evt-1"}}
+			return []*nats.Msg{{Subject: outs[0], Header: id}, {Subject: outs[1], Header: id}}, nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cc.Stop(); <-cc.Closed() }()
+	r.publish(t, "order 1")
+	if err := <-results; err != nil {
+		t.Fatalf("the message: %v", err)
+	}
+	for _, subject := range outs {
+		name, err := r.js.StreamNameBySubject(context.Background(), subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := r.js.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.CachedInfo().State.Msgs; n != 1 {
+			t.Errorf("stream %s holds %d messages; want the event", name, n)
+		}
+	}
+	if d := got.all(); len(d) != 1 {
+		t.Fatalf("the handler ran %d times", len(d))
+	}
+}
