@@ -198,9 +198,13 @@ func SortedFields(fields []string) []string {
 // message's (stored for the same topic), so that a redelivery of a message
 // handled before the upgrade finds its record; req otherwise. A record of
 // another topic under former's key is another event type's, and is left
-// alone. The error is the store's, for BeginError.
+// alone. The record is read from the store as it is kept, not opened: its
+// topic (the path) is kept in clear when it is sealed, and a record of
+// another topic whose sealing key is no longer configured must not stop
+// this message (a record of this topic that does not open is refused by
+// Begin, as before). The error is the store's, for BeginError.
 func Former(ctx context.Context, e *idem.Engine, req, former idem.Request, topic string) (idem.Request, error) {
-	rec, err := e.Get(ctx, former.Key)
+	rec, err := e.Store().Get(ctx, former.Key)
 	switch {
 	case errors.Is(err, idemstore.ErrNotFound):
 		return req, nil
