@@ -41,6 +41,9 @@ type Config struct {
 	// run: an error marked idem.Retryable (a lookup that failed) is
 	// returned as an *Error that is not poison (the message is nacked and
 	// comes back), any other error, and "", as poison (scope_missing).
+	// It is not asked about a message without a key, which keeps no
+	// record: such a message runs unprotected with KeyOptional, and is
+	// poison (missing_key) without it.
 	// Scope must then not contain a slash, and HandlerScope must not be
 	// set: a handler's name may hold a slash (handlers "a" and "a/b", with
 	// tenants "b/c" and "c", would share the scope "a/b/c"), and the

@@ -145,7 +145,9 @@ func (g *guard) request(msg *message.Message) (req idem.Request, former *idem.Re
 			in.Fields.Set(name, v)
 		}
 	}
-	if g.cfg.ScopeFunc != nil {
+	if g.cfg.ScopeFunc != nil && (in.Key != "" || in.KeyErr != nil) {
+		// (A message without a key is refused, or runs unprotected
+		// with KeyOptional, whatever its scope: no record is kept.)
 		own, err := g.cfg.ScopeFunc(msg)
 		if err != nil || own == "" {
 			return idem.Request{Key: idem.Key{Operation: in.Operation}}, nil, msgdoor.ScopeError(err)

@@ -201,3 +201,19 @@ func TestTwoServicesOneTopic(t *testing.T) {
 		t.Fatalf("billing ran %d times, shipping %d", billing.runs.Load(), shipping.runs.Load())
 	}
 }
+
+// With KeyOptional, a message without a key runs unprotected: no record
+// is kept, so its scope does not matter, and a ScopeFunc that finds no
+// tenant (or fails) does not make it poison.
+func TestKeyOptionalWithScopeFunc(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var c counting
+	h := protect(t, e, idemwatermill.Config{Scope: "billing", Key: idemwatermill.MetadataKey("order_id"), KeyOptional: true, ScopeFunc: tenantScope}, c.handle)
+	if _, err := h(delivery("n-1", "ping")); err != nil || c.runs.Load() != 1 {
+		t.Fatalf("no key, no tenant: %v, %d runs", err, c.runs.Load())
+	}
+	if _, err := h(delivery("n-2", "order 1", "order_id", "1")); !errors.Is(err, idem.ErrScopeMissing) || c.runs.Load() != 1 {
+		t.Fatalf("a key, no tenant: %v, %d runs", err, c.runs.Load())
+	}
+}
