@@ -54,7 +54,10 @@ type Config struct {
 	// handled before the upgrade and delivered again after it is not run
 	// twice). That costs one store read per message. Set it once
 	// Retention has passed since the upgrade, or for a new deployment.
-	// Defaults to false.
+	// A consumer still on the former version never looks under the new
+	// operation: do not run both versions on one consumer group, or a
+	// message handled by an upgraded consumer and delivered again to a
+	// former one runs again. Defaults to false.
 	SkipFormerKeys bool
 
 	// Key returns the message's idempotency key: 1 to idem.MaxKeyLength
