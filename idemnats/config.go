@@ -43,7 +43,9 @@ type Config struct {
 	// StreamSequenceKey, such as HeaderKey), the stream's name, a space and
 	// the message's subject ("ORDERS orders.created"), so that two event
 	// types that carry one ID (an order created, then cancelled) never
-	// share a key.
+	// share a key (a subject that a store cannot keep in an
+	// operation, not UTF-8, with a control character or too long, is
+	// named by its digest, "topic-sha256:<hex>").
 	Operation func(msg jetstream.Msg) string
 
 	// SkipFormerKeys turns off the lookup that keeps records stored before

@@ -156,7 +156,7 @@ func (g *Guard) request(msg jetstream.Msg) (req idem.Request, former *idem.Reque
 		in.Operation = g.cfg.Operation(msg)
 	case g.businessKey && in.Operation != "":
 		formerOp = in.Operation
-		in.Operation += " " + msg.Subject()
+		in.Operation = msgdoor.TopicOperation(in.Operation, msg.Subject())
 	}
 	in.Key, in.KeyErr = g.cfg.Key(msg)
 	if id := msgID(msg); g.defaultKey && id != "" && in.Key != id {

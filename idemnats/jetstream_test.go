@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemnats"
+	"github.com/idem-dev/idem/idempg"
 	"github.com/idem-dev/idem/internal/msgchaos"
 	"github.com/idem-dev/idem/internal/testenv"
 )
@@ -488,5 +489,58 @@ func TestJetStreamOneIDTwoStreams(t *testing.T) {
 	}
 	if d := got.all(); len(d) != 1 {
 		t.Fatalf("the handler ran %d times", len(d))
+	}
+}
+
+// With a business key, the default operation names the subject. A
+// subject that JetStream accepts but a store cannot keep in an operation
+// (not UTF-8, a NUL, over idem.MaxOperationLength with the stream's name)
+// is named by its digest: its message runs once, and is neither nakked as
+// a store failure forever (PostgreSQL refuses such text) nor terminated
+// unhandled as a key too long.
+func TestJetStreamSubjectsOutsideOperations(t *testing.T) {
+	t.Parallel()
+	db := msgchaos.NewDB(t)
+	store, err := idempg.New(db.Pool, idempg.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	e, err := idem.NewEngine(store, idem.EngineConfig{Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	name, base := msgchaos.RandomName("IDEMNATS_WILD_"), msgchaos.RandomName("idemnats.")
+	stream, err := r.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{base + ".>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.js.DeleteStream(context.Background(), name) })
+	if r.cons, err = stream.CreateOrUpdateConsumer(context.Background(), jetstream.ConsumerConfig{Durable: rigConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	g := serverGuard(t, e, idemnats.Config{Key: idemnats.HeaderKey("Order-Id")})
+	for _, subject := range []string{base + ".\xff", base + ".a\x00b", base + "." + strings.Repeat("s", idem.MaxOperationLength)} {
+		for delivery := range 2 { // the second: published again, with the same Order-Id
+			m := nats.NewMsg(subject)
+			m.Header.Set("Order-Id", "1")
+			if _, err := r.js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			batch, err := r.cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got runs
+			for msg := range batch.Messages() {
+				if err := g.Handle(context.Background(), msg, got.handle); err != nil {
+					t.Fatalf("%.40q, delivery %d: %v", subject, delivery+1, err)
+				}
+			}
+			if want := 1 - delivery; len(got.all()) != want {
+				t.Fatalf("%.40q, delivery %d: %d runs, want %d", subject, delivery+1, len(got.all()), want)
+			}
+		}
 	}
 }

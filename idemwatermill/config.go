@@ -58,7 +58,9 @@ type Config struct {
 	// router; with a business key (a Key other than UUIDKey, such as
 	// MetadataKey), the handler's name, a space and the subscribed topic,
 	// so that two event types that carry one ID (an order created, then
-	// cancelled) never share a key.
+	// cancelled) never share a key (a topic that a store cannot keep in an
+	// operation, not UTF-8, with a control character or too long, is
+	// named by its digest, "topic-sha256:<hex>").
 	Operation func(msg *message.Message) string
 
 	// SkipFormerKeys turns off the lookup that keeps records stored before

@@ -134,7 +134,7 @@ func (g *guard) request(msg *message.Message) (req idem.Request, former *idem.Re
 		in.Operation = g.cfg.Operation(msg)
 	case g.businessKey && topic != "" && topic != name:
 		formerOp = in.Operation
-		in.Operation += " " + topic
+		in.Operation = msgdoor.TopicOperation(in.Operation, topic)
 	}
 	in.Key, in.KeyErr = g.cfg.Key(msg)
 	for _, name := range g.cfg.FingerprintMetadata {

@@ -3,6 +3,7 @@ package idemwatermill_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -215,5 +216,24 @@ func TestKeyOptionalWithScopeFunc(t *testing.T) {
 	}
 	if _, err := h(delivery("n-2", "order 1", "order_id", "1")); !errors.Is(err, idem.ErrScopeMissing) || c.runs.Load() != 1 {
 		t.Fatalf("a key, no tenant: %v, %d runs", err, c.runs.Load())
+	}
+}
+
+// With a business key, the default operation names the topic. A topic
+// that would make the operation longer than idem.MaxOperationLength, or
+// that a store cannot keep (not UTF-8, a NUL), is named by its digest: its
+// message runs once, and is not refused as poison (a key too long) nor
+// nacked forever as a store failure.
+func TestTopicsOutsideOperations(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var c counting
+	long, odd := "orders."+strings.Repeat("s", idem.MaxOperationLength), "orders.\xff\x00"
+	a, b := twoRouters(t, e, idemwatermill.Config{Scope: "billing", Key: idemwatermill.MetadataKey("order_id")}, long, odd, c.handle)
+	for i, rig := range []*routerRig{a, b, a, b} {
+		rig.publish(t, delivery(watermill.NewUUID(), "order 1", "order_id", "1"))
+		if err := rig.next(t); err != nil || c.runs.Load() != int32(min(i+1, 2)) {
+			t.Fatalf("delivery %d: %v, %d runs", i+1, err, c.runs.Load())
+		}
 	}
 }
