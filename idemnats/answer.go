@@ -31,15 +31,18 @@ const (
 // Nats-Msg-Id header is given one, so that every delivery publishes it
 // under the same ID; the caller's messages, and header maps they share
 // (one nats.Header for several messages, a template's), are left as they
-// were. Two produced messages with one Nats-Msg-Id are refused
-// (ErrDuplicateID): JetStream would store only the first.
+// were. Two produced messages with one Nats-Msg-Id and one subject are
+// refused (ErrDuplicateID): JetStream would store only the first. (One ID
+// on two subjects is allowed: an event published to two streams. Two
+// subjects of one stream share its duplicate window, and the second is
+// dropped at its first publication, which the guard reports.)
 func Answer(msgs []*nats.Msg) (*idem.Response, error) {
 	resp, _, err := encodeAnswer(msgs)
 	return resp, err
 }
 
 // ErrDuplicateID is returned (wrapped) when a handler produced two
-// messages with one Nats-Msg-Id, and when JetStream dropped a produced
+// messages with one Nats-Msg-Id and one subject, and when JetStream dropped a produced
 // message as a duplicate at its first publication: a message of the
 // answer would be lost.
 var ErrDuplicateID = errors.New("idemnats: two produced messages share one Nats-Msg-Id, and JetStream keeps only the first")
@@ -62,9 +65,9 @@ func encodeAnswer(msgs []*nats.Msg) (*idem.Response, []*nats.Msg, error) {
 		if c.Header.Get(jetstream.MsgIDHeader) == "" {
 			c.Header.Set(jetstream.MsgIDHeader, nuid.Next())
 		}
-		id := c.Header.Get(jetstream.MsgIDHeader)
+		id := c.Subject + "\x00" + c.Header.Get(jetstream.MsgIDHeader)
 		if j, ok := ids[id]; ok {
-			return nil, nil, fmt.Errorf("%w: produced messages %d and %d (subjects %q and %q); give each its own, or none and idem gives each one", ErrDuplicateID, j+1, i+1, out[j].Subject, c.Subject)
+			return nil, nil, fmt.Errorf("%w: produced messages %d and %d (subject %q); give each its own, or none and idem gives each one", ErrDuplicateID, j+1, i+1, c.Subject)
 		}
 		ids[id] = i
 		out = append(out, c)

@@ -43,7 +43,9 @@ type Config struct {
 	// StreamSequenceKey, such as HeaderKey), the stream's name, a space and
 	// the message's subject ("ORDERS orders.created"), so that two event
 	// types that carry one ID (an order created, then cancelled) never
-	// share a key.
+	// share a key (a subject that a store cannot keep in an
+	// operation, not UTF-8, with a control character or too long, is
+	// named by its digest, "topic-sha256:<hex>").
 	Operation func(msg jetstream.Msg) string
 
 	// SkipFormerKeys turns off the lookup that keeps records stored before
@@ -54,7 +56,10 @@ type Config struct {
 	// handled before the upgrade and delivered again after it is not run
 	// twice). That costs one store read per message. Set it once
 	// Retention has passed since the upgrade, or for a new deployment.
-	// Defaults to false.
+	// A consumer still on the former version never looks under the new
+	// operation: do not run both versions on one consumer group, or a
+	// message handled by an upgraded consumer and delivered again to a
+	// former one runs again. Defaults to false.
 	SkipFormerKeys bool
 
 	// Key returns the message's idempotency key: 1 to idem.MaxKeyLength
@@ -208,9 +213,11 @@ func isKey(f, key func(jetstream.Msg) (string, error)) bool {
 // control or non-ASCII bytes) is replaced by its digest,
 // "nats-msg-id-sha256:<64 hex digits>": the same for every delivery and
 // every republication of the ID, so its dedupe holds; the guard logs it.
+// An ID that starts with "nats-msg-id-sha256:" is replaced by its digest
+// too, so that no ID can name another's digest and pass for its message.
 func DefaultKey(msg jetstream.Msg) (string, error) {
 	if id := msgID(msg); id != "" {
-		if idem.ValidateKey(id) != nil {
+		if idem.ValidateKey(id) != nil || strings.HasPrefix(id, digestKeyPrefix) {
 			return digestKey(id), nil
 		}
 		return id, nil

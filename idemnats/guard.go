@@ -156,10 +156,10 @@ func (g *Guard) request(msg jetstream.Msg) (req idem.Request, former *idem.Reque
 		in.Operation = g.cfg.Operation(msg)
 	case g.businessKey && in.Operation != "":
 		formerOp = in.Operation
-		in.Operation += " " + msg.Subject()
+		in.Operation = msgdoor.TopicOperation(in.Operation, msg.Subject())
 	}
 	in.Key, in.KeyErr = g.cfg.Key(msg)
-	if g.defaultKey && strings.HasPrefix(in.Key, digestKeyPrefix) && idem.ValidateKey(msgID(msg)) != nil {
+	if id := msgID(msg); g.defaultKey && id != "" && in.Key != id {
 		g.logDigestKey(msg)
 	}
 	h := msg.Headers()
@@ -202,7 +202,7 @@ func (g *Guard) logDigestKey(msg jetstream.Msg) {
 	if g.digestLogged.CompareAndSwap(false, true) {
 		level = slog.LevelWarn
 	}
-	g.cfg.Logger.LogAttrs(context.Background(), level, "idemnats: a Nats-Msg-Id is not a valid idem key (over 255 bytes, or not visible ASCII); the message is keyed by the ID's digest",
+	g.cfg.Logger.LogAttrs(context.Background(), level, "idemnats: a Nats-Msg-Id is not a valid idem key (over 255 bytes, not visible ASCII, or starting with "+digestKeyPrefix+"); the message is keyed by the ID's digest",
 		slog.String("subject", msg.Subject()), slog.Int("id_bytes", len(msgID(msg))))
 }
 

@@ -2,6 +2,8 @@ package idemnats_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemnats"
+	"github.com/idem-dev/idem/idempg"
 	"github.com/idem-dev/idem/internal/msgchaos"
 	"github.com/idem-dev/idem/internal/testenv"
 )
@@ -378,5 +381,166 @@ func TestJetStreamAckWaitShorterThanHandler(t *testing.T) {
 	r.drained(t)
 	if n := runs.Load(); n != 1 {
 		t.Fatalf("the handler ran %d times", n)
+	}
+}
+
+// A guard remembers the messages it terminated by their place in the
+// stream. A stream deleted and created again numbers its messages from 1
+// again: its new message at a terminated message's sequence is another
+// message, and runs; it is not terminated unhandled as the old one's
+// redelivery.
+func TestJetStreamStreamRecreatedAfterTerm(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var got runs
+	g := serverGuard(t, e, idemnats.Config{Key: idemnats.HeaderKey("Order-Id")})
+	for i, data := range []string{"no order id", "order 1"} {
+		if i == 0 {
+			r.publish(t, data) // no Order-Id: terminated
+		} else {
+			r.publish(t, data, "Order-Id", "o-1")
+		}
+		rigCtx, stop := context.WithCancel(context.Background())
+		cc, err := r.cons.Consume(g.MessageHandler(rigCtx, got.handle))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.drained(t)
+		stop()
+		cc.Stop()
+		<-cc.Closed()
+		if i == 0 {
+			r.recreate(t)
+		}
+	}
+	if d := got.all(); strings.Join(d, ",") != "order 1" {
+		t.Fatalf("the handler ran for %q; want the new stream's message, once", d)
+	}
+}
+
+// A Nats-Msg-Id that idem cannot keep is keyed by its digest,
+// "nats-msg-id-sha256:<hex>". Another message whose Nats-Msg-Id is that
+// very text is another message for JetStream (which stores both): it runs
+// too, and is not acked unhandled as a replay of the first.
+func TestJetStreamDigestKeyNotForged(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var got runs
+	r.consume(t, serverGuard(t, e, idemnats.Config{}), got.handle)
+	sum := sha256.Sum256([]byte("order 1"))
+	r.publish(t, "order", jetstream.MsgIDHeader, "order 1")
+	r.publish(t, "order", jetstream.MsgIDHeader, "nats-msg-id-sha256:"+hex.EncodeToString(sum[:]))
+	r.drained(t)
+	if d := got.all(); len(d) != 2 {
+		t.Fatalf("the handler ran %d times; want twice, once per message JetStream stored", len(d))
+	}
+}
+
+// A handler that publishes one event to two streams under one Nats-Msg-Id
+// (JetStream dedupes within a stream, not across streams): both are
+// stored, and the message is acked; neither is held back as a duplicate.
+func TestJetStreamOneIDTwoStreams(t *testing.T) {
+	t.Parallel()
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var outs [2]string
+	for i := range outs {
+		name := msgchaos.RandomName("IDEMNATS_OUT_")
+		outs[i] = msgchaos.RandomName("idemnats.") + ".out"
+		if _, err := r.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{outs[i]}}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.js.DeleteStream(context.Background(), name) })
+	}
+	var got runs
+	results := make(chan error, 1)
+	g := serverGuard(t, e, idemnats.Config{Publisher: r.js})
+	rigCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	cc, err := r.cons.Consume(func(msg jetstream.Msg) {
+		results <- g.Handle(rigCtx, msg, func(ctx context.Context, msg jetstream.Msg) ([]*nats.Msg, error) {
+			_, _ = got.handle(ctx, msg)
+			id := nats.Header{jetstream.MsgIDHeader: {"evt-1"}}
+			return []*nats.Msg{{Subject: outs[0], Header: id}, {Subject: outs[1], Header: id}}, nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cc.Stop(); <-cc.Closed() }()
+	r.publish(t, "order 1")
+	if err := <-results; err != nil {
+		t.Fatalf("the message: %v", err)
+	}
+	for _, subject := range outs {
+		name, err := r.js.StreamNameBySubject(context.Background(), subject)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := r.js.Stream(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.CachedInfo().State.Msgs; n != 1 {
+			t.Errorf("stream %s holds %d messages; want the event", name, n)
+		}
+	}
+	if d := got.all(); len(d) != 1 {
+		t.Fatalf("the handler ran %d times", len(d))
+	}
+}
+
+// With a business key, the default operation names the subject. A
+// subject that JetStream accepts but a store cannot keep in an operation
+// (not UTF-8, a NUL, over idem.MaxOperationLength with the stream's name)
+// is named by its digest: its message runs once, and is neither nakked as
+// a store failure forever (PostgreSQL refuses such text) nor terminated
+// unhandled as a key too long.
+func TestJetStreamSubjectsOutsideOperations(t *testing.T) {
+	t.Parallel()
+	db := msgchaos.NewDB(t)
+	store, err := idempg.New(db.Pool, idempg.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	e, err := idem.NewEngine(store, idem.EngineConfig{Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newJSRig(t, "", jetstream.ConsumerConfig{AckWait: 5 * time.Second})
+	name, base := msgchaos.RandomName("IDEMNATS_WILD_"), msgchaos.RandomName("idemnats.")
+	stream, err := r.js.CreateStream(context.Background(), jetstream.StreamConfig{Name: name, Subjects: []string{base + ".>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.js.DeleteStream(context.Background(), name) })
+	if r.cons, err = stream.CreateOrUpdateConsumer(context.Background(), jetstream.ConsumerConfig{Durable: rigConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 5 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	g := serverGuard(t, e, idemnats.Config{Key: idemnats.HeaderKey("Order-Id")})
+	for _, subject := range []string{base + ".\xff", base + ".a\x00b", base + "." + strings.Repeat("s", idem.MaxOperationLength)} {
+		for delivery := range 2 { // the second: published again, with the same Order-Id
+			m := nats.NewMsg(subject)
+			m.Header.Set("Order-Id", "1")
+			if _, err := r.js.PublishMsg(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			batch, err := r.cons.Fetch(1, jetstream.FetchMaxWait(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got runs
+			for msg := range batch.Messages() {
+				if err := g.Handle(context.Background(), msg, got.handle); err != nil {
+					t.Fatalf("%.40q, delivery %d: %v", subject, delivery+1, err)
+				}
+			}
+			if want := 1 - delivery; len(got.all()) != want {
+				t.Fatalf("%.40q, delivery %d: %d runs, want %d", subject, delivery+1, len(got.all()), want)
+			}
+		}
 	}
 }

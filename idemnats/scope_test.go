@@ -1,6 +1,7 @@
 package idemnats_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemnats"
+	"github.com/idem-dev/idem/idemseal"
 	"github.com/idem-dev/idem/idemstore"
 )
 
@@ -141,5 +143,60 @@ func TestFormerLookupStoreBlip(t *testing.T) {
 	m = newMsg(1, "order 1", "Order-Id", "1")
 	if err := g.Handle(context.Background(), m, c.handle); err != nil || m.ack(t) != "ack" || c.runs.Load() != 1 {
 		t.Fatalf("next delivery: %v, %q, %d runs", err, m.ack(t), c.runs.Load())
+	}
+}
+
+// A record stored before under a business key's former operation for
+// another subject is another event type's, whatever its sealed answer: a
+// message for this subject runs, even when the key that sealed that record
+// is no longer configured (rotated out), instead of being terminated as a
+// record that does not open.
+func TestFormerRecordOfAnotherSubjectSealed(t *testing.T) {
+	t.Parallel()
+	ring := func(id string, b byte) *idemseal.Keyring {
+		k, err := idemseal.New(idemseal.Key{ID: id, Secret: bytes.Repeat([]byte{b}, idemseal.KeySize)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	_, mem := memEngine(t, idem.EngineConfig{})
+	before, err := idem.NewEngine(mem, idem.EngineConfig{Logger: discard, Sealer: ring("old", 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fp, err := idem.Fingerprint(idem.FingerprintInput{Method: "MESSAGE", Operation: "ORDERS", Body: []byte("order 1")}, idem.FingerprintOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := before.Begin(context.Background(), idem.Request{Key: idem.Key{Scope: "billing", Operation: "ORDERS", Key: "1"}, Fingerprint: fp,
+		Info: &idemstore.Request{Method: "MESSAGE", Path: "orders.created"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := idemnats.Answer([]*nats.Msg{{Subject: "receipts", Header: nats.Header{"Nats-Msg-Id": {"receipt-1"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := res.Lease.Complete(context.Background(), stored); err != nil {
+		t.Fatal(err)
+	}
+	var c counting
+	// Its own message, delivered again, still replays the sealed record.
+	g := newGuard(t, before, idemnats.Config{Publisher: &publisher{}, Key: idemnats.HeaderKey("Order-Id")})
+	m := newMsg(1, "order 1", "Order-Id", "1")
+	m.subject = "orders.created"
+	if err := g.Handle(context.Background(), m, c.handle); err != nil || m.ack(t) != "ack" || c.runs.Load() != 0 {
+		t.Fatalf("its own message: %v, %q, %d runs", err, m.ack(t), c.runs.Load())
+	}
+	now, err := idem.NewEngine(mem, idem.EngineConfig{Logger: discard, Sealer: ring("new", 2)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = newGuard(t, now, idemnats.Config{Publisher: &publisher{}, Key: idemnats.HeaderKey("Order-Id")})
+	m = newMsg(2, "order 1", "Order-Id", "1")
+	m.subject = "orders.cancelled"
+	if err := g.Handle(context.Background(), m, c.handle); err != nil || m.ack(t) != "ack" || c.runs.Load() != 1 {
+		t.Fatalf("%v, %q, %d runs", err, m.ack(t), c.runs.Load())
 	}
 }

@@ -11,7 +11,9 @@ import (
 const maxTerminated = 4096
 
 // terminated remembers the last maxTerminated messages a Guard terminated,
-// by stream, consumer and stream sequence, so that one delivered again is
+// by stream, consumer, stream sequence and the time JetStream stored the
+// message (a stream deleted and created again numbers its messages from 1
+// again, and its new message at an old one's sequence is another), so that one delivered again is
 // terminated again without a reason, whatever it would find now. A Term
 // that carries its reason (TermWithReason) is ignored by a consumer leader
 // older than 2.10.4, which the guard cannot see during a rolling upgrade
@@ -30,7 +32,7 @@ func place(msg jetstream.Msg) string {
 	if err != nil || md == nil {
 		return ""
 	}
-	return md.Stream + "\x00" + md.Consumer + "\x00" + strconv.FormatUint(md.Sequence.Stream, 10)
+	return md.Stream + "\x00" + md.Consumer + "\x00" + strconv.FormatUint(md.Sequence.Stream, 10) + "\x00" + strconv.FormatInt(md.Timestamp.UnixNano(), 10)
 }
 
 // add remembers the message at p, forgetting the oldest beyond

@@ -35,15 +35,20 @@ type Config struct {
 	HandlerScope bool
 
 	// ScopeFunc, if set, says whose each message is, from its metadata: a
-	// tenant. The record's scope is then Scope (or the handler's name,
-	// with HandlerScope), a slash and what ScopeFunc returns
-	// ("billing/tenant-a"), so that one tenant's business key never meets
-	// another's. A message for which it returns "" or an error does not
+	// tenant. The record's scope is then Scope, a slash and what ScopeFunc
+	// returns ("billing/tenant-a"), so that one tenant's business key
+	// never meets another's. A message for which it returns "" or an error does not
 	// run: an error marked idem.Retryable (a lookup that failed) is
 	// returned as an *Error that is not poison (the message is nacked and
 	// comes back), any other error, and "", as poison (scope_missing).
-	// Scope must then not contain a slash. Defaults to nil: every message
-	// in Scope.
+	// It is not asked about a message without a key, which keeps no
+	// record: such a message runs unprotected with KeyOptional, and is
+	// poison (missing_key) without it.
+	// Scope must then not contain a slash, and HandlerScope must not be
+	// set: a handler's name may hold a slash (handlers "a" and "a/b", with
+	// tenants "b/c" and "c", would share the scope "a/b/c"), and the
+	// records HandlerScope keeps have no tenant anyway. Defaults to nil:
+	// every message in Scope.
 	ScopeFunc func(msg *message.Message) (string, error)
 
 	// Operation returns the operation a message asks for. Several handlers
@@ -53,7 +58,9 @@ type Config struct {
 	// router; with a business key (a Key other than UUIDKey, such as
 	// MetadataKey), the handler's name, a space and the subscribed topic,
 	// so that two event types that carry one ID (an order created, then
-	// cancelled) never share a key.
+	// cancelled) never share a key (a topic that a store cannot keep in an
+	// operation, not UTF-8, with a control character or too long, is
+	// named by its digest, "topic-sha256:<hex>").
 	Operation func(msg *message.Message) string
 
 	// SkipFormerKeys turns off the lookup that keeps records stored before
@@ -64,7 +71,10 @@ type Config struct {
 	// handled before the upgrade and delivered again after it is not run
 	// twice). That costs one store read per message. Set it once
 	// Retention has passed since the upgrade, or for a new deployment.
-	// Defaults to false.
+	// A consumer still on the former version never looks under the new
+	// operation: do not run both versions on one consumer group, or a
+	// message handled by an upgraded consumer and delivered again to a
+	// former one runs again. Defaults to false.
 	SkipFormerKeys bool
 
 	// Key returns the message's idempotency key: 1 to idem.MaxKeyLength
@@ -174,6 +184,8 @@ func (c Config) validate() error {
 		return errors.New("idemwatermill: Config.Scope is required: name the service that consumes (two services on one topic must not share records); HandlerScope keeps the records of a service that left it empty")
 	case c.Scope != "" && c.HandlerScope:
 		return errors.New("idemwatermill: Config.Scope and Config.HandlerScope are exclusive")
+	case c.ScopeFunc != nil && c.HandlerScope:
+		return errors.New("idemwatermill: Config.ScopeFunc needs a Scope, not HandlerScope: a handler's name may contain a slash, and two handlers' tenants would share a scope (the records HandlerScope keeps have no tenant)")
 	case c.ScopeFunc != nil && strings.Contains(c.Scope, "/"):
 		return errors.New("idemwatermill: Config.Scope must not contain a slash with ScopeFunc: the record's scope is Scope, a slash and ScopeFunc's")
 	}

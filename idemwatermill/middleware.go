@@ -134,7 +134,7 @@ func (g *guard) request(msg *message.Message) (req idem.Request, former *idem.Re
 		in.Operation = g.cfg.Operation(msg)
 	case g.businessKey && topic != "" && topic != name:
 		formerOp = in.Operation
-		in.Operation += " " + topic
+		in.Operation = msgdoor.TopicOperation(in.Operation, topic)
 	}
 	in.Key, in.KeyErr = g.cfg.Key(msg)
 	for _, name := range g.cfg.FingerprintMetadata {
@@ -145,7 +145,9 @@ func (g *guard) request(msg *message.Message) (req idem.Request, former *idem.Re
 			in.Fields.Set(name, v)
 		}
 	}
-	if g.cfg.ScopeFunc != nil {
+	if g.cfg.ScopeFunc != nil && (in.Key != "" || in.KeyErr != nil) {
+		// (A message without a key is refused, or runs unprotected
+		// with KeyOptional, whatever its scope: no record is kept.)
 		own, err := g.cfg.ScopeFunc(msg)
 		if err != nil || own == "" {
 			return idem.Request{Key: idem.Key{Operation: in.Operation}}, nil, msgdoor.ScopeError(err)

@@ -597,6 +597,10 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		"no scope":     {e, idemwatermill.Config{}},
 		"both scopes":  {e, idemwatermill.Config{Scope: "billing", HandlerScope: true}},
 		"slash scope":  {e, idemwatermill.Config{Scope: "a/b", ScopeFunc: func(*message.Message) (string, error) { return "t", nil }}},
+		// Handlers "a" and "a/b" (one Operation), tenants "b/c" and
+		// "c": both scopes would be "a/b/c", and one tenant would get
+		// the other's answer.
+		"handler scope with tenants": {e, idemwatermill.Config{HandlerScope: true, ScopeFunc: func(*message.Message) (string, error) { return "t", nil }}},
 	} {
 		if _, err := idemwatermill.New(tc.e, tc.cfg); err == nil {
 			t.Errorf("%s: no error", name)

@@ -3,6 +3,7 @@ package idemwatermill_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -199,5 +200,40 @@ func TestTwoServicesOneTopic(t *testing.T) {
 	}
 	if billing.runs.Load() != 1 || shipping.runs.Load() != 1 {
 		t.Fatalf("billing ran %d times, shipping %d", billing.runs.Load(), shipping.runs.Load())
+	}
+}
+
+// With KeyOptional, a message without a key runs unprotected: no record
+// is kept, so its scope does not matter, and a ScopeFunc that finds no
+// tenant (or fails) does not make it poison.
+func TestKeyOptionalWithScopeFunc(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var c counting
+	h := protect(t, e, idemwatermill.Config{Scope: "billing", Key: idemwatermill.MetadataKey("order_id"), KeyOptional: true, ScopeFunc: tenantScope}, c.handle)
+	if _, err := h(delivery("n-1", "ping")); err != nil || c.runs.Load() != 1 {
+		t.Fatalf("no key, no tenant: %v, %d runs", err, c.runs.Load())
+	}
+	if _, err := h(delivery("n-2", "order 1", "order_id", "1")); !errors.Is(err, idem.ErrScopeMissing) || c.runs.Load() != 1 {
+		t.Fatalf("a key, no tenant: %v, %d runs", err, c.runs.Load())
+	}
+}
+
+// With a business key, the default operation names the topic. A topic
+// that would make the operation longer than idem.MaxOperationLength, or
+// that a store cannot keep (not UTF-8, a NUL), is named by its digest: its
+// message runs once, and is not refused as poison (a key too long) nor
+// nacked forever as a store failure.
+func TestTopicsOutsideOperations(t *testing.T) {
+	t.Parallel()
+	e, _ := memEngine(t, idem.EngineConfig{})
+	var c counting
+	long, odd := "orders."+strings.Repeat("s", idem.MaxOperationLength), "orders.\xff\x00"
+	a, b := twoRouters(t, e, idemwatermill.Config{Scope: "billing", Key: idemwatermill.MetadataKey("order_id")}, long, odd, c.handle)
+	for i, rig := range []*routerRig{a, b, a, b} {
+		rig.publish(t, delivery(watermill.NewUUID(), "order 1", "order_id", "1"))
+		if err := rig.next(t); err != nil || c.runs.Load() != int32(min(i+1, 2)) {
+			t.Fatalf("delivery %d: %v, %d runs", i+1, err, c.runs.Load())
+		}
 	}
 }

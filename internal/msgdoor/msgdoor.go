@@ -7,6 +7,8 @@ package msgdoor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -198,9 +200,13 @@ func SortedFields(fields []string) []string {
 // message's (stored for the same topic), so that a redelivery of a message
 // handled before the upgrade finds its record; req otherwise. A record of
 // another topic under former's key is another event type's, and is left
-// alone. The error is the store's, for BeginError.
+// alone. The record is read from the store as it is kept, not opened: its
+// topic (the path) is kept in clear when it is sealed, and a record of
+// another topic whose sealing key is no longer configured must not stop
+// this message (a record of this topic that does not open is refused by
+// Begin, as before). The error is the store's, for BeginError.
 func Former(ctx context.Context, e *idem.Engine, req, former idem.Request, topic string) (idem.Request, error) {
-	rec, err := e.Get(ctx, former.Key)
+	rec, err := e.Store().Get(ctx, former.Key)
 	switch {
 	case errors.Is(err, idemstore.ErrNotFound):
 		return req, nil
@@ -237,4 +243,26 @@ func JoinScope(base, own string) (string, *Refusal) {
 		return "", refuse(idem.SituationScopeMissing, "the message's scope (from Config.ScopeFunc) is not valid UTF-8 or holds a control character", idem.ErrScopeMissing)
 	}
 	return base + "/" + own, nil
+}
+
+// topicDigestPrefix starts the name of a topic that an operation cannot
+// hold as it is.
+const topicDigestPrefix = "topic-sha256:"
+
+// TopicOperation is the operation of a business key's message: base (the
+// handler's or stream's name), a space and its topic or subject. A topic
+// that a store cannot keep in an operation (not valid UTF-8, or holding a
+// control character: PostgreSQL refuses them in text, and the message
+// would come back forever as a store failure) or that would make the
+// operation longer than idem.MaxOperationLength (its message refused as
+// a key too long) is named by its digest, "topic-sha256:<64 hex
+// digits>", as is one that starts with that prefix, so that no topic can
+// pass for another's digest.
+func TopicOperation(base, topic string) string {
+	if utf8.ValidString(topic) && !strings.ContainsFunc(topic, unicode.IsControl) && !strings.HasPrefix(topic, topicDigestPrefix) &&
+		len(base)+1+len(topic) <= idem.MaxOperationLength {
+		return base + " " + topic
+	}
+	sum := sha256.Sum256([]byte(topic))
+	return base + " " + topicDigestPrefix + hex.EncodeToString(sum[:])
 }
