@@ -46,6 +46,10 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.rp.ServeHTTP(w, r)
 		return
 	}
+	if op, ok := r.Context().Value(opOverrideKey{}).(string); ok && lease.Key().Operation == op {
+		f.retryUnderNewName(w, r, lease)
+		return
+	}
 	if f.p.closing.Load() && !f.observe {
 		f.refuse(w, r, lease)
 		return
@@ -100,6 +104,23 @@ func (f *forwarder) refuse(w http.ResponseWriter, r *http.Request, lease *idem.L
 	f.p.count(s, settlement)
 	w.Header().Set("Retry-After", "1")
 	f.p.writeProblem(w, s, detail, lease.Key().Key)
+}
+
+// retryUnderNewName answers a request that reserved its key under the
+// operation name of an earlier version (see legacyLookup): the record that
+// name was kept for was released or expired, or its lease ran out, after
+// the look-up found it. Nothing runs under that name: a concurrent retry
+// that found no such record reserved the new name and may be running, and
+// two names would let the key run twice. The key is released, and the
+// client told to retry, which then finds its key under the new name.
+func (f *forwarder) retryUnderNewName(w http.ResponseWriter, r *http.Request, lease *idem.Lease) {
+	s := idem.SituationInFlight
+	settlement := f.settle(r.Context(), lease, true, "")
+	f.p.count(s, settlement)
+	f.p.log.LogAttrs(r.Context(), slog.LevelInfo, "a key reserved under an earlier operation name was released unforwarded; its retry takes the new name",
+		slog.String("operation", lease.Key().Operation), slog.String("key_digest", idem.KeyDigest(lease.Key())), slog.String("settlement", settlement))
+	w.Header().Set("Retry-After", "1")
+	f.p.writeProblem(w, s, "The record an earlier version kept for this Idempotency-Key changed while the request was checked; it was not forwarded. Retry with the same key.", lease.Key().Key)
 }
 
 // fail settles the key of a request whose upstream call failed and answers
