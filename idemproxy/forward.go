@@ -222,8 +222,9 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 	return settledFailed
 }
 
-// rewrite points the request at the upstream, and guards a protected
-// request's body (guardedBody). What a protected request was matched and
+// rewrite points the request at the upstream, with the client's authority
+// in X-Forwarded-Host as operations name it (normalizeHost), and guards a
+// protected request's body (guardedBody). What a protected request was matched and
 // scoped by goes out even when the client's Connection header names it
 // (which made ReverseProxy drop it as hop by hop): its key, Content-Type
 // and Content-Encoding, the route's scope headers and, when it scopes by
@@ -243,6 +244,12 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(f.p.upstream)
 	pr.SetXForwarded()
+	if h, ok := normalizeHost(pr.In.Host); ok && h != "" {
+		// The upstream reads the authority as the operation names it:
+		// spellings the proxy takes for one host ("Shop.Example.:80") are
+		// one to an upstream that routes tenants by it byte for byte.
+		pr.Out.Header.Set("X-Forwarded-Host", h)
+	}
 	if m, ok := pr.In.Context().Value(sentMethodKey{}).(string); ok {
 		pr.Out.Method = m // protected as its override's method, sent as it came
 		// The override headers it was protected by go out with it, even

@@ -106,8 +106,8 @@ func splitOperation(op string) (method, path string) {
 
 // normalizeHost returns the authority h as one spelling of it: ASCII
 // lower-case, an internationalised name as its A-labels (IDNA), without a
-// trailing dot, an IP address in its canonical form, and without a default
-// port (80, 443) or an empty one. ok is false for an authority longer than
+// trailing dot, an IP address in its canonical form, a port without
+// leading zeros, and without a default port (80, 443) or an empty one. ok is false for an authority longer than
 // maxHostLength, or that is not one (white space, control characters).
 // An empty h (an HTTP/1.0 request without Host) is "".
 func normalizeHost(h string) (string, bool) {
@@ -128,6 +128,12 @@ func normalizeHost(h string) (string, bool) {
 			host = h // a bare IPv6 address, no port
 		} else {
 			host, port = h[:i], h[i+1:]
+		}
+	}
+	if t := strings.TrimLeft(port, "0"); t != port && strings.Trim(port, "0123456789") == "" {
+		port = t // "0080" is port 80
+		if port == "" {
+			port = "0"
 		}
 	}
 	if port == "80" || port == "443" {

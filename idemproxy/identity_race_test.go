@@ -90,3 +90,36 @@ func TestLegacyRecordReleasedMeanwhile(t *testing.T) {
 		t.Errorf("a record is left under the earlier name")
 	}
 }
+
+// TestUpstreamReadsTheNamedHost: the proxy names an operation by the
+// authority's one spelling (case, a trailing dot, a default port, an
+// internationalised name's A-labels), and a retry in another spelling
+// replays. An upstream that routes tenants by the X-Forwarded-Host it
+// reads, byte for byte, must read that spelling too: reading
+// "SHOP-A.Example." (no such shop: its default tenant's order) under an
+// operation named shop-a.example, it had its answer replayed to shop A's
+// retries, and shop A's order was never placed. A port written with
+// leading zeros is the same port.
+func TestUpstreamReadsTheNamedHost(t *testing.T) {
+	e := newEdgeRig(t, idemproxy.Config{})
+	first := e.one(t, hostPost("HTTP/1.1", "SHOP-A.Example.:80", "k", `{}`))
+	retry := e.one(t, hostPost("HTTP/1.1", "shop-a.example", "k", `{}`))
+	zeros := e.one(t, hostPost("HTTP/1.1", "shop-a.example:0080", "k", `{}`))
+	if first.Body != "ran 1" || retry.Header.Get("Idempotent-Replayed") != "true" || zeros.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("%v, then %v and %v: want one operation", first, retry, zeros)
+	}
+	// U+FF53 FULLWIDTH LATIN SMALL LETTER S, which IDNA maps to "s".
+	wide := strings.Replace(hostPost("HTTP/1.1", "x", "k2", `{}`), "/orders", "http://%EF%BD%93hop-a.example/orders", 1)
+	if got := e.one(t, wide); got.Status != http.StatusCreated {
+		t.Fatalf("a full-width host: %v", got)
+	}
+	seen := e.up.requests()
+	if len(seen) != 2 {
+		t.Fatalf("the upstream ran %d times, want 2", len(seen))
+	}
+	for i, s := range seen {
+		if got := s.Header.Values("X-Forwarded-Host"); len(got) != 1 || got[0] != "shop-a.example" {
+			t.Errorf("request %d: the upstream read X-Forwarded-Host %q, want the operation's shop-a.example", i+1, got)
+		}
+	}
+}
