@@ -46,7 +46,7 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.rp.ServeHTTP(w, r)
 		return
 	}
-	if op, ok := r.Context().Value(opOverrideKey{}).(string); ok && lease.Key().Operation == op {
+	if op, ok := r.Context().Value(opOverrideKey{}).(string); ok && lease.Key().Operation == op && !f.observe {
 		f.retryUnderNewName(w, r, lease)
 		return
 	}
@@ -113,6 +113,7 @@ func (f *forwarder) refuse(w http.ResponseWriter, r *http.Request, lease *idem.L
 // that found no such record reserved the new name and may be running, and
 // two names would let the key run twice. The key is released, and the
 // client told to retry, which then finds its key under the new name.
+// Observe mode forwards it, as it forwards every request.
 func (f *forwarder) retryUnderNewName(w http.ResponseWriter, r *http.Request, lease *idem.Lease) {
 	s := idem.SituationInFlight
 	settlement := f.settle(r.Context(), lease, true, "")

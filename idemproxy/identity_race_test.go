@@ -44,6 +44,12 @@ func (s *pauseLegacyGet) Get(ctx context.Context, k idemstore.Key) (*idemstore.R
 // would run twice, under two names. It is told to retry, and gets the
 // second's answer.
 func TestLegacyRecordReleasedMeanwhile(t *testing.T) {
+	for _, mode := range []idemproxy.Mode{idemproxy.ModeEnforce, idemproxy.ModeObserve} {
+		t.Run(string(mode), func(t *testing.T) { legacyReleasedMeanwhile(t, mode) })
+	}
+}
+
+func legacyReleasedMeanwhile(t *testing.T, mode idemproxy.Mode) {
 	up := &recordingUpstream{}
 	srv := httptest.NewServer(up)
 	t.Cleanup(srv.Close)
@@ -55,7 +61,7 @@ func TestLegacyRecordReleasedMeanwhile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := idemproxy.New(engine, idemproxy.Config{Upstream: srv.URL, Settings: idemproxy.Settings{Anonymous: idemproxy.AnonymousShared}},
+	p, err := idemproxy.New(engine, idemproxy.Config{Upstream: srv.URL, Settings: idemproxy.Settings{Anonymous: idemproxy.AnonymousShared, Mode: mode}},
 		idemproxy.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -77,6 +83,13 @@ func TestLegacyRecordReleasedMeanwhile(t *testing.T) {
 	second := e.one(t, hostPost("HTTP/1.1", "shop-a.example", "k", `{}`))
 	close(st.resume)
 	a := <-first
+	if mode == idemproxy.ModeObserve {
+		// Observe mode forwards every request, and refuses none.
+		if a.Status != http.StatusCreated || second.Status != http.StatusCreated {
+			t.Fatalf("observe mode: %v and %v, want both forwarded", a, second)
+		}
+		return
+	}
 	if n := len(up.requests()); n != 1 {
 		t.Fatalf("the upstream ran %d times (first retry %v, second %v); want once", n, a, second)
 	}
