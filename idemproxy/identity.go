@@ -170,16 +170,39 @@ func upstreamName(u *url.URL) string {
 	return h + strings.TrimSuffix(u.EscapedPath(), "/")
 }
 
+// maxUpstreamName is the longest name of the upstream in operations, which
+// leaves room in one (idem.MaxOperationLength) for the method, a path and
+// the longest host.
+const maxUpstreamName = maxHostLength + 256
+
 // checkUpstreamName refuses an upstream name that cannot be read back out
 // of an operation.
 func checkUpstreamName(n string) error {
-	if len(n) > maxHostLength+256 {
-		return fmt.Errorf("upstream_name (--upstream-name) is %d bytes; at most %d", len(n), maxHostLength+256)
+	if len(n) > maxUpstreamName {
+		return fmt.Errorf("upstream_name (--upstream-name) is %d bytes; at most %d", len(n), maxUpstreamName)
 	}
 	for i := 0; i < len(n); i++ {
 		if c := n[i]; c <= ' ' || c >= 0x7f {
 			return fmt.Errorf("upstream_name (--upstream-name) %q must be visible ASCII, without spaces", n)
 		}
+	}
+	return nil
+}
+
+// checkDefaultUpstreamName refuses an upstream URL whose host and base
+// path, its name in operations when upstream_name is not set, are too long
+// to leave room in an operation for a path: every protected request would
+// be refused (414).
+func checkDefaultUpstreamName(upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return nil // checkUpstream said so
+	}
+	if _, ok := normalizeHost(u.Host); !ok {
+		return fmt.Errorf("upstream %q: its host is not one idem can name operations by; set upstream_name (--upstream-name)", upstream)
+	}
+	if n := upstreamName(u); len(n) > maxUpstreamName {
+		return fmt.Errorf("upstream: its host and base path, which name it in every operation, are %d bytes, and at most %d leave room for a path; set a shorter upstream_name (--upstream-name)", len(n), maxUpstreamName)
 	}
 	return nil
 }

@@ -136,3 +136,20 @@ func TestUpstreamReadsTheNamedHost(t *testing.T) {
 		}
 	}
 }
+
+// TestLongUpstreamNameRefusedAtStart: by default the upstream URL's host
+// and base path name the upstream in every operation. A base path that
+// leaves no room in an operation's 1024 bytes made every protected
+// request 414 from the first one on; it is refused at start, with the
+// way out (upstream_name).
+func TestLongUpstreamNameRefusedAtStart(t *testing.T) {
+	long := "http://orders.internal:9000/" + strings.Repeat("v", 1100)
+	cfg := idemproxy.Config{Upstream: long}
+	if err := cfg.WithDefaults().Validate(); err == nil || !strings.Contains(err.Error(), "upstream_name") {
+		t.Fatalf("an upstream whose name fills an operation: %v, want refused, naming upstream_name", err)
+	}
+	cfg.UpstreamName = "orders"
+	if err := cfg.WithDefaults().Validate(); err != nil {
+		t.Fatalf("the same upstream, named: %v", err)
+	}
+}
