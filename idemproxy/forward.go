@@ -251,6 +251,7 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 		// one to an upstream that routes tenants by it byte for byte.
 		pr.Out.Header.Set("X-Forwarded-Host", h)
 	}
+	dropForwardedAliases(pr.Out.Header)
 	if m, ok := pr.In.Context().Value(sentMethodKey{}).(string); ok {
 		pr.Out.Method = m // protected as its override's method, sent as it came
 		// The override headers it was protected by go out with it, even
@@ -298,6 +299,23 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 		pr.Out.Body = io.NopCloser(bytes.NewReader(b))
 	default:
 		pr.Out.Body = x.guard(pr.Out.Body)
+	}
+}
+
+// dropForwardedAliases removes the client's forwarding headers spelt with
+// underscores (X_Forwarded_Host), which ReverseProxy leaves: an upstream
+// behind CGI, WSGI or Rack reads them as the same variable as the proxy's
+// own (HTTP_X_FORWARDED_HOST), and could route by a host other than the
+// one the operation names.
+func dropForwardedAliases(h http.Header) {
+	for name := range h {
+		if strings.IndexByte(name, '_') < 0 {
+			continue
+		}
+		switch strings.ToLower(strings.ReplaceAll(name, "_", "-")) {
+		case "x-forwarded-host", "x-forwarded-for", "x-forwarded-proto", "forwarded":
+			delete(h, name)
+		}
 	}
 }
 

@@ -107,8 +107,10 @@ func splitOperation(op string) (method, path string) {
 // normalizeHost returns the authority h as one spelling of it: ASCII
 // lower-case, an internationalised name as its A-labels (IDNA), without a
 // trailing dot, an IP address in its canonical form, a port without
-// leading zeros, and without a default port (80, 443) or an empty one. ok is false for an authority longer than
-// maxHostLength, or that is not one (white space, control characters).
+// leading zeros, and without a default port (80, 443) or an empty one. ok
+// is false for an authority longer than maxHostLength, or that is not one
+// (white space, control characters, a comma: X-Forwarded-Host would carry
+// it as a list).
 // An empty h (an HTTP/1.0 request without Host) is "".
 func normalizeHost(h string) (string, bool) {
 	if h == "" {
@@ -118,7 +120,7 @@ func normalizeHost(h string) (string, bool) {
 		return "", false
 	}
 	for i := 0; i < len(h); i++ {
-		if c := h[i]; c <= ' ' || c == 0x7f || c == '/' || c == '@' {
+		if c := h[i]; c <= ' ' || c == 0x7f || c == '/' || c == '@' || c == ',' {
 			return "", false
 		}
 	}

@@ -36,7 +36,7 @@ func TestNormalizeHost(t *testing.T) {
 			t.Errorf("normalizeHost(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
 		}
 	}
-	for _, bad := range []string{"a b", "a\x00b", "a/b", "user@host", strings.Repeat("a", maxHostLength+1)} {
+	for _, bad := range []string{"a b", "a\x00b", "a/b", "user@host", "a.example,b.example", strings.Repeat("a", maxHostLength+1)} {
 		if got, ok := normalizeHost(bad); ok {
 			t.Errorf("normalizeHost(%q) = %q, accepted", bad, got)
 		}

@@ -153,3 +153,31 @@ func TestLongUpstreamNameRefusedAtStart(t *testing.T) {
 		t.Fatalf("the same upstream, named: %v", err)
 	}
 }
+
+// TestForwardedHostSpellings: the upstream reads the authority the
+// operation names, and no other. A client's X_Forwarded_Host (and the
+// other forwarding headers spelt with underscores) is the same variable
+// to an upstream behind CGI, WSGI or Rack (HTTP_X_FORWARDED_HOST), which
+// then routed shop B's order under shop A's operation; it is dropped as
+// the hyphenated ones are. A Host holding a comma is a list to an
+// upstream reading X-Forwarded-Host (the first or the last entry), not
+// one authority: refused on a protected request, not forwarded.
+func TestForwardedHostSpellings(t *testing.T) {
+	e := newEdgeRig(t, idemproxy.Config{})
+	got := e.one(t, hostPost("HTTP/1.1", "shop-a.example", "k1", `{}`,
+		"X_Forwarded_Host", "shop-b.example", "x_forwarded_proto", "https", "X_FORWARDED_FOR", "10.9.9.9"))
+	if got.Status != http.StatusCreated {
+		t.Fatalf("%v", got)
+	}
+	for name, v := range e.up.requests()[0].Header {
+		if n := strings.ToLower(strings.ReplaceAll(name, "_", "-")); strings.HasPrefix(n, "x-forwarded-") && strings.Contains(name, "_") {
+			t.Errorf("the upstream read %s: %q", name, v)
+		}
+	}
+	if got := e.one(t, hostPost("HTTP/1.1", "shop-b.example,shop-a.example", "k2", `{}`)); got.Status != http.StatusBadRequest {
+		t.Errorf("a Host holding a list: %v, want 400", got)
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Errorf("the upstream ran %d times, want 1", n)
+	}
+}
