@@ -104,6 +104,17 @@ func splitOperation(op string) (method, path string) {
 	return method, path
 }
 
+// operationHost returns the host an operation of this version names, ""
+// for one of an earlier version.
+func operationHost(op string) string {
+	_, rest, ok := strings.Cut(op, opHost)
+	if !ok {
+		return ""
+	}
+	host, _, _ := strings.Cut(rest, opUpstream)
+	return host
+}
+
 // normalizeHost returns the authority h as one spelling of it: ASCII
 // lower-case, an internationalised name as its A-labels (IDNA), without a
 // trailing dot, an IP address in its canonical form, a port without
