@@ -25,9 +25,10 @@ type Config struct {
 	// host=shop.example upstream=NAME"), so that proxies in front of
 	// different APIs that share a store never take one's key for the
 	// other's. Proxies in front of one API must give it one name: set it
-	// when they reach it by different URLs. Visible ASCII without spaces.
-	// Defaults to the upstream URL's host (lower-case, without a default
-	// port) and base path.
+	// when they reach it by different URLs. Visible ASCII without spaces,
+	// at most 515 bytes (an upstream URL whose host and base path are
+	// longer is refused without one). Defaults to the upstream URL's host
+	// (lower-case, without a default port) and base path.
 	UpstreamName string `yaml:"upstream_name"`
 	// LegacyOperations makes a protected request look for a record that an
 	// earlier version of idem stored under the operation's name of then
@@ -408,6 +409,11 @@ func (c Config) Validate() error {
 	}
 	if err := checkUpstreamName(c.UpstreamName); err != nil {
 		return err
+	}
+	if c.UpstreamName == "" {
+		if err := checkDefaultUpstreamName(c.Upstream); err != nil {
+			return err
+		}
 	}
 	switch c.LogFormat {
 	case "text", "json":

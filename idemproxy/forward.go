@@ -47,6 +47,10 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.rp.ServeHTTP(w, r)
 		return
 	}
+	if op, ok := r.Context().Value(opOverrideKey{}).(string); ok && lease.Key().Operation == op && !f.observe {
+		f.retryUnderNewName(w, r, lease)
+		return
+	}
 	if f.p.closing.Load() && !f.observe {
 		f.refuse(w, r, lease)
 		return
@@ -125,6 +129,24 @@ func (f *forwarder) refuse(w http.ResponseWriter, r *http.Request, lease *idem.L
 	f.p.count(s, settlement)
 	w.Header().Set("Retry-After", "1")
 	f.p.writeProblem(w, s, detail, lease.Key().Key)
+}
+
+// retryUnderNewName answers a request that reserved its key under the
+// operation name of an earlier version (see legacyLookup): the record that
+// name was kept for was released or expired, or its lease ran out, after
+// the look-up found it. Nothing runs under that name: a concurrent retry
+// that found no such record reserved the new name and may be running, and
+// two names would let the key run twice. The key is released, and the
+// client told to retry, which then finds its key under the new name.
+// Observe mode forwards it, as it forwards every request.
+func (f *forwarder) retryUnderNewName(w http.ResponseWriter, r *http.Request, lease *idem.Lease) {
+	s := idem.SituationInFlight
+	settlement := f.settle(r.Context(), lease, true, "")
+	f.p.count(s, settlement)
+	f.p.log.LogAttrs(r.Context(), slog.LevelInfo, "a key reserved under an earlier operation name was released unforwarded; its retry takes the new name",
+		slog.String("operation", lease.Key().Operation), slog.String("key_digest", idem.KeyDigest(lease.Key())), slog.String("settlement", settlement))
+	w.Header().Set("Retry-After", "1")
+	f.p.writeProblem(w, s, "The record an earlier version kept for this Idempotency-Key changed while the request was checked; it was not forwarded. Retry with the same key.", lease.Key().Key)
 }
 
 // fail settles the key of a request whose upstream call failed and answers
@@ -226,8 +248,9 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 	return settledFailed
 }
 
-// rewrite points the request at the upstream, and guards a protected
-// request's body (guardedBody). What a protected request was matched and
+// rewrite points the request at the upstream, with the client's authority
+// in X-Forwarded-Host as operations name it (normalizeHost), and guards a
+// protected request's body (guardedBody). What a protected request was matched and
 // scoped by goes out even when the client's Connection header names it
 // (which made ReverseProxy drop it as hop by hop): its key, Content-Type
 // and Content-Encoding, the route's scope headers and, when it scopes by
@@ -247,6 +270,13 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(f.p.upstream)
 	pr.SetXForwarded()
+	if h, ok := normalizeHost(pr.In.Host); ok && h != "" {
+		// The upstream reads the authority as the operation names it:
+		// spellings the proxy takes for one host ("Shop.Example.:80") are
+		// one to an upstream that routes tenants by it byte for byte.
+		pr.Out.Header.Set("X-Forwarded-Host", h)
+	}
+	dropForwardedAliases(pr.Out.Header)
 	if m, ok := pr.In.Context().Value(sentMethodKey{}).(string); ok {
 		pr.Out.Method = m // protected as its override's method, sent as it came
 		// The override headers it was protected by go out with it, even
@@ -305,6 +335,23 @@ func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 			size = int64(l.Len()) // a chunked body the middleware holds
 		}
 		pr.Out.Body = x.guard(pr.Out.Body, size)
+	}
+}
+
+// dropForwardedAliases removes the client's forwarding headers spelt with
+// underscores (X_Forwarded_Host), which ReverseProxy leaves: an upstream
+// behind CGI, WSGI or Rack reads them as the same variable as the proxy's
+// own (HTTP_X_FORWARDED_HOST), and could route by a host other than the
+// one the operation names.
+func dropForwardedAliases(h http.Header) {
+	for name := range h {
+		if strings.IndexByte(name, '_') < 0 {
+			continue
+		}
+		switch strings.ToLower(strings.ReplaceAll(name, "_", "-")) {
+		case "x-forwarded-host", "x-forwarded-for", "x-forwarded-proto", "forwarded":
+			delete(h, name)
+		}
 	}
 }
 

@@ -104,11 +104,24 @@ func splitOperation(op string) (method, path string) {
 	return method, path
 }
 
+// operationHost returns the host an operation of this version names, ""
+// for one of an earlier version.
+func operationHost(op string) string {
+	_, rest, ok := strings.Cut(op, opHost)
+	if !ok {
+		return ""
+	}
+	host, _, _ := strings.Cut(rest, opUpstream)
+	return host
+}
+
 // normalizeHost returns the authority h as one spelling of it: ASCII
 // lower-case, an internationalised name as its A-labels (IDNA), without a
-// trailing dot, an IP address in its canonical form, and without a default
-// port (80, 443) or an empty one. ok is false for an authority longer than
-// maxHostLength, or that is not one (white space, control characters).
+// trailing dot, an IP address in its canonical form, a port without
+// leading zeros, and without a default port (80, 443) or an empty one. ok
+// is false for an authority longer than maxHostLength, or that is not one
+// (white space, control characters, a comma: X-Forwarded-Host would carry
+// it as a list).
 // An empty h (an HTTP/1.0 request without Host) is "".
 func normalizeHost(h string) (string, bool) {
 	if h == "" {
@@ -118,7 +131,7 @@ func normalizeHost(h string) (string, bool) {
 		return "", false
 	}
 	for i := 0; i < len(h); i++ {
-		if c := h[i]; c <= ' ' || c == 0x7f || c == '/' || c == '@' {
+		if c := h[i]; c <= ' ' || c == 0x7f || c == '/' || c == '@' || c == ',' {
 			return "", false
 		}
 	}
@@ -128,6 +141,12 @@ func normalizeHost(h string) (string, bool) {
 			host = h // a bare IPv6 address, no port
 		} else {
 			host, port = h[:i], h[i+1:]
+		}
+	}
+	if t := strings.TrimLeft(port, "0"); t != port && strings.Trim(port, "0123456789") == "" {
+		port = t // "0080" is port 80
+		if port == "" {
+			port = "0"
 		}
 	}
 	if port == "80" || port == "443" {
@@ -164,16 +183,39 @@ func upstreamName(u *url.URL) string {
 	return h + strings.TrimSuffix(u.EscapedPath(), "/")
 }
 
+// maxUpstreamName is the longest name of the upstream in operations, which
+// leaves room in one (idem.MaxOperationLength) for the method, a path and
+// the longest host.
+const maxUpstreamName = maxHostLength + 256
+
 // checkUpstreamName refuses an upstream name that cannot be read back out
 // of an operation.
 func checkUpstreamName(n string) error {
-	if len(n) > maxHostLength+256 {
-		return fmt.Errorf("upstream_name (--upstream-name) is %d bytes; at most %d", len(n), maxHostLength+256)
+	if len(n) > maxUpstreamName {
+		return fmt.Errorf("upstream_name (--upstream-name) is %d bytes; at most %d", len(n), maxUpstreamName)
 	}
 	for i := 0; i < len(n); i++ {
 		if c := n[i]; c <= ' ' || c >= 0x7f {
 			return fmt.Errorf("upstream_name (--upstream-name) %q must be visible ASCII, without spaces", n)
 		}
+	}
+	return nil
+}
+
+// checkDefaultUpstreamName refuses an upstream URL whose host and base
+// path, its name in operations when upstream_name is not set, are too long
+// to leave room in an operation for a path: every protected request would
+// be refused (414).
+func checkDefaultUpstreamName(upstream string) error {
+	u, err := url.Parse(upstream)
+	if err != nil {
+		return nil // checkUpstream said so
+	}
+	if _, ok := normalizeHost(u.Host); !ok {
+		return fmt.Errorf("upstream %q: its host is not one idem can name operations by; set upstream_name (--upstream-name)", upstream)
+	}
+	if n := upstreamName(u); len(n) > maxUpstreamName {
+		return fmt.Errorf("upstream: its host and base path, which name it in every operation, are %d bytes, and at most %d leave room for a path; set a shorter upstream_name (--upstream-name)", len(n), maxUpstreamName)
 	}
 	return nil
 }

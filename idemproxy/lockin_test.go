@@ -150,7 +150,8 @@ func TestLockInKeysAndCredentials(t *testing.T) {
 
 // TestLockInRequestTargets: an absolute-form target is its path's
 // operation at its authority (which the upstream reads as
-// X-Forwarded-Host, whatever the Host line says), forwarded to the
+// X-Forwarded-Host, spelt as the operation names it, whatever the Host
+// line says), forwarded to the
 // upstream as that path; "*" is no path and
 // is refused, as is a scheme followed by no "//" nor "/" ("http:pay"); CONNECT, never protected, reaches the upstream as it would
 // without idem, once.
@@ -183,7 +184,7 @@ func TestLockInRequestTargets(t *testing.T) {
 	if ran := describe(got, ""); ran != "POST /pay {} | POST /pay {} | CONNECT / " {
 		t.Fatalf("the upstream ran %q", ran)
 	}
-	if h := got[0].Header.Get("X-Forwarded-Host"); h != "API.example" {
+	if h := got[0].Header.Get("X-Forwarded-Host"); h != "api.example" { // as the operation names it
 		t.Errorf("X-Forwarded-Host %q", h)
 	}
 	if h := got[1].Header.Get("X-Forwarded-Host"); h != "evil.example" {

@@ -54,11 +54,16 @@ type HTTPResolver struct {
 
 // resolverQuestion is what the resolver is asked.
 type resolverQuestion struct {
-	Scope     string    `json:"scope"`
-	Operation string    `json:"operation"`
-	Key       string    `json:"key"`
-	Method    string    `json:"method"`
-	Path      string    `json:"path"`
+	Scope     string `json:"scope"`
+	Operation string `json:"operation"`
+	Key       string `json:"key"`
+	Method    string `json:"method"`
+	Path      string `json:"path"`
+	// Host is the authority the operation names (host_aliases applied),
+	// empty for a record of an earlier version, whose operation names
+	// none: a resolver in front of an upstream that serves tenants by
+	// host asks the tenant it names.
+	Host      string    `json:"host,omitempty"`
 	Query     string    `json:"query"`
 	State     string    `json:"state"`
 	Reason    string    `json:"reason"`
@@ -110,6 +115,7 @@ func (r *HTTPResolver) Resolve(ctx context.Context, rec *idemstore.Record) (idem
 func (r *HTTPResolver) resolve(ctx context.Context, rec *idemstore.Record) (idem.Resolution, error) {
 	q := resolverQuestion{Scope: rec.Key.Scope, Operation: rec.Key.Operation, Key: rec.Key.Key,
 		State: string(rec.State), Reason: rec.Reason, CreatedAt: rec.CreatedAt.UTC()}
+	q.Host = operationHost(rec.Key.Operation)
 	if rec.Request != nil {
 		q.Method, q.Path, q.Query = rec.Request.Method, rec.Request.Path, rec.Request.Query
 	} else {
