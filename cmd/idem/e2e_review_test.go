@@ -112,7 +112,7 @@ func TestAdminAPISettlesReview(t *testing.T) {
 	ids, attempts := map[string]string{}, map[string]string{}
 	for _, it := range items {
 		ids[it.Key], attempts[it.Key] = it.ID, it.Attempt
-		if it.Operation != "POST /reset" || it.Request == nil || it.Request.Query != "currency=eur" || !strings.Contains(it.Reason, "upstream") {
+		if it.Operation != opName("POST", "/reset") || it.Request == nil || it.Request.Query != "currency=eur" || !strings.Contains(it.Reason, "upstream") {
 			t.Errorf("item %+v", it)
 		}
 	}
@@ -214,7 +214,7 @@ func TestReviewCommands(t *testing.T) {
 	if !strings.Contains(out, `Released key "lost"`) {
 		t.Errorf("resolve --release: %s", out)
 	}
-	run(append([]string{"review", "resolve", "--scope", items[0].Scope, "--operation", "POST /reset", "--key", "charged", "--attempt", attempt["charged"],
+	run(append([]string{"review", "resolve", "--scope", items[0].Scope, "--operation", opName("POST", "/reset"), "--key", "charged", "--attempt", attempt["charged"],
 		"--status", "201", "--header", "Content-Type: application/json", "--body", `{"charge":"ch_1"}`}, admin...)...)
 	want(t, "released retry", do(t, "POST", base+"/reset", "lost", `{}`).status, 502)
 	a := do(t, "POST", base+"/reset", "charged", `{}`)
@@ -236,7 +236,7 @@ func TestReviewCommands(t *testing.T) {
 	want(t, "upstream runs", up.runs("/reset"), 4)
 
 	// Errors name the key, and exit 1; usage errors exit 2.
-	nosuch := idemadmin.KeyID(idemstore.Key{Scope: items[0].Scope, Operation: "POST /reset", Key: "nosuch"})
+	nosuch := idemadmin.KeyID(idemstore.Key{Scope: items[0].Scope, Operation: opName("POST", "/reset"), Key: "nosuch"})
 	out2, err := exec.Command(binary, append([]string{"review", "resolve", nosuch, "--release"}, admin...)...).CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out2), `no key "nosuch" (POST /reset, scope anonymous)`) || strings.Count(string(out2), "idem:") != 1 {
 		t.Errorf("resolving a key that does not exist: %v\n%s", err, out2)
@@ -489,12 +489,12 @@ func TestReviewWebhookAndGauges(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the webhook got nothing")
 	}
-	for name, v := range map[string]string{"key": "wh-1", "operation": "POST /reset", "method": "POST", "path": "/reset", "scope": "anonymous"} {
+	for name, v := range map[string]string{"key": "wh-1", "operation": opName("POST", "/reset"), "method": "POST", "path": "/reset", "scope": "anonymous"} {
 		if ev[name] != v {
 			t.Errorf("webhook %s = %v, want %v (%v)", name, ev[name], v, ev)
 		}
 	}
-	if r, _ := ev["reason"].(string); !strings.Contains(r, "upstream") || ev["at"] == nil || ev["id"] != idemadmin.KeyID(idemstore.Key{Scope: "anonymous", Operation: "POST /reset", Key: "wh-1"}) {
+	if r, _ := ev["reason"].(string); !strings.Contains(r, "upstream") || ev["at"] == nil || ev["id"] != idemadmin.KeyID(idemstore.Key{Scope: "anonymous", Operation: opName("POST", "/reset"), Key: "wh-1"}) {
 		t.Errorf("webhook event %v", ev)
 	}
 	eventually(t, "the review gauges", func() bool {

@@ -147,6 +147,10 @@ type proxy struct {
 
 var listenRE = regexp.MustCompile(`msg="idem serve listening" proxy=(\S+)(?:.* admin=(\S+))?`)
 
+// opName is the operation idem serve names a request to method and path
+// by, as the proxies of startProxy name it.
+func opName(method, path string) string { return method + " " + path + " host=* upstream=api" }
+
 // startProxy runs the binary with args plus --listen 127.0.0.1:0 and waits
 // for the address it logs. Unless args say otherwise, requests without
 // credentials share one scope (--anonymous shared): most tests send none.
@@ -168,6 +172,16 @@ func startProxyAs(t *testing.T, args ...string) *proxy {
 func startProxyEnv(t *testing.T, env []string, args ...string) *proxy {
 	t.Helper()
 	p := &proxy{exited: make(chan error, 1)}
+	// The processes of a test are reached each at its own address, where
+	// clients in production reach every instance by one host name: unless
+	// a test says otherwise, every host is one, and the upstream is named
+	// "api", so that operations are named alike in all of them (opName).
+	if !slices.Contains(args, "--host-alias") {
+		args = append([]string{"--host-alias", "*"}, args...)
+	}
+	if !slices.Contains(args, "--upstream-name") {
+		args = append([]string{"--upstream-name", "api"}, args...)
+	}
 	p.cmd = exec.Command(binary, append([]string{"serve", "--listen", "127.0.0.1:0", "--shutdown-timeout", "5s"}, args...)...)
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)
@@ -957,13 +971,13 @@ func TestReviewListAndResolve(t *testing.T) {
 	if err := json.Unmarshal(out, &rows); err != nil || len(rows) != 2 {
 		t.Fatalf("review list: %v, %d rows\n%s", err, len(rows), out)
 	}
-	if rows[0].Operation != "POST /reset" || rows[0].Reason == "" {
+	if rows[0].Operation != opName("POST", "/reset") || rows[0].Reason == "" {
 		t.Fatalf("review list row %+v", rows[0])
 	}
 	scope := rows[0].Scope
 	resolve := func(args ...string) {
 		t.Helper()
-		cmd := append([]string{"review", "resolve", "--store", store, "--scope", scope, "--operation", "POST /reset"}, args...)
+		cmd := append([]string{"review", "resolve", "--store", store, "--scope", scope, "--operation", opName("POST", "/reset")}, args...)
 		if out, err := exec.Command(binary, cmd...).CombinedOutput(); err != nil {
 			t.Fatalf("%v: %v\n%s", cmd, err, out)
 		}
@@ -982,7 +996,7 @@ func TestReviewListAndResolve(t *testing.T) {
 	want(t, "upstream runs", up.runs("/reset"), 3)
 
 	// Usage errors exit 2.
-	err = exec.Command(binary, "review", "resolve", "--store", store, "--scope", scope, "--operation", "POST /reset", "--key", "x").Run()
+	err = exec.Command(binary, "review", "resolve", "--store", store, "--scope", scope, "--operation", opName("POST", "/reset"), "--key", "x").Run()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
 		t.Fatalf("resolve without --release or --status: %v", err)
 	}
