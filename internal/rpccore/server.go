@@ -310,9 +310,11 @@ func (s *Server) begin(ctx context.Context, c *Call, m *method, k *found, scope 
 	res, err = s.e.Begin(ctx, req)
 	if err == nil && res.Outcome == idem.Mismatch {
 		// The record may be one that an earlier version of idem reserved,
-		// whose fingerprint counted first_sent and Anys' bytes.
+		// whose fingerprint counted first_sent and Anys' bytes: then it
+		// is begun again under that fingerprint. Only then: a key reused
+		// with other arguments costs the store one Reserve, as any call.
 		earlier, differs, ferr := earlierFingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey)
-		if ferr == nil && differs && earlier != fp {
+		if ferr == nil && differs && earlier != fp && res.Record != nil && res.Record.Fingerprint == earlier {
 			ereq := req
 			ereq.Fingerprint, ereq.FingerprintSource = earlier, nil
 			again, aerr := s.e.Begin(ctx, ereq)
