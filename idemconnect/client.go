@@ -113,8 +113,14 @@ func NewClientInterceptor(cfg ClientConfig) (connect.Interceptor, error) {
 			if err := idem.ValidateKey(key); err != nil {
 				return nil, connect.NewError(connect.CodeInvalidArgument, err)
 			}
-			if keyIn(msg, fields) == "" {
-				req.Header().Set(idem.HeaderName, key)
+			if req.Header().Get(idem.HeaderName) == "" {
+				if k, err := idem.ParseKeyHeader([]string{key}); keyIn(msg, fields) == "" || err == nil && k == key {
+					// In the header also when it is in a key field: a
+					// server that ignores key fields and does not list the
+					// procedure would otherwise see no key, and run every
+					// retry.
+					req.Header().Set(idem.HeaderName, key)
+				}
 			}
 			var res connect.AnyResponse
 			var meta http.Header
