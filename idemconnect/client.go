@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"time"
 
@@ -122,6 +123,9 @@ func NewClientInterceptor(cfg ClientConfig) (connect.Interceptor, error) {
 					req.Header().Set(idem.HeaderName, key)
 				}
 			}
+			if restore := fillFirstSent(req, msg, fields); restore != nil {
+				defer restore()
+			}
 			var res connect.AnyResponse
 			var meta http.Header
 			n, err := retry.Do(ctx, func() (*spb.Status, error) {
@@ -144,6 +148,30 @@ func NewClientInterceptor(cfg ClientConfig) (connect.Interceptor, error) {
 			return res, err
 		}
 	}), nil
+}
+
+// fillFirstSent gives an AEP-155 key that came without its first_sent
+// (which the server would refuse) one, now: the first attempt is this
+// one. The caller's message is left untouched: the request carries a copy
+// for the call's attempts, and restore puts the caller's message back.
+func fillFirstSent(req connect.AnyRequest, msg proto.Message, f *rpccore.KeyFields) (restore func()) {
+	k := keyIn(msg, f)
+	if k == "" || !rpccore.NeedsFirstSent(msg, f) {
+		return nil
+	}
+	v := reflect.ValueOf(req)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	field := v.Elem().FieldByName("Msg") // *connect.Request[T]'s
+	c := proto.Clone(msg)
+	if !field.IsValid() || !field.CanSet() || !reflect.TypeOf(c).AssignableTo(field.Type()) {
+		return nil
+	}
+	rpccore.SetKey(c, f, k, time.Now())
+	old := field.Interface()
+	field.Set(reflect.ValueOf(c))
+	return func() { field.Set(reflect.ValueOf(old)) }
 }
 
 func keyIn(msg proto.Message, f *rpccore.KeyFields) string {

@@ -127,3 +127,29 @@ func TestKeyFieldToServerIgnoringFields(t *testing.T) {
 		t.Fatalf("runs %d", n)
 	}
 }
+
+// TestAEPKeyWithoutFirstSent: a caller that sets idempotency_key.key and
+// leaves first_sent empty gets it filled in by the client interceptor, as
+// idemgrpc's does (the server refuses a key without one), the same on
+// every attempt; the caller's message is untouched.
+func TestAEPKeyWithoutFirstSent(t *testing.T) {
+	t.Parallel()
+	_, srv := server(t, idemconnect.Config{})
+	ci, err := idemconnect.NewClientInterceptor(idemconnect.ClientConfig{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testpbconnect.NewPaymentsClient(srv.Client(), srv.URL, connect.WithInterceptors(ci))
+	msg := &testpb.ShipRequest{Order: "o", IdempotencyKey: &testpb.IdempotencyKey{Key: "s-nofs"}}
+	for try := range 2 {
+		req := connect.NewRequest(msg)
+		req.Header().Set("X-User", "alice")
+		res, err := c.Ship(context.Background(), req)
+		if err != nil || res.Msg.Run != 1 {
+			t.Fatalf("try %d: %v %v", try, res, err)
+		}
+		if req.Msg != msg || msg.IdempotencyKey.FirstSent != nil {
+			t.Fatal("the caller's request was changed")
+		}
+	}
+}
