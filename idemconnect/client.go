@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"reflect"
 	"slices"
 	"time"
 
@@ -113,8 +114,17 @@ func NewClientInterceptor(cfg ClientConfig) (connect.Interceptor, error) {
 			if err := idem.ValidateKey(key); err != nil {
 				return nil, connect.NewError(connect.CodeInvalidArgument, err)
 			}
-			if keyIn(msg, fields) == "" {
-				req.Header().Set(idem.HeaderName, key)
+			if req.Header().Get(idem.HeaderName) == "" {
+				if k, err := idem.ParseKeyHeader([]string{key}); keyIn(msg, fields) == "" || err == nil && k == key {
+					// In the header also when it is in a key field: a
+					// server that ignores key fields and does not list the
+					// procedure would otherwise see no key, and run every
+					// retry.
+					req.Header().Set(idem.HeaderName, key)
+				}
+			}
+			if restore := fillFirstSent(req, msg, fields); restore != nil {
+				defer restore()
 			}
 			var res connect.AnyResponse
 			var meta http.Header
@@ -138,6 +148,30 @@ func NewClientInterceptor(cfg ClientConfig) (connect.Interceptor, error) {
 			return res, err
 		}
 	}), nil
+}
+
+// fillFirstSent gives an AEP-155 key that came without its first_sent
+// (which the server would refuse) one, now: the first attempt is this
+// one. The caller's message is left untouched: the request carries a copy
+// for the call's attempts, and restore puts the caller's message back.
+func fillFirstSent(req connect.AnyRequest, msg proto.Message, f *rpccore.KeyFields) (restore func()) {
+	k := keyIn(msg, f)
+	if k == "" || !rpccore.NeedsFirstSent(msg, f) {
+		return nil
+	}
+	v := reflect.ValueOf(req)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	field := v.Elem().FieldByName("Msg") // *connect.Request[T]'s
+	c := proto.Clone(msg)
+	if !field.IsValid() || !field.CanSet() || !reflect.TypeOf(c).AssignableTo(field.Type()) {
+		return nil
+	}
+	rpccore.SetKey(c, f, k, time.Now())
+	old := field.Interface()
+	field.Set(reflect.ValueOf(c))
+	return func() { field.Set(reflect.ValueOf(old)) }
 }
 
 func keyIn(msg proto.Message, f *rpccore.KeyFields) string {

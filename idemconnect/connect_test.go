@@ -65,6 +65,11 @@ func (p *payments) Charge(_ context.Context, req *connect.Request[testpb.ChargeR
 	return res, nil
 }
 
+func (p *payments) Ship(_ context.Context, req *connect.Request[testpb.ShipRequest]) (*connect.Response[testpb.Shipment], error) {
+	run := p.runs.Add(1)
+	return connect.NewResponse(&testpb.Shipment{Id: fmt.Sprintf("ship_%d", run), Order: req.Msg.Order, Run: run}), nil
+}
+
 // GetPayment has no side effects (idempotency_level NO_SIDE_EFFECTS); it
 // reports in the payment's account how the call came (GET or POST).
 func (p *payments) GetPayment(_ context.Context, req *connect.Request[testpb.GetPaymentRequest]) (*connect.Response[testpb.Payment], error) {

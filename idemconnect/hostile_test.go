@@ -103,3 +103,53 @@ func TestUnlistedKey(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyFieldToServerIgnoringFields: a client whose request carries its
+// key in its request_id sends it in the Idempotency-Key header too, so
+// that a server that ignores key fields (IgnoreKeyFields) and does not
+// list the procedure still sees a key and protects the call, instead of
+// running every retry of it.
+func TestKeyFieldToServerIgnoringFields(t *testing.T) {
+	t.Parallel()
+	svc, srv := server(t, idemconnect.Config{IgnoreKeyFields: true})
+	ci, err := idemconnect.NewClientInterceptor(idemconnect.ClientConfig{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testpbconnect.NewPaymentsClient(srv.Client(), srv.URL, connect.WithInterceptors(ci))
+	for try := range 2 {
+		res, err := charge(context.Background(), c, "alice", "", &testpb.ChargeRequest{Account: "a", RequestId: "0190a0e0-0000-7000-8000-000000000077"})
+		if err != nil || res.Msg.Run != 1 {
+			t.Fatalf("try %d: %v %v, want run 1", try, res, err)
+		}
+	}
+	if n := svc.runs.Load(); n != 1 {
+		t.Fatalf("runs %d", n)
+	}
+}
+
+// TestAEPKeyWithoutFirstSent: a caller that sets idempotency_key.key and
+// leaves first_sent empty gets it filled in by the client interceptor, as
+// idemgrpc's does (the server refuses a key without one), the same on
+// every attempt; the caller's message is untouched.
+func TestAEPKeyWithoutFirstSent(t *testing.T) {
+	t.Parallel()
+	_, srv := server(t, idemconnect.Config{})
+	ci, err := idemconnect.NewClientInterceptor(idemconnect.ClientConfig{MaxAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := testpbconnect.NewPaymentsClient(srv.Client(), srv.URL, connect.WithInterceptors(ci))
+	msg := &testpb.ShipRequest{Order: "o", IdempotencyKey: &testpb.IdempotencyKey{Key: "s-nofs"}}
+	for try := range 2 {
+		req := connect.NewRequest(msg)
+		req.Header().Set("X-User", "alice")
+		res, err := c.Ship(context.Background(), req)
+		if err != nil || res.Msg.Run != 1 {
+			t.Fatalf("try %d: %v %v", try, res, err)
+		}
+		if req.Msg != msg || msg.IdempotencyKey.FirstSent != nil {
+			t.Fatal("the caller's request was changed")
+		}
+	}
+}

@@ -174,7 +174,8 @@ func NewUnaryClientInterceptor(cfg ClientConfig) (grpc.UnaryClientInterceptor, e
 // placeKey chooses the call's key and puts it where the server reads it:
 // the key given with WithKey, or the one already in the request's key
 // field or in the metadata, or a new one; into the empty key field of a
-// copy of the request, or else into the metadata.
+// copy of the request, or else into the metadata; and into the metadata
+// too when it is in a key field.
 func placeKey(ctx context.Context, msg proto.Message, req any, fields *rpccore.KeyFields, key string, newKey func() string) (any, context.Context, string, error) {
 	inMsg := ""
 	if fields != nil && fields.Any() {
@@ -196,6 +197,13 @@ func placeKey(ctx context.Context, msg proto.Message, req any, fields *rpccore.K
 	if err := idem.ValidateKey(key); err != nil {
 		return nil, ctx, "", status.Errorf(codes.InvalidArgument, "idemgrpc: %v", err)
 	}
+	toField := inMsg == "" && len(inMD) == 0 && fields != nil && fields.Any()
+	if len(inMD) == 0 && (inMetadata(key) || inMsg == "" && !toField) {
+		// The key goes in the metadata also when it is in a key field: a
+		// server that ignores key fields (IgnoreKeyFields) and does not
+		// list the method would otherwise see no key, and run every retry.
+		ctx = metadata.AppendToOutgoingContext(ctx, rpccore.MetadataKey, key)
+	}
 	switch {
 	case inMsg != "" && rpccore.NeedsFirstSent(msg, fields):
 		// An AEP-155 key without its first_sent would be refused: the
@@ -203,12 +211,17 @@ func placeKey(ctx context.Context, msg proto.Message, req any, fields *rpccore.K
 		c := proto.Clone(msg)
 		rpccore.SetKey(c, fields, inMsg, time.Now())
 		return c, ctx, key, nil
-	case inMsg != "" || len(inMD) > 0:
-		return req, ctx, key, nil // the server reads it where it is
-	case fields != nil && fields.Any():
+	case toField:
 		c := proto.Clone(msg)
 		rpccore.SetKey(c, fields, key, time.Now())
 		return c, ctx, key, nil
 	}
-	return req, metadata.AppendToOutgoingContext(ctx, rpccore.MetadataKey, key), key, nil
+	return req, ctx, key, nil // the server reads it where it is
+}
+
+// inMetadata reports whether key reads back as itself from the metadata
+// (a key with a comma, or in quotes, would not).
+func inMetadata(key string) bool {
+	k, err := idem.ParseKeyHeader([]string{key})
+	return err == nil && k == key
 }

@@ -183,3 +183,27 @@ func TestUnlistedKeyConcurrent(t *testing.T) {
 		t.Fatalf("the handler ran %d times", n)
 	}
 }
+
+// TestKeyFieldToServerIgnoringFields: a client that places its key in the
+// request's key field (request_id, AEP-155 idempotency_key) sends it in
+// the metadata too, so that a server that ignores key fields
+// (IgnoreKeyFields) and does not list the method still sees a key and
+// protects the call (or refuses it), instead of running every retry of it.
+func TestKeyFieldToServerIgnoringFields(t *testing.T) {
+	t.Parallel()
+	ev := newEnv(t, idemgrpc.Config{IgnoreKeyFields: true}, envOptions{})
+	c := restartedClient(t, ev)
+	for try := range 2 {
+		p, err := c.Charge(as("alice"), &testpb.ChargeRequest{Account: "a", Amount: 5}, idemgrpc.WithKey(uuid(77)))
+		if err != nil || p.Run != 1 {
+			t.Fatalf("request_id, try %d: %v %v, want run 1", try, p, err)
+		}
+		s, err := c.Ship(as("alice"), &testpb.ShipRequest{Order: "o", IdempotencyKey: &testpb.IdempotencyKey{Key: "ship-ignored"}})
+		if err != nil || s.Run != 2 {
+			t.Fatalf("idempotency_key, try %d: %v %v, want run 2", try, s, err)
+		}
+	}
+	if keys := ev.svc.seen(); len(keys) != 2 {
+		t.Fatalf("the handlers ran for %q, want once each", keys)
+	}
+}

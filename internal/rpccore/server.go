@@ -310,11 +310,28 @@ func (s *Server) begin(ctx context.Context, c *Call, m *method, k *found, scope 
 	res, err = s.e.Begin(ctx, req)
 	if err == nil && res.Outcome == idem.Mismatch {
 		// The record may be one that an earlier version of idem reserved,
-		// whose fingerprint counted first_sent and Anys' bytes.
+		// whose fingerprint counted first_sent and Anys' bytes: then it
+		// is begun again under that fingerprint. Only then: a key reused
+		// with other arguments costs the store one Reserve, as any call.
 		earlier, differs, ferr := earlierFingerprint(c.Method, c.Request, m.fields, *k, s.o.FingerprintKey)
-		if ferr == nil && differs && earlier != fp {
-			req.Fingerprint, req.FingerprintSource = earlier, nil
-			if again, aerr := s.e.Begin(ctx, req); aerr == nil && again.Outcome != idem.Mismatch {
+		if ferr == nil && differs && earlier != fp && res.Record != nil && res.Record.Fingerprint == earlier {
+			ereq := req
+			ereq.Fingerprint, ereq.FingerprintSource = earlier, nil
+			again, aerr := s.e.Begin(ctx, ereq)
+			switch {
+			case aerr != nil || again.Outcome == idem.Mismatch:
+			case again.Outcome == idem.Acquired:
+				// The mismatching record is gone (released, expired): no
+				// earlier record to match. The call is reserved under
+				// today's fingerprint, never the earlier one, which a
+				// retry with another first_sent would not match.
+				if rerr := again.Lease.Release(ctx); rerr != nil {
+					again.Lease.Abandon() // nothing ran: it expires, and recovery settles it
+					return idem.Result{}, nil, rerr
+				}
+				res, err = s.e.Begin(ctx, req)
+				return res, nil, err
+			default:
 				return again, nil, nil
 			}
 		}

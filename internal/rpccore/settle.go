@@ -30,6 +30,8 @@ const (
 // run calls the handler under the lease and settles the key by what it
 // answered, as the HTTP middleware settles a request:
 //
+//   - the call ended before the handler started: it does not run, and the
+//     key is released;
 //   - the handler ended the lease itself (Complete, Release, Escalate,
 //     Abandon): nothing more;
 //   - it called a store's CompleteTx: whether its transaction committed is
@@ -50,6 +52,9 @@ const (
 // A panic escalates the key (or, after a CompleteTx that provably rolled
 // back in a Transactional method, releases it) and goes on.
 func (s *Server) run(ctx context.Context, m *method, lease *idem.Lease, ev *Event, handler func(context.Context) Result) Answer {
+	if err := ctx.Err(); err != nil {
+		return s.endedBeforeRun(ctx, lease, ev, err)
+	}
 	stop := lease.Heartbeat()
 	returned := false
 	defer func() {
@@ -83,6 +88,21 @@ func (s *Server) run(ctx context.Context, m *method, lease *idem.Lease, ev *Even
 		return Answer{Status: st}
 	}
 	return Answer{Msg: res.Msg, Err: res.Err}
+}
+
+// endedBeforeRun answers a call that ended (its client hung up, or its
+// deadline passed) after its key was reserved and before its handler
+// started: nothing ran, so the key is released for the retry, instead of
+// a handler started for a call that is over answering CANCELLED, which
+// would send the key to review.
+func (s *Server) endedBeforeRun(ctx context.Context, lease *idem.Lease, ev *Event, err error) Answer {
+	ev.Outcome = idem.SituationCanceled.Name
+	ev.Settlement = s.release(ctx, lease, "the call ended before its handler started")
+	c := code.Code_CANCELLED
+	if errors.Is(err, context.DeadlineExceeded) {
+		c = code.Code_DEADLINE_EXCEEDED
+	}
+	return Answer{Status: &spb.Status{Code: int32(c), Message: err.Error()}}
 }
 
 // settle records what the handler's answer means for the key. st is its
