@@ -94,14 +94,15 @@ func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, x *exchange) {
 	f.rp.ServeHTTP(w, r)
 }
 
-// passUnstored settles the key of a request that the upstream refused
-// (4xx) before it had the whole body: it did not run the operation with
-// this request, so its answer (a 417, a 413 from its own limit, a 401 on
-// the headers alone) is not the operation's. The key is released and the
-// answer passed through unstored: a retry is forwarded again. Any other
-// answer given that early follows the route's policy: a 2xx or 3xx is the
-// upstream acting on the headers alone, and a 5xx a failure whose effect
-// is unknown.
+// passUnstored settles the key of a request that the upstream refused as
+// such (refusesRequest) before it had the whole body: it did not run the
+// operation with this request, so its answer (a 417, a 413 from its own
+// limit, a 401 on the headers alone) is not the operation's. The key is
+// released and the answer passed through unstored: a retry is forwarded
+// again. Any other answer given that early follows the route's policy: a
+// 400, 409 or 422 may come after acting on the part of the body read, a
+// 2xx or 3xx is the upstream acting on the headers alone, and a 5xx a
+// failure whose effect is unknown.
 func (f *forwarder) passUnstored(r *http.Request, lease *idem.Lease, status int) {
 	settlement := f.settle(r.Context(), lease, true, "")
 	if f.p.metrics != nil {
