@@ -32,8 +32,8 @@ import (
 //   - a coded body (Content-Encoding gzip or deflate) is decoded for a
 //     retry whose Accept-Encoding does not accept the coding (or that
 //     sends none), up to Config.MaxDecodedReplay bytes; a coding idem
-//     cannot decode (br, zstd), a body over the limit or one that does not
-//     decode get 406 not-acceptable, naming the Accept-Encoding to retry
+//     cannot decode (br, zstd), more than maxReplayCodings codings, a body
+//     over the limit or one that does not decode get 406 not-acceptable, naming the Accept-Encoding to retry
 //     with;
 //   - for every other request header the answer's Vary names, the first
 //     request's value is kept on the record as a digest (keyed like
@@ -296,6 +296,13 @@ var copyBuffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return 
 // decompressor's window and state, and a copy buffer.
 const decodeCost = 128 << 10
 
+// maxReplayCodings is the most content codings idem decodes for one
+// replay: each holds a decompressor of its own (about 45 KiB) while the
+// replay is written, so an answer coded gzip upon gzip thousands of times,
+// as a stored body of 1 MiB can be, would hold gigabytes. HTTP answers
+// carry one coding, seldom two.
+const maxReplayCodings = 2
+
 // replay writes a stored answer and returns the outcome and status.
 func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Response, key string) (string, int) {
 	if resp.NotReplayable != "" {
@@ -310,8 +317,8 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Respon
 	// An empty body (a 204) has nothing to decode.
 	decode := len(codings) > 0 && len(resp.Body) > 0 && !acceptsCodings(r.Header["Accept-Encoding"], codings)
 	cost := int64(len(resp.Body))
-	if decode {
-		cost += decodeCost
+	if decode && len(codings) <= maxReplayCodings {
+		cost += decodeCost * int64(len(codings))
 	}
 	if gate := replaygate.From(r.Context()); gate != nil {
 		if !gate.Acquire(cost) {
@@ -323,6 +330,9 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Respon
 	size := int64(len(resp.Body))
 	if decode {
 		coded := strings.Join(codings, ", ")
+		if len(codings) > maxReplayCodings {
+			return m.problem(w, SituationNotAcceptable.ProblemDoc(fmt.Sprintf("The answer to the request with this Idempotency-Key is stored with %d content codings, which this retry does not accept and idem decodes no more than %d of. The request will not run again; retry with Accept-Encoding: %s to get its answer.", len(codings), maxReplayCodings, coded), key))
+		}
 		n, over, err := decodedSize(resp.Body, codings, m.maxDecoded)
 		switch {
 		case errors.Is(err, errUnknownCoding):

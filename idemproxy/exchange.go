@@ -31,8 +31,8 @@ type exchange struct {
 	info         httptrace.GotConnInfo
 	rtErr        error // the round trip failed: no answer
 	bodyErr      error // the answer's body could not be read whole
-	// refusedUnread: the upstream answered 4xx before the transport had
-	// taken the whole request body (see guardedBody.untaken).
+	// refusedUnread: the upstream refused the request (refusesRequest)
+	// before the transport had taken the whole request body (see guardedBody.untaken).
 	refusedUnread bool
 
 	// One allocation for the request's wrappers and its deadline.
@@ -243,11 +243,13 @@ func (t watchBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil || resp.StatusCode < 200 { // a 101's body is the upgraded connection: left alone
 		return resp, err
 	}
-	if x != nil && resp.StatusCode >= 400 && resp.StatusCode < 500 && x.reqBody.untaken() {
+	if x != nil && refusesRequest(resp.StatusCode) && x.reqBody.untaken() {
 		// Refused before the body was all sent: the upstream refused a
 		// request it did not have. Read now, when the answer came: the
-		// transport may go on taking the body after it. A 5xx that early
-		// is a failure, of unknown effect, kept to the route's policy.
+		// transport may go on taking the body after it. Any other answer
+		// that early is kept to the route's policy: a 400, 409 or 422 may
+		// come from an upstream that acted on the part it read, and a 5xx
+		// is a failure, of unknown effect.
 		x.mu.Lock()
 		x.refusedUnread = true
 		x.mu.Unlock()
@@ -261,6 +263,23 @@ func (t watchBodies) RoundTrip(r *http.Request) (*http.Response, error) {
 		resp.Body = &x.respBody
 	}
 	return resp, nil
+}
+
+// refusesRequest reports whether status refuses a request as such, on its
+// headers, its size or its expectation, rather than reporting what came of
+// running it: an upstream that gives it before it has the whole body did
+// not act on the part it had. A 400, 409 or 422 says what the upstream
+// found in the body, and one that streams its body (an import that stores
+// rows as it parses them) gives it after acting on the rows before.
+func refusesRequest(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusMethodNotAllowed,
+		http.StatusProxyAuthRequired, http.StatusLengthRequired, http.StatusRequestEntityTooLarge,
+		http.StatusRequestURITooLong, http.StatusUnsupportedMediaType, http.StatusExpectationFailed,
+		http.StatusRequestHeaderFieldsTooLarge:
+		return true
+	}
+	return false
 }
 
 func (b *upstreamBody) Read(p []byte) (int, error) {

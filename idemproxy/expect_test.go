@@ -65,7 +65,7 @@ func (u *expectUpstream) seen() ([]http.Header, []int) {
 // expectRig is the proxy behind a real TCP listener, reached with net.Dial,
 // in front of u served over in-memory connections (net.Pipe), which buffer
 // nothing: an upstream that does not read a body leaves it in the proxy.
-func expectRig(t *testing.T, yaml string, u *expectUpstream) (*rig, string) {
+func expectRig(t *testing.T, yaml string, u http.Handler) (*rig, string) {
 	t.Helper()
 	cfg, err := idemproxy.ParseConfig([]byte("upstream: http://upstream.invalid\n" + yaml))
 	if err != nil {

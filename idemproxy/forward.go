@@ -55,7 +55,8 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.refuse(w, r, lease)
 		return
 	}
-	if f.overCap(w, r, lease) {
+	over, counted := f.overCap(w, r, lease)
+	if over {
 		return
 	}
 	// Detached from the client's cancellation, so that a client hanging up
@@ -72,14 +73,14 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	rtErr, bodyErr := x.errs()
 	if rtErr == nil && bodyErr == nil {
-		if x.refusedUnreadBody() {
-			f.passUnstored(r, lease, hw.status)
+		if x.refusedUnreadBody() && f.passUnstored(r, lease, hw.status) == settledReleased {
+			f.refund(counted)
 		}
 		hw.commit() // an answer without a body
 		return
 	}
 	timedOut := context.Cause(ctx) == cause
-	f.fail(w, r, lease, x, rtErr, bodyErr, timedOut, hw.committed)
+	f.fail(w, r, lease, x, rtErr, bodyErr, timedOut, hw.committed, counted)
 }
 
 // proxy runs the reverse proxy. A failure to read the upstream's body makes
@@ -98,15 +99,16 @@ func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, x *exchange) {
 	f.rp.ServeHTTP(w, r)
 }
 
-// passUnstored settles the key of a request that the upstream refused
-// (4xx) before it had the whole body: it did not run the operation with
-// this request, so its answer (a 417, a 413 from its own limit, a 401 on
-// the headers alone) is not the operation's. The key is released and the
-// answer passed through unstored: a retry is forwarded again. Any other
-// answer given that early follows the route's policy: a 2xx or 3xx is the
-// upstream acting on the headers alone, and a 5xx a failure whose effect
-// is unknown.
-func (f *forwarder) passUnstored(r *http.Request, lease *idem.Lease, status int) {
+// passUnstored settles the key of a request that the upstream refused as
+// such (refusesRequest) before it had the whole body: it did not run the
+// operation with this request, so its answer (a 417, a 413 from its own
+// limit, a 401 on the headers alone) is not the operation's. The key is
+// released and the answer passed through unstored: a retry is forwarded
+// again. Any other answer given that early follows the route's policy: a
+// 400, 409 or 422 may come after acting on the part of the body read, a
+// 2xx or 3xx is the upstream acting on the headers alone, and a 5xx a
+// failure whose effect is unknown.
+func (f *forwarder) passUnstored(r *http.Request, lease *idem.Lease, status int) string {
 	settlement := f.settle(r.Context(), lease, true, "")
 	if f.p.metrics != nil {
 		f.p.metrics.outcomes.WithLabelValues(idem.Acquired.String(), settlement).Inc()
@@ -114,6 +116,7 @@ func (f *forwarder) passUnstored(r *http.Request, lease *idem.Lease, status int)
 	f.p.log.LogAttrs(r.Context(), slog.LevelDebug, "upstream refused the request before taking its body; its answer is passed on unstored",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key_digest", idem.KeyDigest(lease.Key())),
 		slog.Int("status", status), slog.String("settlement", settlement))
+	return settlement
 }
 
 // refuse answers a protected request that arrives during shutdown: it was
@@ -158,8 +161,9 @@ func (f *forwarder) retryUnderNewName(w http.ResponseWriter, r *http.Request, le
 // the lease is abandoned: the key stays pending until recovery settles it,
 // and the proxy's answer is never stored. committed means part of the
 // upstream's answer was already passed on: there is then no answer left to
-// give, and the response is aborted.
-func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lease, x *exchange, rtErr, bodyErr error, timedOut, committed bool) {
+// give, and the response is aborted. A key released unsent is given back
+// to its scope's new-key count (counted).
+func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lease, x *exchange, rtErr, bodyErr error, timedOut, committed bool, counted *capWindow) {
 	err, sent := bodyErr, true // the upstream answered: it had the request
 	if rtErr != nil {
 		err, sent = rtErr, x.sent(rtErr)
@@ -184,6 +188,9 @@ func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lea
 		reason = "the upstream's answer was cut short: " + err.Error()
 	}
 	settlement := f.settle(r.Context(), lease, release, reason)
+	if settlement == settledReleased && !sent {
+		f.refund(counted)
+	}
 	key := lease.Key().Key
 	switch {
 	case settlement == settledReleased && !sent:

@@ -25,7 +25,10 @@ import (
 // reaches no reservation, and is never refused by the cap. A request over
 // the cap gets 429 (problem type too-many-new-keys) with Retry-After, its
 // fresh reservation is released before anything is forwarded, and it does
-// not count; a retry with the same key after Retry-After is forwarded.
+// not count; a retry with the same key after Retry-After is forwarded. A
+// key released unrun (its request never reached the upstream, or the
+// upstream refused it before it had the body) is given back to the count;
+// one released after the upstream had it counts again when retried.
 //
 // Each scope's interval starts with its first new key and lasts Interval;
 // the next new key after it starts another. Counts are kept in this
@@ -162,11 +165,12 @@ func newKeyCap(l NewKeyLimit, now func() time.Time) *keyCap {
 		seed: maphash.MakeSeed(), byScope: map[uint64]*list.Element{}}
 }
 
-// admit counts a new key of scope, or, over the cap, refuses it and says
-// how long until the scope's interval ends, and whether this is the
-// interval's first refusal (the one to log). full is set when room was
-// made by forgetting a scope's count for the first time.
-func (c *keyCap) admit(scope string) (ok bool, wait time.Duration, first, full bool) {
+// admit counts a new key of scope, and returns the window it was counted
+// in (for refund), or, over the cap, refuses it (nil) and says how long
+// until the scope's interval ends, and whether this is the interval's
+// first refusal (the one to log). full is set when room was made by
+// forgetting a scope's count for the first time.
+func (c *keyCap) admit(scope string) (counted *capWindow, wait time.Duration, first, full bool) {
 	h := maphash.String(c.seed, scope)
 	now := c.now()
 	c.mu.Lock()
@@ -185,12 +189,12 @@ func (c *keyCap) admit(scope string) (ok bool, wait time.Duration, first, full b
 		w := e.Value.(*capWindow)
 		if w.n < c.limit {
 			w.n++
-			return true, 0, false, false
+			return w, 0, false, false
 		}
 		first, w.warned = !w.warned, true
 		// At most an interval, whatever a clock without a monotonic
 		// reading did.
-		return false, min(w.start.Add(c.interval).Sub(now), c.interval), first, false
+		return nil, min(w.start.Add(c.interval).Sub(now), c.interval), first, false
 	}
 	for len(c.byScope) >= c.max {
 		e := c.order.Front()
@@ -200,8 +204,25 @@ func (c *keyCap) admit(scope string) (ok bool, wait time.Duration, first, full b
 			c.full, full = true, true
 		}
 	}
-	c.byScope[h] = c.order.PushBack(&capWindow{scope: h, start: now, n: 1})
-	return true, 0, false, full
+	w := &capWindow{scope: h, start: now, n: 1}
+	c.byScope[h] = c.order.PushBack(w)
+	return w, 0, false, full
+}
+
+// refund gives back a key counted in w whose reservation was released
+// without the upstream running it (nothing was sent, or the upstream
+// refused the request before it had its body): it holds nothing in the
+// store, so a retry with it is not another new key. A window that ended or
+// was forgotten meanwhile is left alone: the next interval owes nothing.
+func (c *keyCap) refund(w *capWindow) {
+	if w == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.byScope[w.scope]; e != nil && e.Value.(*capWindow) == w && w.n > 0 {
+		w.n--
+	}
 }
 
 // scopes returns how many scopes are counted.
@@ -251,19 +272,21 @@ func (p *Proxy) routeCap(c *keyCap, label string) *routeCap {
 
 // overCap reports whether lease, a key the proxy has just reserved, is
 // over its scope's cap; if so it releases the key and answers the request.
-func (f *forwarder) overCap(w http.ResponseWriter, r *http.Request, lease *idem.Lease) bool {
+// Otherwise it returns the window the key was counted in (nil without a
+// cap), for a refund should the key be released unrun.
+func (f *forwarder) overCap(w http.ResponseWriter, r *http.Request, lease *idem.Lease) (over bool, counted *capWindow) {
 	rc := f.cap
 	if rc == nil {
-		return false
+		return false, nil
 	}
 	k := lease.Key()
-	ok, wait, first, full := rc.cap.admit(k.Scope)
+	counted, wait, first, full := rc.cap.admit(k.Scope)
 	if full {
 		f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "new_keys_per_scope counts as many scopes as it may; the scopes whose interval started longest ago are forgotten, and start afresh",
 			slog.String("route", rc.route), slog.Int("scopes", MaxCappedScopes))
 	}
-	if ok {
-		return false
+	if counted != nil {
+		return false, counted
 	}
 	s := idem.SituationTooManyNewKeys
 	settlement := f.settle(r.Context(), lease, true, "")
@@ -285,5 +308,12 @@ func (f *forwarder) overCap(w http.ResponseWriter, r *http.Request, lease *idem.
 	f.p.count(s, settlement)
 	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	f.p.writeProblem(w, s, detail, k.Key)
-	return true
+	return true, nil
+}
+
+// refund gives back the count of a key released unrun (see keyCap.refund).
+func (f *forwarder) refund(counted *capWindow) {
+	if f.cap != nil {
+		f.cap.cap.refund(counted)
+	}
 }

@@ -16,8 +16,8 @@ func TestKeyCapBounded(t *testing.T) {
 	c.max = 1000
 	fulls := 0
 	for i := range 5000 {
-		ok, _, _, full := c.admit(fmt.Sprint("scope-", i))
-		if !ok {
+		w, _, _, full := c.admit(fmt.Sprint("scope-", i))
+		if w == nil {
 			t.Fatalf("scope %d's first key refused", i)
 		}
 		if full {
@@ -30,14 +30,14 @@ func TestKeyCapBounded(t *testing.T) {
 	if fulls != 1 {
 		t.Errorf("full reported %d times, want once", fulls)
 	}
-	if ok, _, _, _ := c.admit("scope-4999"); ok {
+	if w, _, _, _ := c.admit("scope-4999"); w != nil {
 		t.Error("the newest scope's second key admitted")
 	}
-	if ok, _, _, _ := c.admit("scope-0"); !ok {
+	if w, _, _, _ := c.admit("scope-0"); w == nil {
 		t.Error("the oldest scope, forgotten, was refused")
 	}
 	now = now.Add(time.Minute)
-	if ok, _, _, _ := c.admit("scope-4999"); !ok {
+	if w, _, _, _ := c.admit("scope-4999"); w == nil {
 		t.Error("a key in the next interval refused")
 	}
 	if n := c.scopes(); n != 1 {
@@ -56,5 +56,32 @@ func TestKeyCapFullScale(t *testing.T) {
 	}
 	if n := c.scopes(); n != MaxCappedScopes {
 		t.Errorf("%d scopes counted, want %d", n, MaxCappedScopes)
+	}
+}
+
+// TestKeyCapRefund: a refund gives a key back to the window it was counted
+// in, and only to it: once that window ended, the next one owes nothing.
+func TestKeyCapRefund(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	c := newKeyCap(NewKeyLimit{Limit: 1, Interval: Duration(time.Minute)}, func() time.Time { return now })
+	w, _, _, _ := c.admit("a")
+	c.refund(w)
+	c.refund(w) // twice: never below nothing
+	w, _, _, _ = c.admit("a")
+	if w == nil {
+		t.Fatal("a key refunded was not given back")
+	}
+	if again, _, _, _ := c.admit("a"); again != nil {
+		t.Fatal("a second refund of one key let two more in")
+	}
+	now = now.Add(time.Minute)
+	next, _, _, _ := c.admit("a")
+	if next == nil {
+		t.Fatal("the next interval's first key refused")
+	}
+	c.refund(w) // of the interval that ended
+	if extra, _, _, _ := c.admit("a"); extra != nil {
+		t.Fatal("a refund from an ended interval let a key into the next")
 	}
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemmem"
 	"github.com/idem-dev/idem/idemproxy"
-	"github.com/idem-dev/idem/idemstore"
 )
 
 // replayRig is idem serve's handler behind an http.Server, on a memory
@@ -305,7 +304,7 @@ func TestReplayRespectsVary(t *testing.T) {
 			t.Errorf("retry with %q: %v; want 406 not-acceptable naming %s", c.hdr, got, c.want)
 		}
 	}
-	rec, err := rr.store.Get(context.Background(), idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST /pay", Key: "k"})
+	rec, err := getRecord(context.Background(), rr.store, idemproxy.AnonymousScope, "POST /pay", "k")
 	if err != nil || stateOf(rec) != "completed 201" {
 		t.Errorf("record %v, %v; want it completed", rec, err)
 	}
