@@ -127,8 +127,12 @@ func checkSetup(t *testing.T, name string, o *objects, s setup) idemproxy.Config
 		if idem == nil {
 			t.Fatalf("%s: no init container idem", name)
 		}
-		if idem.RestartPolicy == nil || *idem.RestartPolicy != corev1.ContainerRestartPolicyAlways {
-			t.Errorf("%s: the idem init container's restartPolicy %v; want Always (a native sidecar)", name, idem.RestartPolicy)
+		if p := idem.RestartPolicy; p == nil || *p != corev1.ContainerRestartPolicyAlways {
+			got := "unset"
+			if p != nil {
+				got = string(*p)
+			}
+			t.Errorf("%s: the idem init container's restartPolicy is %s; want Always (a native sidecar)", name, got)
 		}
 		if idem.StartupProbe == nil {
 			t.Errorf("%s: the sidecar has no startup probe: the app may start before idem listens", name)
