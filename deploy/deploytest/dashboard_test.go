@@ -81,7 +81,7 @@ func metricNames(t *testing.T, expr string) []string {
 		}
 		name := vs.Name
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+			if m.Name == "__name__" && m.Type == labels.MatchEqual {
 				name = m.Value
 			}
 		}
