@@ -6,6 +6,10 @@ RACE ?= -race
 # using one of them never downloads another's dependencies; go.work joins them
 # for development, and make test, lint and bench run each.
 MODULES = examples/worker idemgrpc idemconnect examples/frontdoors idemwatermill idemnats examples/orders
+# deploy/deploytest checks what deploy/ ships (the image, the chart, the rules,
+# the dashboard, the unit); it compiles Helm, the Kubernetes API and
+# Prometheus, so make test runs it without the race detector.
+DEPLOY_MODULES = deploy/deploytest
 
 .DEFAULT_GOAL := help
 
@@ -31,6 +35,10 @@ test: lint ## Run every check and test CI runs (starts the services it needs; ab
 	$(GO) test $(RACE) -json -count=1 -timeout 20m ./... 2>&1 | $(PROGRESS) -tally .tmp/tally
 	@set -euo pipefail; . .tmp/services.env; for m in $(MODULES); do \
 		echo "test: module $$m"; (cd $$m && $(GO) test $(RACE) -json -count=1 -timeout 10m ./... 2>&1 | $(PROGRESS) -tally $(CURDIR)/.tmp/tally); \
+	done
+	@scripts/tools.sh || echo "make: a deploy tool did not install; its tests skip, or fail when CI=true" >&2
+	@set -euo pipefail; for m in $(DEPLOY_MODULES); do \
+		echo "test: module $$m (no race detector)"; (cd $$m && $(GO) test -json -count=1 -timeout 15m ./... 2>&1 | $(PROGRESS) -tally $(CURDIR)/.tmp/tally); \
 	done
 	@$(MAKE) --no-print-directory fuzz
 	@$(PROGRESS) -total .tmp/tally
@@ -76,8 +84,8 @@ fuzz: ## Fuzz key parsing, JSON canonicalisation, record decoders, the config pa
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./... $(addprefix ./,$(addsuffix /...,$(MODULES)))
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... $(addprefix ./,$(addsuffix /...,$(MODULES)))
+	$(GO) vet ./... $(addprefix ./,$(addsuffix /...,$(MODULES) $(DEPLOY_MODULES)))
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... $(addprefix ./,$(addsuffix /...,$(MODULES) $(DEPLOY_MODULES)))
 
 # VERSION is stamped into bin/idem (idem version, idem --version).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
@@ -86,3 +94,20 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo deve
 build: ## Build bin/idem (stamped with VERSION, git describe) and bin/idem-vet
 	$(GO) build -ldflags "-X github.com/idem-dev/idem/internal/cli.version=$(VERSION)" -o bin/idem ./cmd/idem
 	$(GO) build -o bin/idem-vet ./cmd/idem-vet
+
+# IMAGE is the tag make image gives; CONTAINER_ENGINE builds it (podman, else docker).
+IMAGE ?= idem:$(VERSION)
+CONTAINER_ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+
+.PHONY: image
+image: ## Build the container image IMAGE (idem:VERSION) from deploy/Containerfile, with podman or docker, from a static binary built here
+	@if [ -z "$(CONTAINER_ENGINE)" ]; then echo "make image: neither podman nor docker is installed (scripts/tools.sh installs podman)" >&2; exit 1; fi
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -X github.com/idem-dev/idem/internal/cli.version=$(VERSION)" -o .tmp/image-bin/idem ./cmd/idem
+	scripts/image-context.sh .tmp/image .tmp/image-bin/idem
+	$(CONTAINER_ENGINE) build -f deploy/Containerfile -t $(IMAGE) \
+		--build-arg VERSION=$(VERSION) --build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null || echo unknown) \
+		--build-arg CREATED=$$(date -u +%Y-%m-%dT%H:%M:%SZ) .tmp/image
+
+.PHONY: tools
+tools: ## Install the tools that check deploy/ (podman, buildah, promtool, systemd-analyze)
+	scripts/tools.sh

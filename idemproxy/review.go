@@ -70,7 +70,7 @@ func newReview(cfg Config, store idemstore.Store, m *Metrics, log *slog.Logger) 
 		Help: "Calls to the resolver (--resolver-url) by outcome: completed, not_found, unknown, error.",
 	}, []string{"outcome"})
 	hooks := prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "idem_review_webhook_total",
+		Name: "idem_review_webhook_events_total",
 		Help: "Review webhook events (--review-webhook) by result: delivered, failed (after every attempt), dropped (queue full).",
 	}, []string{"result"})
 	for _, o := range []string{"completed", "not_found", "unknown", "error"} {

@@ -128,8 +128,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	ln = limitConnections(ln, cfg.MaxConnections)
+	metrics.watchProxy(proxy)
 	srv := &http.Server{
-		Handler:           proxy,
+		Handler:           metrics.inFlight(proxy),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout.d(),
 		ReadTimeout:       cfg.ReadTimeout.d(),
 		IdleTimeout:       cfg.IdleTimeout.d(),
@@ -147,7 +148,7 @@ func (s *Server) Run(ctx context.Context) error {
 			return fmt.Errorf("listen %s (admin): %w", addr, err)
 		}
 		adminSrv = &http.Server{
-			Handler:           adminHandler(store, metrics, adminAPI, log),
+			Handler:           withProbes(adminHandler(store, metrics, adminAPI, log), proxy.Draining),
 			ReadHeaderTimeout: cfg.ReadHeaderTimeout.d(),
 			ReadTimeout:       cfg.ReadTimeout.d(),
 			IdleTimeout:       cfg.IdleTimeout.d(),
@@ -283,7 +284,7 @@ func every(ctx context.Context, d time.Duration, f func()) {
 }
 
 // adminHandler serves /healthz (the process answers), /readyz (the store
-// answers) and /metrics, and api (the admin API and review page) at the
+// answers; withProbes adds draining and /livez) and /metrics, and api (the admin API and review page) at the
 // rest, when it is not nil.
 func adminHandler(store idemstore.Store, m *Metrics, api http.Handler, log *slog.Logger) http.Handler {
 	mux := http.NewServeMux()

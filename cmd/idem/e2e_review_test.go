@@ -500,6 +500,6 @@ func TestReviewWebhookAndGauges(t *testing.T) {
 	eventually(t, "the review gauges", func() bool {
 		m := do(t, "GET", "http://"+p.admin+"/metrics", "", "").body
 		return strings.Contains(m, "idem_review_keys 1\n") && strings.Contains(m, "idem_review_oldest_age_seconds") &&
-			strings.Contains(m, `idem_review_webhook_total{result="delivered"} 1`)
+			strings.Contains(m, `idem_review_webhook_events_total{result="delivered"} 1`)
 	})
 }

@@ -72,8 +72,11 @@ arrives while the first is in flight gets 409 with Retry-After (or, with
 
 The store may be unreachable at start: the proxy starts anyway, protected
 requests get 503 until the store answers, and /readyz on --admin says so.
+IDEM_STORE_FILE names a file holding the store URL (a mounted secret), in
+place of --store. Under systemd (Type=notify) serve sends READY=1 once it
+listens and STOPPING=1 when it starts draining.
 
---admin serves /healthz, /readyz and /metrics. The admin API and the review
+--admin serves /livez, /healthz, /readyz and /metrics. The admin API and the review
 page are mounted there only with a token (--admin-token-file or
 IDEM_ADMIN_TOKEN); without one they are off.
 
@@ -196,6 +199,9 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if set("store") {
 		cfg.Store = f.store
+	}
+	if err := storeFromFile(&cfg.Store, fl.Changed("store")); err != nil {
+		return cfg, err
 	}
 	if set("admin-token-file") {
 		cfg.AdminTokenFile = f.adminTokenFile
@@ -383,8 +389,11 @@ func runServe(ctx context.Context, cfg idemproxy.Config, log *slog.Logger, tweak
 		tweak(srv)
 	}
 	summary, ready := newStartupSummary(cfg, srv.AdminTokens), srv.Ready
+	sd := newNotifier(log)
+	defer sd.stoppingOn(ctx)()
 	srv.Ready = func(proxy, admin net.Addr) {
 		summary.log(log, admin)
+		sd.notify("READY=1\nSTATUS=listening on " + proxy.String())
 		if ready != nil {
 			ready(proxy, admin)
 		}
