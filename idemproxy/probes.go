@@ -48,12 +48,12 @@ func (m *Metrics) watchProxy(p *Proxy) {
 	m.Registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "idem_proxy_body_memory_bytes",
-			Help: "Bytes of protected request bodies held in memory now, against idem_proxy_body_memory_limit_bytes (max_body_memory); a request that does not fit gets 503 busy.",
-		}, func() float64 { return float64(p.bodies.used.Load()) }),
+			Help: "Bytes of protected request bodies held in memory now (charged as they arrive), against idem_proxy_body_memory_limit_bytes (max_body_memory); a request that does not fit gets 503 busy.",
+		}, func() float64 { return float64(p.bodies.Used()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "idem_proxy_body_memory_limit_bytes",
 			Help: "The max_body_memory setting: bytes of protected request bodies that may be held in memory at once.",
-		}, func() float64 { return float64(p.bodies.max) }),
+		}, func() float64 { return float64(p.bodies.Max()) }),
 	)
 }
 
