@@ -238,7 +238,7 @@ func TestReviewCommands(t *testing.T) {
 	// Errors name the key, and exit 1; usage errors exit 2.
 	nosuch := idemadmin.KeyID(idemstore.Key{Scope: items[0].Scope, Operation: opName("POST", "/reset"), Key: "nosuch"})
 	out2, err := exec.Command(binary, append([]string{"review", "resolve", nosuch, "--release"}, admin...)...).CombinedOutput()
-	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out2), `no key "nosuch" (POST /reset, scope anonymous)`) || strings.Count(string(out2), "idem:") != 1 {
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out2), `no key "nosuch" (`+opName("POST", "/reset")+`, scope anonymous)`) || strings.Count(string(out2), "idem:") != 1 {
 		t.Errorf("resolving a key that does not exist: %v\n%s", err, out2)
 	}
 	noEnv := append(os.Environ(), "IDEM_ADMIN_TOKEN=", "IDEM_ADMIN_URL=")
@@ -322,7 +322,7 @@ func TestReviewCommandsOnStore(t *testing.T) {
 		{"keys", "list", "--store", store, "--state", "completed"},
 		// The operation is the path normalised (RFC 3986: escapes of
 		// reserved and other characters kept, their hex digits upper-cased).
-		{"keys", "get", "--store", store, "--scope", "anonymous", "--operation", "POST /pay%1B%5B2J%E2%80%AE", "--key", "esc"},
+		{"keys", "get", "--store", store, "--scope", "anonymous", "--operation", opName("POST", "/pay%1B%5B2J%E2%80%AE"), "--key", "esc"},
 	} {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		if err != nil || !strings.Contains(string(out), `POST /pay\x1b[2J\u202e`) || strings.ContainsAny(string(out), "\x1b\u202e") {
