@@ -117,9 +117,11 @@ func (r *rig) metric(t *testing.T, outcome, settlement string) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	r.metrics.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-	series := fmt.Sprintf(`idem_proxy_requests_total{outcome=%q,settlement=%q} `, outcome, settlement)
+	// Any route's: the rigs' requests go to one route.
+	prefix := fmt.Sprintf(`idem_proxy_requests_total{outcome=%q,route=`, outcome)
+	suffix := fmt.Sprintf(`,settlement=%q} `, settlement)
 	for _, l := range strings.Split(rec.Body.String(), "\n") {
-		if strings.HasPrefix(l, series) {
+		if strings.HasPrefix(l, prefix) && strings.Contains(l, suffix) {
 			return l
 		}
 	}

@@ -21,6 +21,7 @@ import (
 // (the lease has ended, or was abandoned).
 type forwarder struct {
 	p         *Proxy
+	label     string // the route's match pattern, or default: its metrics label
 	rp        *httputil.ReverseProxy
 	ambiguous Ambiguous
 	deadline  time.Duration
@@ -111,7 +112,7 @@ func (f *forwarder) proxy(w http.ResponseWriter, r *http.Request, x *exchange) {
 func (f *forwarder) passUnstored(r *http.Request, lease *idem.Lease, status int) string {
 	settlement := f.settle(r.Context(), lease, true, "")
 	if f.p.metrics != nil {
-		f.p.metrics.outcomes.WithLabelValues(idem.Acquired.String(), settlement).Inc()
+		f.p.metrics.outcomes.WithLabelValues(f.label, idem.Acquired.String(), settlement).Inc()
 	}
 	f.p.log.LogAttrs(r.Context(), slog.LevelDebug, "upstream refused the request before taking its body; its answer is passed on unstored",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key_digest", idem.KeyDigest(lease.Key())),
@@ -129,7 +130,7 @@ func (f *forwarder) refuse(w http.ResponseWriter, r *http.Request, lease *idem.L
 	if settlement == settledFailed {
 		detail = "The proxy is shutting down and did not forward this request, but could not release its key: retries get 409 until the key is settled."
 	}
-	f.p.count(s, settlement)
+	f.p.count(f.label, s, settlement)
 	w.Header().Set("Retry-After", "1")
 	f.p.writeProblem(w, s, detail, lease.Key().Key)
 }
@@ -145,7 +146,7 @@ func (f *forwarder) refuse(w http.ResponseWriter, r *http.Request, lease *idem.L
 func (f *forwarder) retryUnderNewName(w http.ResponseWriter, r *http.Request, lease *idem.Lease) {
 	s := idem.SituationInFlight
 	settlement := f.settle(r.Context(), lease, true, "")
-	f.p.count(s, settlement)
+	f.p.count(f.label, s, settlement)
 	f.p.log.LogAttrs(r.Context(), slog.LevelInfo, "a key reserved under an earlier operation name was released unforwarded; its retry takes the new name",
 		slog.String("operation", lease.Key().Operation), slog.String("key_digest", idem.KeyDigest(lease.Key())), slog.String("settlement", settlement))
 	w.Header().Set("Retry-After", "1")
@@ -204,7 +205,7 @@ func (f *forwarder) fail(w http.ResponseWriter, r *http.Request, lease *idem.Lea
 	default:
 		detail += " What happened could not be recorded: the key stays reserved, and retries get 409 until it is settled."
 	}
-	f.p.count(s, settlement)
+	f.p.count(f.label, s, settlement)
 	f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "upstream error",
 		slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.String("key_digest", idem.KeyDigest(lease.Key())), slog.String("outcome", s.Name),
 		slog.String("settlement", settlement), slog.Bool("sent", sent), slog.Bool("answer_started", committed),

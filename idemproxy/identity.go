@@ -297,6 +297,6 @@ func (rt *route) legacyLookup(w http.ResponseWriter, r *http.Request) (_ *http.R
 	rt.p.log.LogAttrs(r.Context(), slog.LevelWarn, "looking up a key stored under an earlier operation name failed; the request was not forwarded",
 		slog.String("operation", old), slog.Any("error", err))
 	w.Header().Set("Retry-After", "1")
-	rt.p.refuse(w, r, idem.SituationUnavailable, "The idempotency store could not be reached; the request was not forwarded. Retry with the same key.")
+	rt.p.refuse(w, r, rt.label, idem.SituationUnavailable, "The idempotency store could not be reached; the request was not forwarded. Retry with the same key.")
 	return nil, false
 }

@@ -305,7 +305,7 @@ func (f *forwarder) overCap(w http.ResponseWriter, r *http.Request, lease *idem.
 			slog.String("route", rc.route), slog.String("scope", k.Scope), slog.String("key_digest", idem.KeyDigest(k)),
 			slog.Int("limit", rc.cap.limit), slog.Duration("interval", rc.cap.interval), slog.Duration("retry_after", wait))
 	}
-	f.p.count(s, settlement)
+	f.p.count(f.label, s, settlement)
 	w.Header().Set("Retry-After", strconv.Itoa(max(secs, 1)))
 	f.p.writeProblem(w, s, detail, k.Key)
 	return true, nil

@@ -35,8 +35,8 @@ func NewMetrics() *Metrics {
 		Registry: prometheus.NewRegistry(),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_proxy_requests_total",
-			Help: "Protected requests by outcome, named as in the Idempotency-Outcome header (acquired, replayed, mismatch, in_flight, needs_review, missing_key, unavailable, upstream_unreachable, upstream_failed, upstream_timeout, shutting_down, …) and, for acquired ones and the proxy's own answers, what became of the key (completed, released, escalated, lost, failed).",
-		}, []string{"outcome", "settlement"}),
+			Help: "Protected requests by route (its match pattern, or default; empty for a request refused before a route was chosen), by outcome, named as in the Idempotency-Outcome header (acquired, replayed, mismatch, in_flight, needs_review, missing_key, unavailable, upstream_unreachable, upstream_failed, upstream_timeout, shutting_down, …) and, for acquired ones and the proxy's own answers, what became of the key (completed, released, escalated, lost, failed).",
+		}, []string{"route", "outcome", "settlement"}),
 		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "idem_observe_findings_total",
 			Help: "Requests on routes in observe mode that enforcement would have answered itself, by route (its match pattern, or default) and finding: missing_key, invalid_key (400), would_replay (the stored answer), would_conflict (422), would_wait (409 in flight), would_review (409 needs review), would_refuse (401, 413, 414).",
@@ -103,8 +103,8 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{Registry: m.Registry})
 }
 
-func (m *Metrics) observeOutcome(ev idem.Event) {
-	m.outcomes.WithLabelValues(ev.Outcome, ev.Settlement).Inc()
+func (m *Metrics) observeOutcome(route string, ev idem.Event) {
+	m.outcomes.WithLabelValues(route, ev.Outcome, ev.Settlement).Inc()
 }
 
 // observeRoute makes the route's findings show, at zero, before any.
@@ -120,8 +120,8 @@ func (m *Metrics) observeFinding(route, finding string) {
 
 // observeAnswer counts an answer the proxy made itself (an upstream failure,
 // shutdown) by its situation, with what became of the key.
-func (m *Metrics) observeAnswer(s idem.Situation, settlement string) {
-	m.outcomes.WithLabelValues(s.Name, settlement).Inc()
+func (m *Metrics) observeAnswer(route string, s idem.Situation, settlement string) {
+	m.outcomes.WithLabelValues(route, s.Name, settlement).Inc()
 }
 
 type instrumentedTransport struct {

@@ -142,7 +142,7 @@ func (p *Proxy) onOutcome(route string) func(idem.Event) {
 	return func(ev idem.Event) {
 		// A key the forwarder settled itself was counted by its situation.
 		if p.metrics != nil && ev.Settlement != settledByProxy {
-			p.metrics.observeOutcome(ev)
+			p.metrics.observeOutcome(route, ev)
 		}
 		if ev.Finding != "" {
 			if p.metrics != nil {
@@ -209,7 +209,8 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		ErrorLog:     slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 	scope := NewScope(s.scopeSources(), p.opts.ScopeSecret, s.Anonymous)
-	rt := &route{p: p, methods: methods, disabled: disabled, override: s.MethodOverride, next: fwd,
+	fwd.label = label
+	rt := &route{p: p, label: label, methods: methods, disabled: disabled, override: s.MethodOverride, next: fwd,
 		scope: scope, legacy: p.legacy, observe: s.Mode == ModeObserve}
 	if rt.override == "" {
 		rt.override = OverrideProtect
@@ -296,8 +297,8 @@ func (p *Proxy) writeProblem(w http.ResponseWriter, s idem.Situation, detail, ke
 
 // count records an answer the proxy made itself, and what became of its
 // key, in the outcome metric.
-func (p *Proxy) count(s idem.Situation, settlement string) {
+func (p *Proxy) count(route string, s idem.Situation, settlement string) {
 	if p.metrics != nil {
-		p.metrics.observeAnswer(s, settlement)
+		p.metrics.observeAnswer(route, s, settlement)
 	}
 }

@@ -26,6 +26,7 @@ type routes struct {
 // within the proxy's body budget.
 type route struct {
 	p        *Proxy
+	label    string   // the route's match pattern, or default: its metrics label
 	methods  []string // protected methods; nil: POST and PATCH
 	disabled bool
 	override MethodOverride
@@ -85,7 +86,7 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 	case path == "" && r.URL.Opaque == "":
 		r = withPath(r, "/") // absolute-form without a path
 	case path == "" || path[0] != '/': // "*", or opaque ("http:pay"), which goes out as it came
-		p.refuse(w, r, idem.SituationInvalidPath, "The request-target is not a path (only OPTIONS may use \"*\"); it was not forwarded.")
+		p.refuse(w, r, "", idem.SituationInvalidPath, "The request-target is not a path (only OPTIONS may use \"*\"); it was not forwarded.")
 		return
 	default:
 		r = withPath(r, normalizePath(path, rs.paths))
@@ -97,12 +98,12 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 	method := r.Method
 	if !upperToken(method) {
 		if !validToken(method) {
-			p.refuse(w, r, idem.SituationInvalidMethod, "The request's method is not an HTTP token (RFC 9110), so idem cannot tell whether it names a protected method; it was not forwarded.")
+			p.refuse(w, r, "", idem.SituationInvalidMethod, "The request's method is not an HTTP token (RFC 9110), so idem cannot tell whether it names a protected method; it was not forwarded.")
 			return
 		}
 		method = strings.ToUpper(method)
 		if rs.protects(r, method) {
-			p.refuse(w, r, idem.SituationInvalidMethod, "HTTP methods are case-sensitive: send "+method+". The request was not forwarded.")
+			p.refuse(w, r, "", idem.SituationInvalidMethod, "HTTP methods are case-sensitive: send "+method+". The request was not forwarded.")
 			return
 		}
 	}
@@ -119,10 +120,10 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 		case mode == OverrideStrip:
 			stripOverrides(r.Header)
 		case mode == OverrideRefuse:
-			p.refuse(w, r, idem.SituationInvalidMethod, "This route refuses method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override); send the method itself.")
+			p.refuse(w, r, "", idem.SituationInvalidMethod, "This route refuses method-override headers (X-HTTP-Method-Override, X-HTTP-Method, X-Method-Override); send the method itself.")
 			return
 		case err != nil:
-			p.refuse(w, r, idem.SituationInvalidMethod, "The request's method-override headers cannot be read: "+err.Error()+".")
+			p.refuse(w, r, "", idem.SituationInvalidMethod, "The request's method-override headers cannot be read: "+err.Error()+".")
 			return
 		case ov != "" && ov != method && rs.protects(r, ov):
 			// Protected as the method the upstream may run it as;
@@ -133,12 +134,12 @@ func (rs *routes) serve(w http.ResponseWriter, r *http.Request) {
 			// A protected request that an upstream honouring the override
 			// runs as a method idem leaves alone: keyed as sent, its key
 			// would hold that method's answer for the protected one.
-			p.refuse(w, r, idem.SituationInvalidMethod, "This "+method+" carries a method-override header naming "+ov+", which is not protected here; an upstream that honours it would run something other than what the key is kept for. Send the method itself.")
+			p.refuse(w, r, "", idem.SituationInvalidMethod, "This "+method+" carries a method-override header naming "+ov+", which is not protected here; an upstream that honours it would run something other than what the key is kept for. Send the method itself.")
 			return
 		}
 	}
 	if why := rs.paths.pathRefusal(r.URL.EscapedPath()); why != "" && rs.protects(r, method) {
-		p.refuse(w, r, idem.SituationInvalidPath, why)
+		p.refuse(w, r, "", idem.SituationInvalidPath, why)
 		return
 	}
 	if rt := rs.lookup(r, method); rt != nil {
@@ -204,7 +205,7 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		dropUpgrade(r.Header)
 	}
 	if _, ok := normalizeHost(r.Host); !ok {
-		rt.p.refuse(w, r, idem.SituationInvalidPath, "The request's Host is not an authority idem can name an operation by (too long, or not a host); it was not forwarded.")
+		rt.p.refuse(w, r, rt.label, idem.SituationInvalidPath, "The request's Host is not an authority idem can name an operation by (too long, or not a host); it was not forwarded.")
 		return
 	}
 	if rt.legacy {
@@ -239,8 +240,10 @@ func dropUpgrade(h http.Header) {
 
 // refuse answers r with s's problem document: a request the proxy's edges
 // refuse, before any key is read or reserved.
-func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, s idem.Situation, detail string) {
-	p.count(s, "")
+// route is the metrics label of the route that refused it, "" when none
+// was chosen yet.
+func (p *Proxy) refuse(w http.ResponseWriter, r *http.Request, route string, s idem.Situation, detail string) {
+	p.count(route, s, "")
 	key, err := idem.ParseKeyHeader(r.Header[idem.HeaderName])
 	if err != nil {
 		key = ""

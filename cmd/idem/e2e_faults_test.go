@@ -183,7 +183,7 @@ func TestResetWhileStoreBlips(t *testing.T) {
 			gate.setDown(false)
 
 			metrics := do(t, "GET", "http://"+p.admin+"/metrics", "", "").body
-			series := fmt.Sprintf(`idem_proxy_requests_total{outcome="upstream_failed",settlement=%q} 1`, tc.settlement)
+			series := fmt.Sprintf(`idem_proxy_requests_total{outcome="upstream_failed",route="default",settlement=%q} 1`, tc.settlement)
 			if !strings.Contains(metrics, series) {
 				t.Errorf("metrics lack %s:\n%s", series, grepLines(metrics, "idem_proxy_requests_total"))
 			}
@@ -296,8 +296,8 @@ routes:
 	}
 	metrics := do(t, "GET", "http://"+p.admin+"/metrics", "", "").body
 	for _, series := range []string{
-		`idem_proxy_requests_total{outcome="upstream_failed",settlement="escalated"} 2`,
-		`idem_proxy_requests_total{outcome="upstream_failed",settlement="released"} 2`,
+		`idem_proxy_requests_total{outcome="upstream_failed",route="default",settlement="escalated"} 2`,
+		`idem_proxy_requests_total{outcome="upstream_failed",route="POST /dedup/",settlement="released"} 2`,
 	} {
 		if !strings.Contains(metrics, series) {
 			t.Errorf("metrics lack %s:\n%s", series, grepLines(metrics, "idem_proxy_requests_total"))

@@ -499,7 +499,7 @@ func TestTruncatedAnswerNeedsReview(t *testing.T) {
 	want(t, "retry problem", a.problemType(), "needs-review")
 	want(t, "upstream runs", up.runs("/truncate"), 1)
 	metrics := do(t, "GET", "http://"+p.admin+"/metrics", "", "").body
-	if !strings.Contains(metrics, `idem_proxy_requests_total{outcome="upstream_failed",settlement="escalated"} 1`) {
+	if !strings.Contains(metrics, `idem_proxy_requests_total{outcome="upstream_failed",route="default",settlement="escalated"} 1`) {
 		t.Errorf("metrics do not count the escalated request:\n%s", grepLines(metrics, "idem_proxy_requests_total"))
 	}
 }
@@ -919,7 +919,7 @@ func TestAdminMetricsAndReadiness(t *testing.T) {
 	want(t, "/metrics status", m.status, 200)
 	for _, series := range []string{
 		`idem_proxy_requests_total{outcome="acquired"`,
-		`idem_proxy_requests_total{outcome="replayed"`,
+		`idem_proxy_requests_total{outcome="replayed",route="default"`,
 		`idem_proxy_requests_total{outcome="missing_key"`,
 		`idem_store_duration_seconds_bucket`,
 		`idem_upstream_duration_seconds_bucket`,
