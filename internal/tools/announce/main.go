@@ -29,6 +29,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idem-dev/idem/internal/tools/toolproc"
 )
 
 func main() {
@@ -46,7 +48,7 @@ func main() {
 		io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusCreated)
 	}))
-	addr := freeAddr()
+	addr := toolproc.FreeAddr()
 	args := append([]string{"serve", "--upstream", "http://" + up.Addr().String(), "--listen", addr, "--store", "memory://",
 		"--read-timeout", "10m", "--log-level", "error"}, flag.Args()...)
 	cmd := exec.Command(*bin, args...)
@@ -56,7 +58,7 @@ func main() {
 		log.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	waitListening(addr)
+	toolproc.WaitListening(addr)
 
 	var sent int64
 	var held []net.Conn
@@ -104,24 +106,4 @@ func main() {
 	for _, c := range held {
 		c.Close()
 	}
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitListening(addr string) {
-	for range 200 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	log.Fatalf("idem serve did not listen on %s", addr)
 }

@@ -27,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/idem-dev/idem/internal/tools/toolproc"
 )
 
 func main() {
@@ -41,7 +43,7 @@ func main() {
 		log.Fatal(err)
 	}
 	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
-	addr := freeAddr()
+	addr := toolproc.FreeAddr()
 	args := append([]string{"serve", "--upstream", "http://" + up.Addr().String(), "--listen", addr, "--store", "memory://",
 		"--max-body", strconv.Itoa(*size), "--read-timeout", "10m", "--log-level", "error"}, flag.Args()...)
 	cmd := exec.Command(*bin, args...)
@@ -51,12 +53,12 @@ func main() {
 		log.Fatal(err)
 	}
 	defer cmd.Process.Kill()
-	waitListening(addr)
+	toolproc.WaitListening(addr)
 	pid := cmd.Process.Pid
 	// Warm up: one request end to end, so that the baseline includes a
 	// served request's share (pools, the transport).
 	warm(addr)
-	base := settled(pid, *settle)
+	base := toolproc.Settled(pid, *settle)
 
 	body := strings.Repeat("x", *size-1)
 	var held []net.Conn
@@ -80,78 +82,12 @@ func main() {
 			resp.Body.Close()
 		}
 	}
-	after := settled(pid, *settle)
+	after := toolproc.Settled(pid, *settle)
 	fmt.Printf("conns=%d size=%d refused=%d rss_before=%.1fMiB rss_held=%.1fMiB peak_rss=%.1fMiB\n",
-		*conns, *size, refused, mib(base.rss), mib(after.rss), mib(after.hwm))
+		*conns, *size, refused, toolproc.MiB(base.RSS), toolproc.MiB(after.RSS), toolproc.MiB(after.HWM))
 	for _, c := range held {
 		c.Close()
 	}
-}
-
-type memory struct{ rss, hwm int64 }
-
-// settled polls pid's memory until its resident size has not changed for
-// d, and returns it.
-func settled(pid int, d time.Duration) memory {
-	last, since := read(pid), time.Now()
-	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-		m := read(pid)
-		if m.rss != last.rss {
-			last, since = m, time.Now()
-			continue
-		}
-		last = m
-		if time.Since(since) >= d {
-			break
-		}
-	}
-	return last
-}
-
-// read returns pid's VmRSS and VmHWM, in bytes.
-func read(pid int) memory {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		log.Fatal(err)
-	}
-	var m memory
-	for _, l := range strings.Split(string(b), "\n") {
-		f := strings.Fields(l)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseInt(f[1], 10, 64)
-		switch f[0] {
-		case "VmRSS:":
-			m.rss = kb << 10
-		case "VmHWM:":
-			m.hwm = kb << 10
-		}
-	}
-	return m
-}
-
-func mib(n int64) float64 { return float64(n) / (1 << 20) }
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-func waitListening(addr string) {
-	for range 200 {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	log.Fatalf("idem serve did not listen on %s", addr)
 }
 
 func warm(addr string) {
