@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -75,6 +76,17 @@ type Config struct {
 	// Defaults to none: the admin listener serves only /healthz, /readyz
 	// and /metrics.
 	AdminTokenFile string `yaml:"admin_token_file"`
+	// AdminTrustedProxies are the load balancers in front of the admin
+	// listener (addresses or CIDR prefixes): failed sign-ins through one
+	// of them count against the client address it names in
+	// X-Forwarded-For, not against the balancer's, which would let one
+	// client's wrong tokens lock every operator out (see
+	// idemadmin.Config.TrustedProxies). Defaults to none.
+	AdminTrustedProxies []string `yaml:"admin_trusted_proxies"`
+	// AdminSignInIPv6Prefix is the length of the IPv6 networks failed
+	// sign-ins are counted by, 32 to 128 (see
+	// idemadmin.Config.SignInIPv6Prefix). Defaults to 64.
+	AdminSignInIPv6Prefix int `yaml:"admin_sign_in_ipv6_prefix"`
 	// ReviewWebhook, if set, receives a POST for every key that goes to
 	// review. Defaults to none.
 	ReviewWebhook string `yaml:"review_webhook"`
@@ -479,6 +491,12 @@ func (c Config) Validate() error {
 	if c.AdminTokenFile != "" && c.Admin == "" {
 		return errAdminTokenFile
 	}
+	if _, err := c.adminTrustedProxies(); err != nil {
+		return err
+	}
+	if p := c.AdminSignInIPv6Prefix; p != 0 && (p < 32 || p > 128) {
+		return fmt.Errorf("admin_sign_in_ipv6_prefix (--admin-sign-in-ipv6-prefix) must be between 32 and 128, got %d", p)
+	}
 	for _, r := range c.Routes {
 		if r.Match.Pattern == "" {
 			return fmt.Errorf("line %d: a route needs match: (a ServeMux pattern such as \"POST /payments\")", r.Match.Line)
@@ -847,4 +865,22 @@ func checkPattern(pattern string) error {
 		return err
 	}
 	return handle(http.NewServeMux(), pattern, http.NotFoundHandler())
+}
+
+// adminTrustedProxies parses AdminTrustedProxies: each an address (one
+// host) or a CIDR prefix.
+func (c Config) adminTrustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.AdminTrustedProxies {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			a, aerr := netip.ParseAddr(s)
+			if aerr != nil {
+				return nil, fmt.Errorf("admin_trusted_proxies (--admin-trusted-proxy): %q is neither an address nor a CIDR prefix (such as 10.0.0.0/8)", s)
+			}
+			p = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
+		}
+		out = append(out, p.Masked())
+	}
+	return out, nil
 }

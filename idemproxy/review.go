@@ -120,8 +120,13 @@ func (rv *review) adminHandler(cfg Config, tokens map[string]string) (http.Handl
 	if cfg.Retention != nil && *cfg.Retention > 0 {
 		retention = cfg.Retention.d()
 	}
+	trusted, err := cfg.adminTrustedProxies()
+	if err != nil {
+		return nil, err
+	}
 	return idemadmin.New(idemadmin.Config{Store: rv.store, Tokens: tokens, Retention: retention, Logger: rv.log,
-		OnChange: func(idemadmin.Result) { kick(rv.refreshNow) }, Sealer: rv.sealer})
+		OnChange: func(idemadmin.Result) { kick(rv.refreshNow) }, Sealer: rv.sealer,
+		TrustedProxies: trusted, SignInIPv6Prefix: cfg.AdminSignInIPv6Prefix})
 }
 
 // run delivers webhook events and keeps the gauges current until ctx

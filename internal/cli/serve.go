@@ -43,6 +43,8 @@ type serveFlags struct {
 	storeRequest                                     bool
 	mode, problemBaseURL                             string
 	corsOrigins                                      []string
+	adminTrustedProxies                              []string
+	adminSignInIPv6Prefix                            int
 	clientWriteTimeout                               time.Duration
 	maxBodyMemory                                    int64
 	maxConnections                                   int
@@ -140,6 +142,8 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.StringVar(&f.store, "store", idemproxy.DefaultStore, "store URL: sqlite://PATH, memory://, postgres://…, mysql://user:pass@tcp(host:port)/db, redis://host:port/N, redis+cluster://h1:p1,h2:p2")
 	fl.StringVar(&f.admin, "admin", "", "admin listener for /healthz, /readyz and /metrics, and with a token the admin API and review page (default off)")
 	fl.StringVar(&f.adminTokenFile, "admin-token-file", "", "file of admin tokens (NAME:TOKEN per line) for the admin API and review page; or IDEM_ADMIN_TOKEN")
+	fl.StringArrayVar(&f.adminTrustedProxies, "admin-trusted-proxy", nil, "a load balancer in front of the admin listener (address or CIDR; repeat for more): failed sign-ins through it count against the X-Forwarded-For client, not the balancer")
+	fl.IntVar(&f.adminSignInIPv6Prefix, "admin-sign-in-ipv6-prefix", 64, "length of the IPv6 networks failed admin sign-ins are counted by (32-128)")
 	fl.StringVar(&f.resolverURL, "resolver-url", "", "POSTed every key that goes to review or whose lease expired, to settle it (see docs/proxy.md)")
 	fl.StringVar(&f.reviewWebhook, "review-webhook", "", "POSTed every key that goes to review, to alert a person")
 	fl.BoolVar(&f.storeRequest, "store-request", false, "keep request bodies (up to 64 KiB) on the record for operators")
@@ -205,6 +209,12 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	}
 	if set("admin-token-file") {
 		cfg.AdminTokenFile = f.adminTokenFile
+	}
+	if set("admin-trusted-proxy") {
+		cfg.AdminTrustedProxies = f.adminTrustedProxies
+	}
+	if set("admin-sign-in-ipv6-prefix") {
+		cfg.AdminSignInIPv6Prefix = f.adminSignInIPv6Prefix
 	}
 	if set("resolver-url") {
 		cfg.ResolverURL = f.resolverURL
