@@ -3,59 +3,25 @@ package idem
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"io"
-	"sync/atomic"
 )
 
-// BodyBudget bounds the memory that request bodies hold while the
-// middleware reads them for their fingerprints, across every request and
-// every middleware that shares it (Config.BodyBudget). A body is charged as
-// its bytes arrive, never for the length it announces: its buffer starts at
-// 512 bytes and doubles with what it has received (never past its
-// Content-Length, or its limit, and a byte), and every step is taken from
-// the budget before the buffer grows. The charge is given back when the
-// request is done, on every path (an answer, an error, a client gone, a
-// panic). A body that finds no room left is refused at once with 503 busy
-// and Retry-After, unread, its key never reserved: a client holding its
-// share while it trickles is bounded by the server's read timeout, not by
-// the patience of the others.
-//
-// A BodyBudget is safe for concurrent use.
-type BodyBudget struct {
-	max  int64
-	used atomic.Int64
-}
+// BodyBudget is the Budget of the request bodies the middleware reads for
+// their fingerprints (Config.BodyBudget), across every request and every
+// middleware that shares it. A body is charged as its bytes arrive, never
+// for the length it announces: its buffer starts at 512 bytes and doubles
+// with what it has received (never past its Content-Length, or its limit,
+// and a byte), and every step is taken from the budget before the buffer
+// grows. The charge is given back when the request is done, on every path
+// (an answer, an error, a client gone, a panic). A body that finds no room
+// left is refused at once with 503 busy and Retry-After, unread, its key
+// never reserved: a client holding its share while it trickles is bounded
+// by the server's read timeout, not by the patience of the others.
+type BodyBudget = Budget
 
-// NewBodyBudget returns a budget of max bytes. It panics unless max is
-// positive.
-func NewBodyBudget(max int64) *BodyBudget {
-	if max <= 0 {
-		panic(fmt.Sprintf("idem: body budget of %d bytes", max))
-	}
-	return &BodyBudget{max: max}
-}
-
-// Max returns the budget's size in bytes.
-func (b *BodyBudget) Max() int64 { return b.max }
-
-// Used returns the bytes the bodies being read hold now.
-func (b *BodyBudget) Used() int64 { return b.used.Load() }
-
-// acquire takes n bytes of the budget, or reports that they are not left.
-func (b *BodyBudget) acquire(n int64) bool {
-	for {
-		used := b.used.Load()
-		if used+n > b.max {
-			return false
-		}
-		if b.used.CompareAndSwap(used, used+n) {
-			return true
-		}
-	}
-}
-
-func (b *BodyBudget) release(n int64) { b.used.Add(-n) }
+// NewBodyBudget returns a budget of max bytes for request bodies. It
+// panics unless max is positive.
+func NewBodyBudget(max int64) *BodyBudget { return NewBudget(max) }
 
 // errNoRoom is readLimited's error for a body that found no room left in
 // its budget.
@@ -95,7 +61,7 @@ func readLimited(buf *bytes.Buffer, body io.Reader, size, limit int64, budget *B
 		if n >= room {
 			step := min(max(n, firstRoom), end-n)
 			if budget != nil {
-				if !budget.acquire(step) {
+				if !budget.TryAcquire(step) {
 					return false, held, errNoRoom
 				}
 				held += step

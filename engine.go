@@ -16,6 +16,7 @@ import (
 
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/lograte"
+	"github.com/idem-dev/idem/internal/replaygate"
 )
 
 // EngineConfig configures an Engine. The zero value is usable.
@@ -133,7 +134,10 @@ type Engine struct {
 	store    idemstore.Store // traced when cfg.TracerProvider is set
 	given    idemstore.Store // as passed to NewEngine
 	notifier idemstore.Notifier
-	cfg      EngineConfig
+	// responses reads the answers Reserve left out (readReplay); nil when
+	// the store cannot.
+	responses idemstore.ResponseReader
+	cfg       EngineConfig
 
 	tokenPrefix uint64
 	tokenSeq    atomic.Uint64
@@ -167,6 +171,7 @@ func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
 	if n, ok := store.(idemstore.Notifier); ok && store.Capabilities().Notify {
 		e.notifier = n
 	}
+	e.responses, _ = store.(idemstore.ResponseReader)
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
 		return nil, fmt.Errorf("idem: seeding lease tokens: %w", err)
@@ -259,6 +264,10 @@ type Request struct {
 	// labels (idemstore.LabelSealer) drops it. Keep secrets and personal
 	// data out of it: operators see it for the record's whole retention.
 	ScopeLabel string
+
+	// replays, when set (by the middleware, from the request's context),
+	// bounds the stored answers read at once (see readReplay).
+	replays replaygate.Gate
 }
 
 func (r *Request) leaseDuration(e *Engine) time.Duration {
@@ -322,6 +331,11 @@ type Result struct {
 	// TookOver reports, with Acquired, that an expired lease of a
 	// transactional operation was taken over.
 	TookOver bool
+
+	// held is what a Replayed result holds of its request's replay gate
+	// (readReplay), for the middleware to give back.
+	held int64
+	gate replaygate.Gate
 }
 
 // maxBeginRounds bounds Begin's loop when records change under it (released
@@ -395,6 +409,8 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 			Lease:       d,
 			Request:     req.Info,
 			ScopeLabel:  req.ScopeLabel,
+			// Large answers are read once the replay gate admits them.
+			InlineResponse: req.inlineResponse(e),
 		})
 		if err != nil {
 			// The insert may have committed before the error (a lost reply,
@@ -410,6 +426,9 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 			return Result{Outcome: Acquired, Lease: e.newLease(req, token, start.Add(d))}, nil
 		}
 		res, retry, err := e.classify(ctx, req, rec)
+		if err == nil && res.Outcome == Replayed && rec.ResponseSize > 0 {
+			res, retry, err = e.readReplay(ctx, req, res)
+		}
 		if err != nil || !retry {
 			return res, err
 		}

@@ -7,7 +7,7 @@ var ReadLimited = readLimited
 var ErrNoRoom = errNoRoom
 
 // ReleaseBudget gives n bytes back to b.
-func ReleaseBudget(b *BodyBudget, n int64) { b.release(n) }
+func ReleaseBudget(b *BodyBudget, n int64) { b.Release(n) }
 
 // AcquireBudget takes n bytes of b.
-func AcquireBudget(b *BodyBudget, n int64) bool { return b.acquire(n) }
+func AcquireBudget(b *BodyBudget, n int64) bool { return b.TryAcquire(n) }

@@ -137,7 +137,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Body != nil && r.Body != http.NoBody {
 		over, held, err := readLimited(&st.reqBuf, r.Body, r.ContentLength, pol.MaxRequestBody, m.cfg.BodyBudget)
 		if held > 0 {
-			defer m.cfg.BodyBudget.release(held)
+			defer m.cfg.BodyBudget.Release(held)
 		}
 		if err == errNoRoom {
 			// Refused in observe mode too: the budget bounds memory.
@@ -193,9 +193,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	res, err := m.e.Begin(r.Context(), Request{
 		Key: Key{Scope: scope, Operation: op, Key: key}, Fingerprint: fp, FingerprintSource: &st.fp,
 		Kind: pol.Kind, Wait: wait, Lease: pol.Lease, Retention: pol.Retention,
-		Info: st.requestInfo(r, pol, buf.Bytes()), ScopeLabel: label,
+		Info: st.requestInfo(r, pol, buf.Bytes()), ScopeLabel: label, replays: replayGate(r, pol),
 	})
 	if err != nil {
+		if errors.Is(err, errReplayBusy) {
+			ev.Outcome, ev.Status = m.replayBusy(w, key)
+			return
+		}
 		if r.Context().Err() != nil {
 			ev.Outcome, ev.Status = SituationCanceled.Name, SituationCanceled.Status
 			return // the client is gone; nobody to answer
@@ -244,6 +248,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ev.Outcome = res.Outcome.String()
+	defer res.releaseReplay()
 	if pol.Observe && res.Outcome != Acquired {
 		// Forwarded as if idem were not there; the record is left as it is.
 		h.observed(w, r, &ev, findingOf[res.Outcome])
@@ -253,7 +258,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case Acquired:
 		h.run(w, r, res.Lease, pol, st, &ev)
 	case Replayed:
-		ev.Outcome, ev.Status = m.replay(w, r, res.Response, key)
+		ev.Outcome, ev.Status = m.replay(w, r, res.Response, key, res.held)
 	case Mismatch:
 		ev.Outcome, ev.Status = m.problem(w, SituationMismatch.ProblemDoc(mismatchDetail(r, buf.Len()), key))
 	case InFlight:

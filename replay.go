@@ -303,8 +303,10 @@ const decodeCost = 128 << 10
 // carry one coding, seldom two.
 const maxReplayCodings = 2
 
-// replay writes a stored answer and returns the outcome and status.
-func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Response, key string) (string, int) {
+// replay writes a stored answer and returns the outcome and status. held
+// is what the engine already took of the request's replay gate to read the
+// answer (Result.held), which covers its body.
+func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Response, key string, held int64) (string, int) {
 	if resp.NotReplayable != "" {
 		w.Header().Set("Idempotency-Original-Status", strconv.Itoa(resp.Status))
 		return m.problem(w, SituationNotReplayable.ProblemDoc(fmt.Sprintf("The request with this Idempotency-Key completed with status %d, but its answer was not kept (%s), so it cannot be replayed. It will not run again.", resp.Status, resp.NotReplayable), key))
@@ -320,12 +322,12 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Respon
 	if decode && len(codings) <= maxReplayCodings {
 		cost += decodeCost * int64(len(codings))
 	}
-	if gate := replaygate.From(r.Context()); gate != nil {
-		if !gate.Acquire(cost) {
-			w.Header().Set("Retry-After", "1")
-			return m.problem(w, SituationBusy.ProblemDoc("The server holds as many replays as it may while clients read them; this one was not written. Retry with the same key.", key))
+	if gate := replaygate.From(r.Context()); gate != nil && cost > held {
+		took, ok := replaygate.Take(gate, cost-held)
+		if !ok {
+			return m.replayBusy(w, key)
 		}
-		defer gate.Release(cost)
+		defer gate.Release(took)
 	}
 	size := int64(len(resp.Body))
 	if decode {
@@ -385,3 +387,19 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Respon
 
 // writerOnly hides a writer's ReadFrom, so that CopyBuffer uses its buffer.
 type writerOnly struct{ io.Writer }
+
+// replayGate is the replay gate r's context carries, for the engine to
+// read large answers within it; none in observe mode, which replays
+// nothing.
+func replayGate(r *http.Request, pol *Policy) replaygate.Gate {
+	if pol.Observe {
+		return nil
+	}
+	return replaygate.From(r.Context())
+}
+
+// replayBusy answers 503 busy to a replay its gate had no room for.
+func (m *middleware) replayBusy(w http.ResponseWriter, key string) (string, int) {
+	w.Header().Set("Retry-After", "1")
+	return m.problem(w, SituationBusy.ProblemDoc("The server holds as many replays as it may while clients read them; this one was not written. Retry with the same key.", key))
+}

@@ -91,10 +91,12 @@ func (e *Engine) opened(ctx context.Context, res Result, err error) (Result, err
 		return res, err
 	}
 	if err := e.open(ctx, res.Record); err != nil {
+		res.releaseReplay()
 		return Result{}, err
 	}
 	if res.Outcome == Replayed {
 		res.Response = res.Record.Response
+		res.keepReplay()
 	}
 	return res, nil
 }

@@ -17,6 +17,7 @@ import (
 
 var _ idemstore.Store = (*Store)(nil)
 var _ idemstore.Notifier = (*Store)(nil)
+var _ idemstore.ResponseReader = (*Store)(nil)
 
 // ErrFull is returned by Reserve of a new key when the store is at
 // Config.MaxRecords or Config.MaxBytes and holds no completed record it
@@ -321,7 +322,7 @@ func (s *Store) reserve(p idemstore.ReserveParams, now time.Time, size int64) (r
 	// that expired at or before now is left to find.
 	sh.evictExpired(s, now)
 	if old := sh.lookup(h, p.Key); old != nil {
-		return copyRecord(old, now), false, false
+		return copyRecordInline(old, now, p.InlineResponse), false, false
 	}
 	if !s.admit(size) {
 		return nil, false, true
@@ -374,6 +375,29 @@ func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, 
 		return nil, idemstore.ErrNotFound
 	}
 	return copyRecord(e, s.now()), nil
+}
+
+// ReadResponse returns the answer of the record for key while it is
+// completed under token and its retention has not ended; otherwise
+// idemstore.ErrNotFound (see idemstore.ResponseReader). The answer is
+// decoded outside the shard's lock: the encoded bytes of a completed
+// record never change.
+func (s *Store) ReadResponse(ctx context.Context, key idemstore.Key, token string) (*idemstore.Response, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	sh, h := s.locate(key)
+	sh.mu.Lock()
+	e := sh.lookup(h, key)
+	var b []byte
+	if e != nil && e.rec.State == idemstore.StateCompleted && e.rec.Token == token && !expired(e, s.now()) {
+		b = e.resp
+	}
+	sh.mu.Unlock()
+	if b == nil {
+		return nil, idemstore.ErrNotFound
+	}
+	return decodeResponse(b), nil
 }
 
 // drop deletes e, whose key hashes to h, and reports whether it was still

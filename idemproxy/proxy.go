@@ -75,7 +75,7 @@ type Proxy struct {
 	bodies *idem.BodyBudget
 	// replays bounds the stored answers held while clients read them
 	// (Config.MaxReplayMemory).
-	replays *replayBudget
+	replays *idem.Budget
 	// maxDecoded is Config.MaxDecodedReplay, fixed at New.
 	maxDecoded int64
 }
@@ -113,7 +113,7 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 		fpKey: derive(opts.ScopeSecret, "fingerprint"), findings: newFindingLog(opts.Logger),
 		problemBase: cfg.ProblemBaseURL, writeTimeout: cfg.ClientWriteTimeout.d(),
 		bodies:       idem.NewBodyBudget(cfg.MaxBodyMemory),
-		replays:      &replayBudget{max: cfg.MaxReplayMemory},
+		replays:      idem.NewBudget(cfg.MaxReplayMemory),
 		maxDecoded:   cfg.MaxDecodedReplay,
 		upstreamName: cfg.UpstreamName, legacy: *cfg.LegacyOperations,
 	}

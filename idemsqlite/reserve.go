@@ -48,7 +48,7 @@ func (s *Store) reserveOnce(ctx context.Context, q querier, p idemstore.ReserveP
 	if n == 1 {
 		return nil, true, nil
 	}
-	rec, err := s.get(ctx, q, p.Key)
+	rec, err := s.getInline(ctx, q, p.Key, p.InlineResponse)
 	if errors.Is(err, idemstore.ErrNotFound) {
 		return nil, false, nil // released between the insert and the read
 	}

@@ -66,6 +66,14 @@ func (q dbQuerier) QueryRowContext(ctx context.Context, query string, args ...an
 	return q.c.db.QueryRowContext(ctx, query, args...)
 }
 
+// QueryContext runs a query that returns rows, prepared.
+func (q dbQuerier) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := q.c.get(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return q.c.db.QueryContext(ctx, query, args...)
+}
+
 // txQuerier runs statements in a batch's transaction, prepared: each
 // statement is bound to the transaction once per batch.
 type txQuerier struct {

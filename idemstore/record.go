@@ -65,8 +65,15 @@ type Record struct {
 	// LeaseUntil is when the current lease expires by the store's clock,
 	// unless it is extended.
 	LeaseUntil time.Time
-	// Response is the stored answer of a completed record; nil otherwise.
+	// Response is the stored answer of a completed record; nil otherwise,
+	// and nil when ResponseSize is set.
 	Response *Response
+	// ResponseSize, when positive, says that the record is completed and
+	// its answer was left out of it (ReserveParams.InlineResponse): the
+	// answer is ResponseSize bytes as the store keeps it (encoded, and
+	// sealed where the engine seals), and ResponseReader.ReadResponse reads
+	// it. Zero otherwise.
+	ResponseSize int64
 	// Reason says why a record needs review, or how it was resolved.
 	Reason string
 	// Request describes the request that reserved the key, for operators

@@ -199,6 +199,14 @@ type ReserveParams struct {
 	// that search index ScopeLabelIndex of it. Stores without
 	// Capabilities.Search may drop it.
 	ScopeLabel string
+	// InlineResponse, when positive, lets a store that implements
+	// ResponseReader leave out of the record it returns a stored answer
+	// longer than InlineResponse bytes as the store keeps it: the record
+	// then has a nil Response and its ResponseSize set, and the caller
+	// reads the answer with ReadResponse once it has room for it (see
+	// ResponseReader). Zero, and a store without ResponseReader, return
+	// every answer whole.
+	InlineResponse int
 }
 
 // CompleteParams are the arguments of Store.Complete and of the drivers'

@@ -72,6 +72,7 @@ func Exercise(t *testing.T, h Harness) {
 		{"Purge", testPurge},
 		{"Payload", testPayload},
 		{"ResponseNotKept", testResponseNotKept},
+		{"ResponseReader", testResponseReader},
 		{"Keys", testKeys},
 		{"Errors", testErrors},
 		{"Unavailable", testUnavailable},

@@ -50,6 +50,8 @@ type Op struct {
 	Fingerprint string
 	Request     *idemstore.Request
 	ScopeLabel  string
+	// InlineResponse: Reserve (idemstore.ReserveParams.InlineResponse).
+	InlineResponse int
 	// Lease: Reserve and Extend.
 	Lease time.Duration
 	// Response and Retention: Complete.
@@ -85,7 +87,7 @@ const (
 
 // ReserveOp returns the Op of Store.Reserve(p).
 func ReserveOp(p idemstore.ReserveParams) *Op {
-	return &Op{Kind: Reserve, Key: p.Key, Token: p.Token, Fingerprint: p.Fingerprint, Lease: p.Lease, Request: p.Request, ScopeLabel: p.ScopeLabel}
+	return &Op{Kind: Reserve, Key: p.Key, Token: p.Token, Fingerprint: p.Fingerprint, Lease: p.Lease, Request: p.Request, ScopeLabel: p.ScopeLabel, InlineResponse: p.InlineResponse}
 }
 
 // CompleteOp returns the Op of Store.Complete(p).
@@ -128,7 +130,7 @@ func CompareKeys(a, b idemstore.Key) int {
 
 // ReserveParams returns the arguments of the Reserve op stands for.
 func (op *Op) ReserveParams() idemstore.ReserveParams {
-	return idemstore.ReserveParams{Key: op.Key, Fingerprint: op.Fingerprint, Token: op.Token, Lease: op.Lease, Request: op.Request, ScopeLabel: op.ScopeLabel}
+	return idemstore.ReserveParams{Key: op.Key, Fingerprint: op.Fingerprint, Token: op.Token, Lease: op.Lease, Request: op.Request, ScopeLabel: op.ScopeLabel, InlineResponse: op.InlineResponse}
 }
 
 // CompleteParams returns the arguments of the Complete op stands for.

@@ -1,17 +1,28 @@
-// Package replaygate carries a bound on the stored answers being written
-// to clients at once, from a front door that keeps one (idem serve's
-// max_replay_memory) to the middleware that writes replays, through the
-// request's context.
+// Package replaygate carries a bound on the stored answers held in memory
+// at once while they are read from the store and written to clients, from
+// a front door that keeps one (idem serve's max_replay_memory, an
+// *idem.Budget) to the middleware and the engine, through the request's
+// context.
 package replaygate
 
 import "context"
 
-// Gate admits a replay that holds n bytes in memory while it is written,
-// or refuses it (the caller answers 503 busy). A replay it admitted gives
-// its bytes back with Release once written, or once its client was cut off.
+// Gate admits a replay that holds n bytes in memory, or refuses it (the
+// caller answers 503 busy). *idem.Budget implements it. A replay it
+// admitted gives its bytes back with Release once written, or once its
+// client was cut off.
 type Gate interface {
-	Acquire(n int64) bool
+	TryAcquire(n int64) bool
 	Release(n int64)
+	Max() int64
+}
+
+// Take takes n bytes of g, or all of g when n is more than g holds, so
+// that a replay larger than the whole budget is written when it is alone
+// rather than never. It returns what it took, for Release.
+func Take(g Gate, n int64) (took int64, ok bool) {
+	n = min(n, g.Max())
+	return n, g.TryAcquire(n)
 }
 
 type key struct{}

@@ -1,0 +1,115 @@
+package idemstoretest
+
+import (
+	"bytes"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/idem-dev/idem/idemstore"
+)
+
+// testResponseReader checks stores that read large answers apart
+// (idemstore.ResponseReader): Reserve leaves out only answers longer than
+// InlineResponse, and ReadResponse returns the answer its record named or
+// ErrNotFound, never another one stored for the key since.
+func testResponseReader(t *testing.T, h Harness) {
+	s := h.New(t)
+	rr, ok := s.(idemstore.ResponseReader)
+	if !ok {
+		t.Skip("the store does not implement idemstore.ResponseReader")
+	}
+	const inline = 1 << 10
+	large := &idemstore.Response{Status: 201, Header: http.Header{"Content-Type": {"application/octet-stream"}, "X-A": {"1", "2"}}, Body: bytes.Repeat([]byte("0123456789abcdef"), 4<<10)}
+	small := &idemstore.Response{Status: 200, Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("small")}
+
+	// completed reserves and completes name with resp, and returns the
+	// record as stored.
+	completed := func(f *fixture, name string, resp *idemstore.Response) *idemstore.Record {
+		return f.complete(f.reserve(f.key(name), leaseLive), resp, time.Hour)
+	}
+	// again reserves the existing key with InlineResponse inline.
+	again := func(f *fixture, k idemstore.Key, inline int) *idemstore.Record {
+		t.Helper()
+		rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + k.Key, Token: newToken(), Lease: leaseLive, InlineResponse: inline})
+		if err != nil || created || rec == nil {
+			t.Fatalf("Reserve of a completed key: %v, created %v, %v", rec, created, err)
+		}
+		return rec
+	}
+
+	t.Run("LargeLeftOut", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		stored := completed(f, "large", large)
+		rec := again(f, stored.Key, inline)
+		if rec.Response != nil || rec.ResponseSize <= int64(len(large.Body)) || rec.State != idemstore.StateCompleted || rec.Token != stored.Token {
+			t.Fatalf("Reserve with InlineResponse %d of a %d-byte answer: state %s token %q response %s size %d; want completed, %q, none, more than the body",
+				inline, len(large.Body), rec.State, rec.Token, summary(rec.Response), rec.ResponseSize, stored.Token)
+		}
+		got, err := rr.ReadResponse(f.ctx(), rec.Key, rec.Token)
+		if err != nil {
+			t.Fatalf("ReadResponse: %v", err)
+		}
+		if d := diffResponse(got, large); d != "" {
+			t.Fatalf("ReadResponse: %s", d)
+		}
+		got.Body[0] = 'X' // the caller's own: the store keeps its answer
+		if got, _ := rr.ReadResponse(f.ctx(), rec.Key, rec.Token); got == nil || got.Body[0] != '0' {
+			t.Fatal("changing ReadResponse's answer changed the stored one")
+		}
+		if rec := again(f, stored.Key, 0); rec.ResponseSize != 0 || diffResponse(rec.Response, large) != "" {
+			t.Fatalf("Reserve without InlineResponse left the answer out: size %d, response %s", rec.ResponseSize, summary(rec.Response))
+		}
+	})
+	t.Run("SmallKept", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		stored := completed(f, "small", small)
+		rec := again(f, stored.Key, inline)
+		if rec.ResponseSize != 0 {
+			t.Fatalf("a %d-byte answer was left out under InlineResponse %d", len(small.Body), inline)
+		}
+		if d := diffResponse(rec.Response, small); d != "" {
+			t.Fatalf("Reserve with InlineResponse: %s", d)
+		}
+	})
+	t.Run("NotFound", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		// Never stored.
+		_, err := rr.ReadResponse(f.ctx(), f.key("missing"), newToken())
+		requireErrIs(t, err, idemstore.ErrNotFound, "ReadResponse of a missing key")
+		// Pending, under its own token.
+		p := f.reserve(f.key("pending"), leaseLive)
+		_, err = rr.ReadResponse(f.ctx(), p.Key, p.Token)
+		requireErrIs(t, err, idemstore.ErrNotFound, "ReadResponse of a pending record")
+		// Needs review.
+		rv := f.escalate(f.reserve(f.key("review"), leaseLive), "unknown")
+		_, err = rr.ReadResponse(f.ctx(), rv.Key, rv.Token)
+		requireErrIs(t, err, idemstore.ErrNotFound, "ReadResponse of a record in review")
+		// Another token.
+		c := completed(f, "other", large)
+		_, err = rr.ReadResponse(f.ctx(), c.Key, newToken())
+		requireErrIs(t, err, idemstore.ErrNotFound, "ReadResponse under another token")
+	})
+	t.Run("DeletedAndStoredAgain", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, s)
+		first := completed(f, "again", large)
+		head := again(f, first.Key, inline)
+		if err := s.Delete(f.ctx(), idemstore.DeleteParams{Key: first.Key, Token: first.Token}); err != nil {
+			t.Fatalf("Delete: %v", err)
+		}
+		_, err := rr.ReadResponse(f.ctx(), head.Key, head.Token)
+		requireErrIs(t, err, idemstore.ErrNotFound, "ReadResponse of a deleted record")
+		other := &idemstore.Response{Status: 202, Body: bytes.Repeat([]byte("z"), len(large.Body))}
+		second := completed(f, "again", other)
+		_, err = rr.ReadResponse(f.ctx(), head.Key, head.Token)
+		requireErrIs(t, err, idemstore.ErrNotFound, "ReadResponse, under the first token, of a key completed again")
+		got, err := rr.ReadResponse(f.ctx(), second.Key, second.Token)
+		if err != nil || diffResponse(got, other) != "" {
+			t.Fatalf("ReadResponse under the second token: %s, %v", summary(got), err)
+		}
+	})
+}

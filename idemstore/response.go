@@ -1,0 +1,27 @@
+package idemstore
+
+import "context"
+
+// ResponseReader is implemented by stores that can leave a large stored
+// answer out of the record Reserve returns (ReserveParams.InlineResponse)
+// and read it apart, later. The engine uses it to bound the memory of
+// replays: a front door that keeps a budget of the answers held at once
+// (idem serve's max_replay_memory) has the engine take a large answer's
+// share of it before the answer is read, so that many retries of a large
+// answer read it only as fast as the budget lets them, rather than all at
+// once before any of them is known to be a replay.
+//
+// The answer a record names does not change while it is completed (nothing
+// leaves completed but expiry and deletion, and a completed record keeps
+// its token): ReadResponse is fenced by that token, so that it returns the
+// answer the record named or nothing, never the answer of a record stored
+// for the same key after it was deleted or purged.
+type ResponseReader interface {
+	// ReadResponse returns the answer stored for key, which must still be
+	// completed under token (Record.Token). It returns an error wrapping
+	// ErrNotFound when it is not: deleted, purged, or completed again
+	// under another token since the record was read. The caller then reads
+	// the record again. Like Get, the Response is the caller's: the store
+	// shares nothing mutable with it.
+	ReadResponse(ctx context.Context, key Key, token string) (*Response, error)
+}

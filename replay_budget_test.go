@@ -1,0 +1,431 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemmem"
+	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/replaygate"
+)
+
+// readCountingStore is a memory store that counts the answer bytes it
+// hands out, whole in Reserve's records or through ReadResponse, and lets
+// a test act just before ReadResponse reads (a purge, a blip, a client
+// gone).
+type readCountingStore struct {
+	*idemmem.Store
+	handedOut atomic.Int64
+	reads     atomic.Int32
+	// beforeRead, if set, runs before each ReadResponse; an error it
+	// returns is ReadResponse's.
+	beforeRead func(ctx context.Context, key idemstore.Key, token string) error
+}
+
+func (s *readCountingStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	rec, created, err := s.Store.Reserve(ctx, p)
+	if rec != nil && rec.Response != nil {
+		s.handedOut.Add(int64(len(rec.Response.Body)))
+	}
+	return rec, created, err
+}
+
+func (s *readCountingStore) ReadResponse(ctx context.Context, key idemstore.Key, token string) (*idemstore.Response, error) {
+	s.reads.Add(1)
+	if s.beforeRead != nil {
+		if err := s.beforeRead(ctx, key, token); err != nil {
+			return nil, err
+		}
+	}
+	resp, err := s.Store.ReadResponse(ctx, key, token)
+	if resp != nil {
+		s.handedOut.Add(int64(len(resp.Body)))
+	}
+	return resp, err
+}
+
+// stallWriter is a client that does not read its answer: its first Write
+// of a 2xx answer blocks until release is closed (then takes all, or, with
+// fail, half of it and an error, as a connection cut by its write timeout
+// does).
+type stallWriter struct {
+	h       http.Header
+	status  int
+	body    bytes.Buffer
+	once    sync.Once
+	wrote   chan struct{} // closed at the first Write
+	release chan struct{}
+	fail    bool
+}
+
+func newStallWriter() *stallWriter {
+	return &stallWriter{h: http.Header{}, wrote: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (w *stallWriter) Header() http.Header { return w.h }
+func (w *stallWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+
+func (w *stallWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	if w.status >= 300 { // a problem document: small, the kernel takes it
+		return w.body.Write(b)
+	}
+	w.once.Do(func() { close(w.wrote) })
+	<-w.release
+	if w.fail {
+		w.body.Write(b[:len(b)/2])
+		return len(b) / 2, errors.New("write timeout")
+	}
+	return w.body.Write(b)
+}
+
+// budgetRig is the middleware over a readCountingStore, whose handler
+// answers 201 with an answer of size bytes naming its run, and whose
+// requests carry gate, as idem serve's do.
+type budgetRig struct {
+	store *readCountingStore
+	e     *idem.Engine
+	h     http.Handler
+	gate  *idem.Budget
+	runs  atomic.Int32
+	size  int
+}
+
+func newBudgetRig(t *testing.T, size int, budget int64, ecfg idem.EngineConfig) *budgetRig {
+	t.Helper()
+	rg := &budgetRig{store: &readCountingStore{Store: idemmem.MustNew(idemmem.Config{})}, gate: idem.NewBudget(budget), size: size}
+	t.Cleanup(func() { rg.store.Close() })
+	ecfg.Logger = slog.New(slog.DiscardHandler)
+	e, err := idem.NewEngine(rg.store, ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg.e = e
+	rg.h = idem.Middleware(e, idem.Config{Scope: idem.GlobalScope})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(rg.answer(int(rg.runs.Add(1))))
+	}))
+	return rg
+}
+
+// answer is the body of the handler's run n.
+func (rg *budgetRig) answer(n int) []byte {
+	prefix := fmt.Sprintf("run %d;", n)
+	return append([]byte(prefix), bytes.Repeat([]byte("x"), rg.size-len(prefix))...)
+}
+
+// request is a protected POST with key, carrying the rig's gate.
+func (rg *budgetRig) request(ctx context.Context, key string) *http.Request {
+	r := httptest.NewRequestWithContext(replaygate.With(ctx, rg.gate), http.MethodPost, "/pay", strings.NewReader(`{"amount":1}`))
+	r.Header.Set("Content-Type", "application/json")
+	r.Header.Set("Idempotency-Key", key)
+	return r
+}
+
+// ask sends key and returns the answer whole.
+func (rg *budgetRig) ask(t *testing.T, key string) *httptest.ResponseRecorder {
+	t.Helper()
+	w := httptest.NewRecorder()
+	rg.h.ServeHTTP(w, rg.request(t.Context(), key))
+	return w
+}
+
+// wantEmpty requires that nothing is left held of the gate.
+func (rg *budgetRig) wantEmpty(t *testing.T) {
+	t.Helper()
+	if used := rg.gate.Used(); used != 0 {
+		t.Errorf("%d bytes of the replay budget still held once every request was done", used)
+	}
+}
+
+// Retries of a large stored answer whose clients do not read it hold at
+// most the replay budget's worth of answers: the engine reads an answer
+// from the store only once the budget admitted it, and the retries it did
+// not admit get 503 busy without their answer ever read. Before, every
+// retry read the answer (400 clients, 400 answers) before the budget was
+// asked.
+func TestReplayReadsLargeAnswersWithinTheBudget(t *testing.T) {
+	t.Parallel()
+	const size, n = 64 << 10, 16
+	rg := newBudgetRig(t, size, 4*size, idem.EngineConfig{})
+	if w := rg.ask(t, "k"); w.Code != http.StatusCreated {
+		t.Fatalf("first answer %d", w.Code)
+	}
+	rg.store.handedOut.Store(0)
+
+	type result struct {
+		w       *stallWriter
+		stalled bool
+	}
+	events := make(chan result, 2*n)
+	writers := make([]*stallWriter, n)
+	var wg sync.WaitGroup
+	for i := range writers {
+		w := newStallWriter()
+		writers[i] = w
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() {
+				select {
+				case <-w.wrote:
+					events <- result{w, true}
+				case <-done:
+				}
+			}()
+			rg.h.ServeHTTP(w, rg.request(t.Context(), "k"))
+			close(done)
+			select {
+			case <-w.wrote: // reported as stalled
+			default:
+				events <- result{w, false}
+			}
+		})
+	}
+	stalled, refused := 0, 0
+	for range n {
+		ev := <-events
+		if ev.stalled {
+			stalled++
+			continue
+		}
+		refused++
+		if ev.w.status != http.StatusServiceUnavailable || ev.w.h.Get("Idempotency-Outcome") != idem.SituationBusy.Name {
+			t.Errorf("a retry that was not written: %d %q; want 503 busy", ev.w.status, ev.w.h.Get("Idempotency-Outcome"))
+		}
+	}
+	// Every retry is now stalled in its write or was refused.
+	if stalled == 0 || int64(stalled)*size > rg.gate.Max() {
+		t.Errorf("%d replays held at once, of %d bytes each, within a budget of %d", stalled, size, rg.gate.Max())
+	}
+	if got, want := rg.store.handedOut.Load(), int64(stalled)*size; got != want {
+		t.Errorf("the store handed out %d bytes of answers to %d stalled and %d refused retries; want %d, the stalled ones' alone", got, stalled, refused, want)
+	}
+	for _, w := range writers {
+		close(w.release)
+	}
+	wg.Wait()
+	for _, w := range writers {
+		if w.status == http.StatusCreated && !bytes.Equal(w.body.Bytes(), rg.answer(1)) {
+			t.Errorf("a replay wrote %d bytes that are not the stored answer", w.body.Len())
+		}
+	}
+	if n := rg.runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+	rg.wantEmpty(t)
+}
+
+// A record deleted (or purged) between the read that found it completed
+// and the read of its answer is missing, as for a retry that came a moment
+// later: the retry reserves the key and runs, and gets its own answer,
+// never the deleted one's. A record deleted and stored again meanwhile
+// replays the answer stored again.
+func TestReplayOfARecordGoneBeforeItsAnswerIsRead(t *testing.T) {
+	t.Parallel()
+	const size = 32 << 10
+	t.Run("Deleted", func(t *testing.T) {
+		t.Parallel()
+		rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+		rg.ask(t, "k")
+		var once sync.Once
+		rg.store.beforeRead = func(ctx context.Context, key idemstore.Key, token string) error {
+			var err error
+			once.Do(func() { err = rg.store.Delete(ctx, idemstore.DeleteParams{Key: key, Token: token}) })
+			return err
+		}
+		w := rg.ask(t, "k")
+		if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "" || !bytes.Equal(w.Body.Bytes(), rg.answer(2)) {
+			t.Fatalf("retry of a record deleted before its answer was read: %d, replayed %q, body %.8q; want the second run's answer",
+				w.Code, w.Header().Get("Idempotent-Replayed"), w.Body.String())
+		}
+		if n := rg.runs.Load(); n != 2 {
+			t.Errorf("the handler ran %d times, want 2", n)
+		}
+		rg.wantEmpty(t)
+	})
+	t.Run("StoredAgain", func(t *testing.T) {
+		t.Parallel()
+		rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+		rg.ask(t, "k")
+		other := bytes.Repeat([]byte("o"), size)
+		var once sync.Once
+		rg.store.beforeRead = func(ctx context.Context, key idemstore.Key, token string) error {
+			var err error
+			once.Do(func() {
+				rec, gerr := rg.store.Get(ctx, key)
+				if gerr != nil {
+					err = gerr
+					return
+				}
+				if err = rg.store.Delete(ctx, idemstore.DeleteParams{Key: key, Token: token}); err != nil {
+					return
+				}
+				p := idemstore.ReserveParams{Key: key, Fingerprint: rec.Fingerprint, Token: "other-token", Lease: rec.LeaseUntil.Sub(rec.CreatedAt) + 1}
+				if _, _, err = rg.store.Store.Reserve(ctx, p); err != nil {
+					return
+				}
+				err = rg.store.Complete(ctx, idemstore.CompleteParams{Key: key, Token: "other-token", Retention: 1 << 40,
+					Response: &idemstore.Response{Status: http.StatusAccepted, Body: other}})
+			})
+			return err
+		}
+		w := rg.ask(t, "k")
+		if w.Code != http.StatusAccepted || !bytes.Equal(w.Body.Bytes(), other) {
+			t.Fatalf("retry of a record stored again before its answer was read: %d, body %.8q; want the answer stored again", w.Code, w.Body.String())
+		}
+		if n := rg.runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+		if n := rg.store.reads.Load(); n != 2 {
+			t.Errorf("%d reads of an answer, want 2 (the deleted one's, then the one stored again)", n)
+		}
+		rg.wantEmpty(t)
+	})
+}
+
+// A store that fails to read an answer it found (a blip), or a client
+// gone while it is read, is answered as a failed Begin: 503 and not run,
+// or nothing; the budget is given back, and the next retry replays.
+func TestReplayReadFailsAfterTheRecordWasFound(t *testing.T) {
+	t.Parallel()
+	const size = 32 << 10
+	t.Run("Blip", func(t *testing.T) {
+		t.Parallel()
+		rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+		rg.ask(t, "k")
+		var fail atomic.Bool
+		fail.Store(true)
+		rg.store.beforeRead = func(context.Context, idemstore.Key, string) error {
+			if fail.Swap(false) {
+				return fmt.Errorf("connection reset: %w", idemstore.ErrUnavailable)
+			}
+			return nil
+		}
+		w := rg.ask(t, "k")
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Idempotency-Outcome") != idem.SituationUnavailable.Name {
+			t.Fatalf("a blip reading the answer: %d %q; want 503 unavailable", w.Code, w.Header().Get("Idempotency-Outcome"))
+		}
+		rg.wantEmpty(t)
+		if w := rg.ask(t, "k"); w.Code != http.StatusCreated || !bytes.Equal(w.Body.Bytes(), rg.answer(1)) {
+			t.Errorf("the retry after the blip: %d; want the stored answer", w.Code)
+		}
+		if n := rg.runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+		rg.wantEmpty(t)
+	})
+	t.Run("ClientGone", func(t *testing.T) {
+		t.Parallel()
+		rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+		rg.ask(t, "k")
+		ctx, cancel := context.WithCancel(t.Context())
+		rg.store.beforeRead = func(rctx context.Context, _ idemstore.Key, _ string) error {
+			cancel()
+			return rctx.Err()
+		}
+		w := httptest.NewRecorder()
+		rg.h.ServeHTTP(w, rg.request(ctx, "k"))
+		if w.Body.Len() != 0 && w.Code == http.StatusCreated {
+			t.Errorf("a client gone while its answer was read was written %d bytes", w.Body.Len())
+		}
+		rg.wantEmpty(t)
+		if n := rg.runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+	})
+}
+
+// Whatever becomes of many concurrent replays (written, refused, cut off
+// half way by their client's write timeout, their client gone while the
+// answer was read, the store failing the read, the answer not opening),
+// the replay budget is all given back.
+func TestReplayBudgetIsGivenBackOnEveryPath(t *testing.T) {
+	t.Parallel()
+	const size, n = 16 << 10, 48
+	rg := newBudgetRig(t, size, 5*size, idem.EngineConfig{Sealer: keyring(t, "k1")})
+	rg.ask(t, "k")
+	var calls atomic.Int32
+	rg.store.beforeRead = func(ctx context.Context, _ idemstore.Key, _ string) error {
+		switch calls.Add(1) % 4 {
+		case 1:
+			return idemstore.ErrUnavailable
+		case 2:
+			return ctx.Err() // nil unless the client is gone
+		}
+		return nil
+	}
+	// A second engine, without the key that sealed the answer, on the same
+	// store: the answer it reads does not open.
+	e2, err := idem.NewEngine(rg.store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealedOut := idem.Middleware(e2, idem.Config{Scope: idem.GlobalScope})(http.NotFoundHandler())
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			w := newStallWriter()
+			h := rg.h
+			switch i % 4 {
+			case 0:
+				w.fail = true // cut off half way
+			case 1:
+				cancel() // gone before its answer is read
+			case 2:
+				h = sealedOut
+			}
+			close(w.release)
+			h.ServeHTTP(w, rg.request(ctx, "k"))
+			if i%4 == 2 && w.status != http.StatusInternalServerError && w.status != http.StatusServiceUnavailable {
+				t.Errorf("a replay of an answer that does not open: %d; want 500 (or 503 busy)", w.status)
+			}
+		})
+	}
+	wg.Wait()
+	if n := rg.store.reads.Load(); n == 0 {
+		t.Error("no answer was read apart from its record")
+	}
+	if n := rg.runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+	rg.wantEmpty(t)
+}
+
+// A large answer stored coded and replayed decoded to a retry that does
+// not accept the coding, through a sealed store: the bytes the client
+// gets are the answer's, and the budget is given back.
+func TestReplayReadApartIsTheStoredAnswer(t *testing.T) {
+	t.Parallel()
+	const size = 64 << 10
+	rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{Sealer: keyring(t, "k1")})
+	rg.ask(t, "k")
+	for range 3 {
+		w := rg.ask(t, "k")
+		if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" || !bytes.Equal(w.Body.Bytes(), rg.answer(1)) {
+			t.Fatalf("replay %d, replayed %q, %d bytes; want the stored answer", w.Code, w.Header().Get("Idempotent-Replayed"), w.Body.Len())
+		}
+		rg.wantEmpty(t)
+	}
+	if n := rg.store.reads.Load(); n != 3 {
+		t.Errorf("%d answers read apart from their record, want 3", n)
+	}
+}

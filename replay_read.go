@@ -1,0 +1,96 @@
+package idem
+
+import (
+	"context"
+	"errors"
+
+	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/replaygate"
+)
+
+// Reading large answers within the replay budget. A retry is known to be a
+// replay only once Reserve finds the completed record, so a store that
+// returned the record whole would hold every retry's answer in memory
+// before any budget was asked: 400 retries of a 1 MiB answer, 400 MiB.
+// When the request carries a replay gate (idem serve's max_replay_memory)
+// and the store implements idemstore.ResponseReader, Reserve returns an
+// answer longer than inlineResponse without it, and readReplay reads it
+// only once the gate admitted it, fenced by the record's token: the
+// answer the record named, or, if the record was deleted or purged
+// meanwhile (and perhaps stored again for the same key), a new round of
+// Begin, exactly as if the retry had come a moment later. A short answer
+// comes back with its record, in one round trip, and the middleware
+// charges it before it writes it.
+
+// inlineResponse is the largest stored answer (as stored: encoded, and
+// sealed) that Reserve returns with its record when the request carries a
+// replay gate: about what each connection holds anyway (its buffers and
+// its goroutine's stack).
+const inlineResponse = 8 << 10
+
+// readCharge is how many times its stored size a large answer is charged
+// while it is read and opened: the bytes the store's driver hands over and
+// the decoded (or opened) copy, before the first is dropped.
+const readCharge = 2
+
+// errReplayBusy is Begin's error for a replay its request's gate had no
+// room for (the middleware answers 503 busy).
+var errReplayBusy = errors.New("idem: no room left for the replay")
+
+// inlineResponse is ReserveParams.InlineResponse for r: inlineResponse
+// when its answers are read within a gate, 0 (whole) otherwise.
+func (r *Request) inlineResponse(e *Engine) int {
+	if r.replays == nil || e.responses == nil {
+		return 0
+	}
+	return inlineResponse
+}
+
+// readReplay reads the answer Reserve left out of res.Record, once the
+// request's gate admitted it. retry reports that the record no longer
+// holds that answer, for Begin to reserve again. The Replayed result holds
+// its share of the gate, for the middleware to give back (releaseReplay).
+func (e *Engine) readReplay(ctx context.Context, req Request, res Result) (_ Result, retry bool, _ error) {
+	rec := res.Record
+	if req.replays == nil || e.responses == nil {
+		// A store that left the answer out unasked for.
+		return Result{}, false, errors.New("idem: the store left an answer out of a record unasked")
+	}
+	took, ok := replaygate.Take(req.replays, readCharge*rec.ResponseSize)
+	if !ok {
+		return Result{}, false, errReplayBusy
+	}
+	resp, err := e.responses.ReadResponse(ctx, rec.Key, rec.Token)
+	if err != nil {
+		req.replays.Release(took)
+		if errors.Is(err, idemstore.ErrNotFound) {
+			return Result{}, true, nil // deleted or purged since: what is there now?
+		}
+		return Result{}, false, err
+	}
+	rec.Response, rec.ResponseSize = resp, 0
+	res.Response = resp
+	res.gate, res.held = req.replays, took
+	return res, false, nil
+}
+
+// keepReplay gives back what res held while its answer was read and
+// opened, beyond the answer itself, which the middleware holds while it
+// writes it.
+func (res *Result) keepReplay() {
+	if res.gate == nil || res.Response == nil {
+		return
+	}
+	keep := min(int64(len(res.Response.Body)), res.held)
+	res.gate.Release(res.held - keep)
+	res.held = keep
+}
+
+// releaseReplay gives back what res holds of its request's replay gate.
+// It may be called more than once.
+func (res *Result) releaseReplay() {
+	if res.gate != nil {
+		res.gate.Release(res.held)
+		res.gate, res.held = nil, 0
+	}
+}
