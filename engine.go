@@ -134,10 +134,7 @@ type Engine struct {
 	store    idemstore.Store // traced when cfg.TracerProvider is set
 	given    idemstore.Store // as passed to NewEngine
 	notifier idemstore.Notifier
-	// responses reads the answers Reserve left out (readReplay); nil when
-	// the store cannot.
-	responses idemstore.ResponseReader
-	cfg       EngineConfig
+	cfg      EngineConfig
 
 	tokenPrefix uint64
 	tokenSeq    atomic.Uint64
@@ -171,7 +168,6 @@ func NewEngine(store idemstore.Store, cfg EngineConfig) (*Engine, error) {
 	if n, ok := store.(idemstore.Notifier); ok && store.Capabilities().Notify {
 		e.notifier = n
 	}
-	e.responses, _ = store.(idemstore.ResponseReader)
 	var seed [8]byte
 	if _, err := rand.Read(seed[:]); err != nil {
 		return nil, fmt.Errorf("idem: seeding lease tokens: %w", err)
@@ -410,7 +406,7 @@ func (e *Engine) try(ctx context.Context, req Request) (Result, error) {
 			Request:     req.Info,
 			ScopeLabel:  req.ScopeLabel,
 			// Large answers are read once the replay gate admits them.
-			InlineResponse: req.inlineResponse(e),
+			InlineResponse: req.inlineResponse(),
 		})
 		if err != nil {
 			// The insert may have committed before the error (a lost reply,

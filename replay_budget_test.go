@@ -101,7 +101,8 @@ func (w *stallWriter) Write(b []byte) (int, error) {
 type budgetRig struct {
 	store *readCountingStore
 	e     *idem.Engine
-	h     http.Handler
+	h     http.Handler // the middleware over next
+	next  http.Handler
 	gate  *idem.Budget
 	runs  atomic.Int32
 	size  int
@@ -117,11 +118,12 @@ func newBudgetRig(t *testing.T, size int, budget int64, ecfg idem.EngineConfig) 
 		t.Fatal(err)
 	}
 	rg.e = e
-	rg.h = idem.Middleware(e, idem.Config{Scope: idem.GlobalScope})(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rg.next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(http.StatusCreated)
 		w.Write(rg.answer(int(rg.runs.Add(1))))
-	}))
+	})
+	rg.h = idem.Middleware(e, idem.Config{Scope: idem.GlobalScope})(rg.next)
 	return rg
 }
 
@@ -428,4 +430,31 @@ func TestReplayReadApartIsTheStoredAnswer(t *testing.T) {
 	if n := rg.store.reads.Load(); n != 3 {
 		t.Errorf("%d answers read apart from their record, want 3", n)
 	}
+}
+
+// A wrapper of the store that passes InlineResponse on but hides
+// ReadResponse (one written before it existed) still replays large
+// answers: they are read through Get once admitted.
+func TestReplayThroughAWrapperThatHidesReadResponse(t *testing.T) {
+	t.Parallel()
+	const size = 64 << 10
+	rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+	e, err := idem.NewEngine(struct{ idemstore.Store }{rg.store}, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rg.h = idem.Middleware(e, idem.Config{Scope: idem.GlobalScope})(rg.next)
+	rg.ask(t, "k")
+	rg.store.handedOut.Store(0)
+	w := rg.ask(t, "k")
+	if n := rg.store.handedOut.Load(); n != 0 {
+		t.Errorf("Reserve handed out %d bytes of the answer through the wrapper; want it left out, and read once admitted", n)
+	}
+	if w.Code != http.StatusCreated || w.Header().Get("Idempotent-Replayed") != "true" || !bytes.Equal(w.Body.Bytes(), rg.answer(1)) {
+		t.Fatalf("replay through the wrapper: %d, replayed %q, %d bytes", w.Code, w.Header().Get("Idempotent-Replayed"), w.Body.Len())
+	}
+	if n := rg.store.reads.Load(); n != 0 {
+		t.Errorf("%d reads through the hidden ReadResponse", n)
+	}
+	rg.wantEmpty(t)
 }

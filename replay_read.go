@@ -13,8 +13,8 @@ import (
 // returned the record whole would hold every retry's answer in memory
 // before any budget was asked: 400 retries of a 1 MiB answer, 400 MiB.
 // When the request carries a replay gate (idem serve's max_replay_memory)
-// and the store implements idemstore.ResponseReader, Reserve returns an
-// answer longer than inlineResponse without it, and readReplay reads it
+// and the store can (idemstore.ResponseReader), Reserve returns an answer
+// longer than inlineResponse without it, and readReplay reads it
 // only once the gate admitted it, fenced by the record's token: the
 // answer the record named, or, if the record was deleted or purged
 // meanwhile (and perhaps stored again for the same key), a new round of
@@ -39,8 +39,8 @@ var errReplayBusy = errors.New("idem: no room left for the replay")
 
 // inlineResponse is ReserveParams.InlineResponse for r: inlineResponse
 // when its answers are read within a gate, 0 (whole) otherwise.
-func (r *Request) inlineResponse(e *Engine) int {
-	if r.replays == nil || e.responses == nil {
+func (r *Request) inlineResponse() int {
+	if r.replays == nil {
 		return 0
 	}
 	return inlineResponse
@@ -52,7 +52,7 @@ func (r *Request) inlineResponse(e *Engine) int {
 // its share of the gate, for the middleware to give back (releaseReplay).
 func (e *Engine) readReplay(ctx context.Context, req Request, res Result) (_ Result, retry bool, _ error) {
 	rec := res.Record
-	if req.replays == nil || e.responses == nil {
+	if req.replays == nil {
 		// A store that left the answer out unasked for.
 		return Result{}, false, errors.New("idem: the store left an answer out of a record unasked")
 	}
@@ -60,7 +60,7 @@ func (e *Engine) readReplay(ctx context.Context, req Request, res Result) (_ Res
 	if !ok {
 		return Result{}, false, errReplayBusy
 	}
-	resp, err := e.responses.ReadResponse(ctx, rec.Key, rec.Token)
+	resp, err := idemstore.ReadResponse(ctx, e.store, rec.Key, rec.Token)
 	if err != nil {
 		req.replays.Release(took)
 		if errors.Is(err, idemstore.ErrNotFound) {

@@ -106,6 +106,15 @@ func (ts *tracedStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (
 	return rec, created, err
 }
 
+// ReadResponse implements idemstore.ResponseReader, through the wrapped
+// store's (a store without it never leaves an answer out).
+func (ts *tracedStore) ReadResponse(ctx context.Context, key idemstore.Key, token string) (*idemstore.Response, error) {
+	ctx, span := ts.start(ctx, "idem.store.read_response", &key)
+	resp, err := idemstore.ReadResponse(ctx, ts.s, key, token)
+	end(span, err)
+	return resp, err
+}
+
 func (ts *tracedStore) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
 	ctx, span := ts.start(ctx, "idem.store.get", &key)
 	rec, err := ts.s.Get(ctx, key)

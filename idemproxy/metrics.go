@@ -177,10 +177,11 @@ const (
 	opList
 	opPurge
 	opDelete
+	opReadResponse
 	numOps
 )
 
-var opNames = [numOps]string{"reserve", "get", "complete", "release", "escalate", "extend", "takeover", "resolve", "list_expired", "list", "purge", "delete"}
+var opNames = [numOps]string{"reserve", "get", "complete", "release", "escalate", "extend", "takeover", "resolve", "list_expired", "list", "purge", "delete", "read_response"}
 
 type instrumentedStore struct {
 	s   idemstore.Store
@@ -250,6 +251,16 @@ func (is *instrumentedStore) Resolve(ctx context.Context, p idemstore.ResolvePar
 	err := is.s.Resolve(ctx, p)
 	is.observe(opResolve, t, err)
 	return err
+}
+
+// ReadResponse implements idemstore.ResponseReader, through the wrapped
+// store's, so that the engine reads large answers apart (a store without
+// it never leaves one out).
+func (is *instrumentedStore) ReadResponse(ctx context.Context, key idemstore.Key, token string) (*idemstore.Response, error) {
+	t := time.Now()
+	resp, err := idemstore.ReadResponse(ctx, is.s, key, token)
+	is.observe(opReadResponse, t, err)
+	return resp, err
 }
 
 func (is *instrumentedStore) Delete(ctx context.Context, p idemstore.DeleteParams) error {

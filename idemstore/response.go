@@ -1,6 +1,9 @@
 package idemstore
 
-import "context"
+import (
+	"context"
+	"fmt"
+)
 
 // ResponseReader is implemented by stores that can leave a large stored
 // answer out of the record Reserve returns (ReserveParams.InlineResponse)
@@ -24,4 +27,24 @@ type ResponseReader interface {
 	// the record again. Like Get, the Response is the caller's: the store
 	// shares nothing mutable with it.
 	ReadResponse(ctx context.Context, key Key, token string) (*Response, error)
+}
+
+// ReadResponse reads the answer stored for key under token as
+// ResponseReader.ReadResponse does, through s's own ReadResponse when it
+// has one, or else through Get, checking the record's state and token. A
+// wrapper of stores (metrics, tracing) implements ResponseReader with it
+// whatever it wraps, so that a store behind another wrapper that hides
+// ReadResponse but passes InlineResponse on is still read right.
+func ReadResponse(ctx context.Context, s Store, key Key, token string) (*Response, error) {
+	if rr, ok := s.(ResponseReader); ok {
+		return rr.ReadResponse(ctx, key, token)
+	}
+	rec, err := s.Get(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if rec.State != StateCompleted || rec.Token != token || rec.Response == nil {
+		return nil, fmt.Errorf("%w: the record no longer holds the answer stored under that token", ErrNotFound)
+	}
+	return rec.Response, nil
 }

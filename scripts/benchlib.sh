@@ -32,3 +32,25 @@ ensure_wrk() {
 		sudo apt-get install -y -qq wrk >/dev/null
 	fi
 }
+
+# run_rss_tool TOOL [ARGS...] builds idem serve (or takes IDEM_BIN, an
+# older build, for a before/after comparison) and internal/tools/TOOL, and
+# runs TOOL ROUNDS times (default 3, a fresh process each) with -idem,
+# -conns CONNS and -size SIZE, each of its runs printing its figures; ARGS
+# go to idem serve. The memory scripts (scripts/body-rss.sh,
+# scripts/replay-rss.sh) set CONNS and SIZE defaults and call it.
+run_rss_tool() {
+	local tool=$1 bin
+	shift
+	rss_tmp=$(mktemp -d)
+	trap 'rm -rf "$rss_tmp"' EXIT
+	bin=${IDEM_BIN:-}
+	if [ -z "$bin" ]; then
+		bin=$rss_tmp/idem
+		go build -o "$bin" ./cmd/idem
+	fi
+	go build -o "$rss_tmp/$tool" "./internal/tools/$tool"
+	for _ in $(seq "${ROUNDS:-3}"); do
+		"$rss_tmp/$tool" -idem "$bin" -conns "$CONNS" -size "$SIZE" "${RSS_TOOL_FLAGS[@]}" -- "$@"
+	done
+}

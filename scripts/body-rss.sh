@@ -15,17 +15,8 @@
 #                           for a before/after comparison)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/benchlib.sh
 CONNS=${CONNS:-40}
 SIZE=${SIZE:-1048576}
-ROUNDS=${ROUNDS:-3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-bin=${IDEM_BIN:-}
-if [ -z "$bin" ]; then
-	bin=$tmp/idem
-	go build -o "$bin" ./cmd/idem
-fi
-go build -o "$tmp/bodyrss" ./internal/tools/bodyrss
-for _ in $(seq "$ROUNDS"); do
-	"$tmp/bodyrss" -idem "$bin" -conns "$CONNS" -size "$SIZE" -- "$@"
-done
+RSS_TOOL_FLAGS=()
+run_rss_tool bodyrss "$@"

@@ -7,25 +7,21 @@
 #
 #   scripts/replay-rss.sh                                  # this checkout, the defaults
 #   scripts/replay-rss.sh --max-replay-memory 16777216     # flags after the script go to idem serve
+#   STORE=memory:// scripts/replay-rss.sh                  # the memory store
 #
 # Environment:
 #   CONNS=400 SIZE=1048576  the clients and the stored answer's size
+#   STORE=url               the store (default: SQLite, idem serve's default, in a temporary directory)
 #   ROUNDS=3                runs (a fresh process each); the figures of every run are printed
 #   IDEM_BIN=path           measure this binary instead of building ./cmd/idem (an older build,
 #                           for a before/after comparison)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/benchlib.sh
 CONNS=${CONNS:-400}
 SIZE=${SIZE:-1048576}
-ROUNDS=${ROUNDS:-3}
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-bin=${IDEM_BIN:-}
-if [ -z "$bin" ]; then
-	bin=$tmp/idem
-	go build -o "$bin" ./cmd/idem
+RSS_TOOL_FLAGS=()
+if [ -n "${STORE:-}" ]; then
+	RSS_TOOL_FLAGS=(-store "$STORE")
 fi
-go build -o "$tmp/replayrss" ./internal/tools/replayrss
-for _ in $(seq "$ROUNDS"); do
-	"$tmp/replayrss" -idem "$bin" -conns "$CONNS" -size "$SIZE" -- "$@"
-done
+run_rss_tool replayrss "$@"

@@ -30,9 +30,10 @@ type lazy struct {
 }
 
 var (
-	_ idemstore.Store         = (*lazy)(nil)
-	_ idemstore.Notifier      = (*lazy)(nil)
-	_ idemstore.BatchReporter = (*lazy)(nil)
+	_ idemstore.Store          = (*lazy)(nil)
+	_ idemstore.Notifier       = (*lazy)(nil)
+	_ idemstore.BatchReporter  = (*lazy)(nil)
+	_ idemstore.ResponseReader = (*lazy)(nil)
 )
 
 func newLazy(t *Target, opts Options) *lazy {
@@ -135,6 +136,16 @@ func (l *lazy) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, e
 		return nil, err
 	}
 	return s.Get(ctx, key)
+}
+
+// ReadResponse reads through the real store's ReadResponse, or its Get
+// (idemstore.ReadResponse).
+func (l *lazy) ReadResponse(ctx context.Context, key idemstore.Key, token string) (*idemstore.Response, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return idemstore.ReadResponse(ctx, s, key, token)
 }
 
 func (l *lazy) Complete(ctx context.Context, p idemstore.CompleteParams) error {

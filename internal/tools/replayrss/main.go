@@ -95,14 +95,22 @@ func main() {
 	}
 	after := toolproc.Settled(pid, *settle)
 	refused := 0
+	statuses := map[string]int{}
 	for _, c := range held {
 		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
-		if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil && resp.StatusCode == http.StatusServiceUnavailable {
-			refused++
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		switch {
+		case err != nil:
+			statuses["none"]++
+		default:
+			statuses[resp.Status[:3]+"/"+resp.Header.Get("Idempotency-Outcome")]++
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				refused++
+			}
 		}
 	}
-	fmt.Printf("conns=%d size=%d refused=%d rss_before=%.1fMiB rss_held=%.1fMiB peak_rss=%.1fMiB\n",
-		*conns, *size, refused, toolproc.MiB(base.RSS), toolproc.MiB(after.RSS), toolproc.MiB(after.HWM))
+	fmt.Printf("conns=%d size=%d refused=%d rss_before=%.1fMiB rss_held=%.1fMiB peak_rss=%.1fMiB answers=%v\n",
+		*conns, *size, refused, toolproc.MiB(base.RSS), toolproc.MiB(after.RSS), toolproc.MiB(after.HWM), statuses)
 	for _, c := range held {
 		c.Close()
 	}
