@@ -142,13 +142,16 @@ type Config struct {
 	// must be more than every route's max_body. Defaults to 64 MiB.
 	MaxBodyMemory int64 `yaml:"max_body_memory"`
 	// MaxReplayMemory bounds the bytes of stored answers held in memory
-	// while they are written to clients (replays), across all requests: a
-	// replay counts for its stored body (and 128 KiB more when it is
-	// decoded for a client that does not accept its Content-Encoding) from
-	// the moment it starts to be written until the client has taken it or
-	// was cut off (ClientWriteTimeout). A replay that would go over gets
-	// 503 with Retry-After (busy), unwritten; its key is untouched. It must
-	// be at least 2 MiB (the largest stored answer, 1 MiB, decoded).
+	// while they are read from the store and written to clients
+	// (replays), across all requests: a replay counts for its stored body
+	// (and 128 KiB more when it is decoded for a client that does not
+	// accept its Content-Encoding) until the client has taken it or was
+	// cut off (ClientWriteTimeout), and, with a store that reads answers
+	// apart from their records (SQLite, memory), an answer over 8 KiB
+	// counts for twice its stored size while it is read, before it is
+	// read. A replay that would go over gets 503 with Retry-After (busy),
+	// unwritten and, on such a store, unread; its key is untouched. It
+	// must be at least 2 MiB (the largest stored answer, 1 MiB, decoded).
 	// Defaults to 64 MiB.
 	MaxReplayMemory int64 `yaml:"max_replay_memory"`
 	// MaxDecodedReplay bounds the size a stored answer with a
@@ -162,9 +165,10 @@ type Config struct {
 	// wait in the listen queue until one closes. Size it from the memory
 	// the host gives idem serve (see docs/capacity.md): each open
 	// connection holds some 20 KiB of its own, on top of the request
-	// bodies (MaxBodyMemory) and replays (MaxReplayMemory) it may hold,
-	// and a retry of a completed key reads its stored answer from the store
-	// before either budget is asked. Defaults to 0: no limit.
+	// bodies (MaxBodyMemory) and replays (MaxReplayMemory) it may hold;
+	// on the PostgreSQL, MySQL and Redis stores a retry of a completed key
+	// also reads its stored answer whole before either budget is asked.
+	// Defaults to 0: no limit.
 	MaxConnections int `yaml:"max_connections"`
 
 	// MergeSlashes makes runs of '/' in a request's path one ("//pay" is

@@ -42,7 +42,8 @@ func withProbes(next http.Handler, draining func() bool) http.Handler {
 func (p *Proxy) Draining() bool { return p.closing.Load() }
 
 // watchProxy adds the gauges read from p at each scrape:
-// idem_proxy_body_memory_bytes and idem_proxy_body_memory_limit_bytes.
+// idem_proxy_body_memory_bytes and idem_proxy_body_memory_limit_bytes, and
+// idem_proxy_replay_memory_bytes and idem_proxy_replay_memory_limit_bytes.
 // Call it at most once per Metrics: a second registration panics.
 func (m *Metrics) watchProxy(p *Proxy) {
 	m.Registry.MustRegister(
@@ -54,6 +55,14 @@ func (m *Metrics) watchProxy(p *Proxy) {
 			Name: "idem_proxy_body_memory_limit_bytes",
 			Help: "The max_body_memory setting: bytes of protected request bodies that may be held in memory at once.",
 		}, func() float64 { return float64(p.bodies.Max()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "idem_proxy_replay_memory_bytes",
+			Help: "Bytes of stored answers held in memory now while they are read from the store and written to clients, against idem_proxy_replay_memory_limit_bytes (max_replay_memory); a replay that does not fit gets 503 busy.",
+		}, func() float64 { return float64(p.replays.Used()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "idem_proxy_replay_memory_limit_bytes",
+			Help: "The max_replay_memory setting: bytes of stored answers that may be held in memory at once while clients read their replays.",
+		}, func() float64 { return float64(p.replays.Max()) }),
 	)
 }
 
