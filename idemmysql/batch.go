@@ -258,7 +258,9 @@ func insertReserves(ctx context.Context, tx *sql.Tx, reserves []*groupcommit.Op)
 	}
 	// Some keys existed: read which records are ours.
 	b = stmt{}
-	b.add("SELECT " + recordColumns + " FROM idem_records WHERE ")
+	b.add("SELECT " + inlineBefore)
+	b.caseLit(reserves, func(op *groupcommit.Op) int64 { return inlineLimit(op.InlineResponse) })
+	b.add(inlineAfter + " FROM idem_records WHERE ")
 	b.keys(reserves)
 	rows, err := tx.QueryContext(ctx, b.String(), b.args...)
 	if err != nil {
@@ -266,12 +268,14 @@ func insertReserves(ctx context.Context, tx *sql.Tx, reserves []*groupcommit.Op)
 	}
 	defer rows.Close()
 	found := make(map[idemstore.Key]*idemstore.Record, len(reserves))
+	sizes := make(map[idemstore.Key]sql.NullInt64, len(reserves))
 	for rows.Next() {
-		rec, err := scanRecord(rows)
+		var size sql.NullInt64
+		rec, err := scanRecord(extraColumn{rows, &size})
 		if err != nil {
 			return err
 		}
-		found[rec.Key] = rec
+		found[rec.Key], sizes[rec.Key] = rec, size
 	}
 	if err := rows.Err(); err != nil {
 		return err
@@ -282,6 +286,7 @@ func insertReserves(ctx context.Context, tx *sql.Tx, reserves []*groupcommit.Op)
 		case rec.Token == op.Token:
 			op.Created = true
 		default:
+			leftOut(rec, sizes[op.Key], op.InlineResponse)
 			op.Record = rec
 		}
 	}

@@ -76,7 +76,7 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 		if err = interpretError(ctx, err); !errors.Is(err, errDuplicate) {
 			return nil, false, err
 		}
-		rec, err := s.Get(ctx, p.Key)
+		rec, err := s.getInline(ctx, p.Key, p.InlineResponse)
 		if errors.Is(err, idemstore.ErrNotFound) {
 			return nil, false, nil
 		}

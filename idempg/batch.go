@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -173,14 +174,16 @@ func reserveArrays(ops []*groupcommit.Op) []any {
 		leases                   = make([]time.Duration, len(ops))
 		requests                 = make([][]byte, len(ops))
 		labels, labelIndexes     = make([]string, len(ops)), make([]string, len(ops))
+		inlines                  = make([]int32, len(ops))
 	)
 	for i, op := range ops {
 		scopes[i], operations[i], keys[i] = op.Key.Scope, op.Key.Operation, op.Key.Key
 		fingerprints[i], tokens[i], leases[i] = op.Fingerprint, op.Token, op.Lease
 		requests[i] = idemstore.EncodeRequest(op.Request)
 		labels[i], labelIndexes[i] = op.ScopeLabel, idemstore.ScopeLabelIndex(op.ScopeLabel)
+		inlines[i] = int32(min(op.InlineResponse, math.MaxInt32))
 	}
-	return []any{scopes, operations, keys, fingerprints, tokens, leases, requests, labels, labelIndexes}
+	return []any{scopes, operations, keys, fingerprints, tokens, leases, requests, labels, labelIndexes, inlines}
 }
 
 // completeArrays returns completeMany's arguments for ops, with the
@@ -243,7 +246,7 @@ func readReserved(br pgx.BatchResults, ops []*groupcommit.Op) error {
 		return err
 	}
 	defer rows.Close()
-	dest := make([]any, 1+recordColumnCount)
+	dest := make([]any, 1+recordColumnCount+1) // created, the record, its answer's length
 	for i, op := range ops {
 		if !rows.Next() {
 			if err := rows.Err(); err != nil {
@@ -262,9 +265,11 @@ func readReserved(br pgx.BatchResults, ops []*groupcommit.Op) error {
 			return err
 		}
 		if !created && scope != nil {
-			if rec, err = scanRecord(afterFirst{rows}); err != nil {
+			var size *int64
+			if rec, err = scanRecord(extraColumn{afterFirst{rows}, &size}); err != nil {
 				return err
 			}
+			leftOut(rec, size, op.InlineResponse)
 		}
 		op.Record, op.Created = rec, created
 	}

@@ -638,7 +638,7 @@ SELECT 'tenant', 'POST /charges', 'k' || g, 'fp', CASE WHEN g % 2 = 0 THEN 'pend
 		t.Fatal(err)
 	}
 	for _, q := range []struct{ name, sql, args string }{
-		{"reserveMany", reserveMany, `'{tenant,tenant}', '{POST /charges,POST /charges}', '{k2,new}', '{fp,fp}', '{t,u}', '{1 minute,1 minute}', '{NULL,NULL}', '{"",acct}', '{"",acct}'`},
+		{"reserveMany", reserveMany, `'{tenant,tenant}', '{POST /charges,POST /charges}', '{k2,new}', '{fp,fp}', '{t,u}', '{1 minute,1 minute}', '{NULL,NULL}', '{"",acct}', '{"",acct}', '{8192,0}'`},
 		{"completeMany", completeMany, `'{tenant,tenant}', '{POST /charges,POST /charges}', '{k2,k4}', '{t2,t4}', '{NULL,NULL}', '{1 hour,1 hour}', 'idem', '{p,q}'`},
 	} {
 		name := "idem_attack_" + q.name + "_" + randomHex(4)

@@ -22,6 +22,16 @@ GREATEST(COALESCE(r.updated_at, r.created_at), l.updated_at), r.expires_at, r.re
 // recordColumnCount is the number of columns of recordColumns.
 const recordColumnCount = 15
 
+// inlineColumns is recordColumns with an answer longer than {inline}
+// bytes (when it is positive) left out (NULL), and the answer's length
+// last, for idemstore.ReserveParams.InlineResponse. octet_length reads a
+// stored value's length without detoasting it.
+const inlineColumns = `r.scope, r.operation, r.key, r.fingerprint, r.state, r.token,
+COALESCE(l.lease_until, r.lease_until) AS lease_until,
+CASE WHEN {inline} > 0 AND octet_length(r.response) > {inline} THEN NULL ELSE r.response END, r.reason, r.created_at,
+GREATEST(COALESCE(r.updated_at, r.created_at), l.updated_at), r.expires_at, r.request, r.scope_label, statement_timestamp(),
+octet_length(r.response)`
+
 // heartbeatJoin matches a record r with the heartbeat l of its current
 // lease, if it is pending and has one.
 const heartbeatJoin = `l.scope = r.scope AND l.operation = r.operation AND l.key = r.key
@@ -53,7 +63,8 @@ AND l.token = r.token AND r.state = 'pending'`
 // that changed nothing returns no row, which is how the callers detect a
 // lost lease.
 type queries struct {
-	reserve, reserveMany, get, pending, state        string
+	reserve, reserveMany, get, getInline, pending    string
+	state, readResponse                              string
 	complete, completeTx, completeMany               string
 	release, escalate, extend                        string
 	lock, releaseExpired, escalateExpired, takeover  string
@@ -71,7 +82,7 @@ func buildQueries(schema string, notify bool) queries {
 	id := func(name string) string { return pgx.Identifier{schema, name}.Sanitize() }
 	r := strings.NewReplacer(
 		"{t}", id("idem_records"), "{l}", id("idem_leases"), "{w}", id("idem_waiters"),
-		"{cols}", recordColumns, "{hb}", heartbeatJoin, "{now}", "statement_timestamp()",
+		"{cols}", recordColumns, "{inlineCols}", inlineColumns, "{hb}", heartbeatJoin, "{now}", "statement_timestamp()",
 		"{fence}", `r.scope = $1 AND r.operation = $2 AND r.key = $3 AND r.state = 'pending' AND r.token = $4`,
 		"{key}", `r.scope = $1 AND r.operation = $2 AND r.key = $3`,
 		// The effective deadline of the pending record r, under the lock
@@ -126,20 +137,25 @@ ON CONFLICT (scope, operation, key) DO NOTHING`),
 		// or was committed after the statement's snapshot: the caller then
 		// tries again). A second round trip to read a conflicting record
 		// would cost the whole batch a wait.
-		reserveMany: r.Replace(`WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[], $7::bytea[], $8::text[], $9::text[])
-    WITH ORDINALITY AS i(scope, operation, key, fingerprint, token, lease, request, scope_label, label_index, n)),
+		reserveMany: strings.Replace(r.Replace(`WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::interval[], $7::bytea[], $8::text[], $9::text[], $10::int[])
+    WITH ORDINALITY AS i(scope, operation, key, fingerprint, token, lease, request, scope_label, label_index, inline, n)),
 ins AS (INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request, scope_label, label_index)
     SELECT scope, operation, key, fingerprint, 'pending', token, {now} + lease, {now}, {now}, request, NULLIF(scope_label, ''), NULLIF(label_index, '') FROM i ORDER BY n
     ON CONFLICT (scope, operation, key) DO NOTHING RETURNING scope, operation, key)
 SELECT ins.key IS NOT NULL, rec.* FROM i
 LEFT JOIN ins ON ins.scope = i.scope AND ins.operation = i.operation AND ins.key = i.key
-LEFT JOIN LATERAL (SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb}
+LEFT JOIN LATERAL (SELECT {inlineCols} FROM {t} r LEFT JOIN {l} l ON {hb}
     WHERE r.scope = i.scope AND r.operation = i.operation AND r.key = i.key AND ins.key IS NULL
     OFFSET 0) rec ON true
-ORDER BY i.n`),
-		get:     r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key}`),
-		pending: r.Replace(`SELECT FROM {t} r WHERE {fence}`),
-		state:   r.Replace(`SELECT r.state, r.token FROM {t} r WHERE {key}`),
+ORDER BY i.n`), "{inline}", "i.inline", -1),
+		get: r.Replace(`SELECT {cols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key}`),
+		// getInline is get for Reserve, $4 its InlineResponse.
+		getInline: strings.Replace(r.Replace(`SELECT {inlineCols} FROM {t} r LEFT JOIN {l} l ON {hb} WHERE {key}`), "{inline}", "$4::int", -1),
+		// readResponse is idemstore.ResponseReader's read: the answer
+		// completed under the token $4.
+		readResponse: r.Replace(`SELECT r.response FROM {t} r WHERE {key} AND r.state = 'completed' AND r.token = $4`),
+		pending:      r.Replace(`SELECT FROM {t} r WHERE {fence}`),
+		state:        r.Replace(`SELECT r.state, r.token FROM {t} r WHERE {key}`),
 
 		complete: r.Replace(complete) + tail(7, "false", false),
 		// completeMany is complete for a round of a batch, in one

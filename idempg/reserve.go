@@ -3,6 +3,7 @@ package idempg
 import (
 	"context"
 	"errors"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -87,12 +88,18 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 	// statement of its own, whose snapshot is taken after the insert's.
 	b = pgx.Batch{}
 	b.Queue("ROLLBACK")
-	b.Queue(s.q.get, k.Scope, k.Operation, k.Key)
+	b.Queue(s.q.getInline, k.Scope, k.Operation, k.Key, min(p.InlineResponse, math.MaxInt32))
 	br = conn.SendBatch(ctx, &b)
 	_, err = br.Exec()
-	var rec *idemstore.Record
+	var (
+		rec  *idemstore.Record
+		size *int64
+	)
 	if err == nil {
-		rec, err = scanRecord(br.QueryRow())
+		rec, err = scanRecord(extraColumn{br.QueryRow(), &size})
+	}
+	if err == nil {
+		leftOut(rec, size, p.InlineResponse)
 	}
 	gone := errors.Is(err, pgx.ErrNoRows)
 	if cerr := br.Close(); err == nil || gone {

@@ -147,7 +147,7 @@ type Config struct {
 	// (and 128 KiB more when it is decoded for a client that does not
 	// accept its Content-Encoding) until the client has taken it or was
 	// cut off (ClientWriteTimeout), and, with a store that reads answers
-	// apart from their records (SQLite, memory), an answer over 8 KiB
+	// apart from their records (all but Redis), an answer over 8 KiB
 	// counts for twice its stored size while it is read, before it is
 	// read. A replay that would go over gets 503 with Retry-After (busy),
 	// unwritten and, on such a store, unread; its key is untouched. It
@@ -166,8 +166,8 @@ type Config struct {
 	// the host gives idem serve (see docs/capacity.md): each open
 	// connection holds some 20 KiB of its own, on top of the request
 	// bodies (MaxBodyMemory) and replays (MaxReplayMemory) it may hold;
-	// on the PostgreSQL, MySQL and Redis stores a retry of a completed key
-	// also reads its stored answer whole before either budget is asked.
+	// on the Redis store a retry of a completed key also reads its stored
+	// answer whole before either budget is asked.
 	// Defaults to 0: no limit.
 	MaxConnections int `yaml:"max_connections"`
 

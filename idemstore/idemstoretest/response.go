@@ -3,6 +3,7 @@ package idemstoretest
 import (
 	"bytes"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,32 @@ func testResponseReader(t *testing.T, h Harness) {
 		if d := diffResponse(rec.Response, small); d != "" {
 			t.Fatalf("Reserve with InlineResponse: %s", d)
 		}
+	})
+	t.Run("Concurrent", func(t *testing.T) {
+		// Reserves of completed keys at once (which batching stores
+		// group): each large answer left out, each small one kept.
+		t.Parallel()
+		f := newFixture(t, s)
+		big, little := completed(f, "big", large), completed(f, "little", small)
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				want := big
+				if i%2 == 1 {
+					want = little
+				}
+				rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: want.Key, Fingerprint: "fp-" + want.Key.Key, Token: newToken(), Lease: leaseLive, InlineResponse: inline})
+				switch {
+				case err != nil || created || rec == nil:
+					t.Errorf("Reserve of a completed key: %v, %v", created, err)
+				case want == big && (rec.Response != nil || rec.ResponseSize == 0):
+					t.Errorf("a large answer reserved at once with others: response %s, size %d; want it left out", summary(rec.Response), rec.ResponseSize)
+				case want == little && (rec.ResponseSize != 0 || diffResponse(rec.Response, small) != ""):
+					t.Errorf("a small answer reserved at once with others: response %s, size %d; want it whole", summary(rec.Response), rec.ResponseSize)
+				}
+			})
+		}
+		wg.Wait()
 	})
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
