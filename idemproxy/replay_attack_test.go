@@ -21,6 +21,7 @@ import (
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemmem"
 	"github.com/idem-dev/idem/idemproxy"
+	"github.com/idem-dev/idem/idemstore"
 )
 
 // replayRig is idem serve's handler behind an http.Server, on a memory
@@ -35,6 +36,13 @@ type replayRig struct {
 }
 
 func newReplayRig(t *testing.T, yaml string, ecfg idem.EngineConfig, up http.HandlerFunc) *replayRig {
+	t.Helper()
+	return newReplayRigWith(t, yaml, ecfg, up, nil)
+}
+
+// newReplayRigWith is newReplayRig with the engine's store wrapped by
+// wrap, if set.
+func newReplayRigWith(t *testing.T, yaml string, ecfg idem.EngineConfig, up http.HandlerFunc, wrap func(idemstore.Store) idemstore.Store) *replayRig {
 	t.Helper()
 	rr := &replayRig{events: make(chan idem.Event, 64)}
 	us := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -51,7 +59,11 @@ func newReplayRig(t *testing.T, yaml string, ecfg idem.EngineConfig, up http.Han
 	t.Cleanup(func() { rr.store.Close() })
 	quiet := slog.New(slog.DiscardHandler)
 	ecfg.Logger = quiet
-	engine, err := idem.NewEngine(rr.store, ecfg)
+	var store idemstore.Store = rr.store
+	if wrap != nil {
+		store = wrap(store)
+	}
+	engine, err := idem.NewEngine(store, ecfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -384,6 +396,70 @@ func TestReplayMemoryIsBounded(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusCreated {
 			t.Fatalf("a replay after the slow client was cut off: %v, %v", resp, err)
 		}
+	}
+	if n := rr.runs.Load(); n != 1 {
+		t.Errorf("the upstream ran %d times, want 1", n)
+	}
+}
+
+// answerCounter is a store that counts the answer bytes it hands out,
+// whole in Reserve's records or read apart (ReadResponse).
+type answerCounter struct {
+	idemstore.Store
+	handedOut atomic.Int64
+}
+
+func (s *answerCounter) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	rec, created, err := s.Store.Reserve(ctx, p)
+	if rec != nil && rec.Response != nil {
+		s.handedOut.Add(int64(len(rec.Response.Body)))
+	}
+	return rec, created, err
+}
+
+func (s *answerCounter) ReadResponse(ctx context.Context, key idemstore.Key, token string) (*idemstore.Response, error) {
+	resp, err := idemstore.ReadResponse(ctx, s.Store, key, token)
+	if resp != nil {
+		s.handedOut.Add(int64(len(resp.Body)))
+	}
+	return resp, err
+}
+
+// A retry that max_replay_memory has no room for gets 503 busy without its
+// stored answer ever being read from the store: the proxy reads a large
+// answer only once the budget admitted it. Before, each retry read the
+// answer whole (the store's reservation returned it) and only then was
+// refused, so that 400 retries of a 1 MiB answer held 400 MiB.
+func TestReplayRefusedBusyIsNotRead(t *testing.T) {
+	t.Parallel()
+	const size = 12 << 20
+	big := bytes.Repeat([]byte("r"), size)
+	counter := &answerCounter{}
+	rr := newReplayRigWith(t, fmt.Sprintf("max_replay_memory: %d\n", 2*size+1<<20),
+		idem.EngineConfig{MaxResponseBody: size}, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/octet-stream")
+			w.WriteHeader(http.StatusCreated)
+			w.Write(big)
+		}, func(s idemstore.Store) idemstore.Store { counter.Store = s; return counter })
+	if first := rr.ask(t, "k"); first.Status != http.StatusCreated || len(first.Body) != size {
+		t.Fatalf("first answer: %d, %d bytes", first.Status, len(first.Body))
+	}
+	counter.handedOut.Store(0)
+	// One client asks and reads only the status line and headers: its
+	// replay holds its answer.
+	conn, br := rr.send(t, "k")
+	defer conn.Close()
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("held replay: %v, %v", resp, err)
+	}
+	// A second: reading its answer would hold it twice more.
+	got := rr.ask(t, "k")
+	if got.Status != http.StatusServiceUnavailable || got.Header.Get("Idempotency-Outcome") != "busy" {
+		t.Fatalf("a replay the budget has no room for: %d %q; want 503 busy", got.Status, got.Header.Get("Idempotency-Outcome"))
+	}
+	if n := counter.handedOut.Load(); n != size {
+		t.Errorf("the store handed out %d bytes of answers to the held replay and the refused one; want %d, the held one's alone", n, size)
 	}
 	if n := rr.runs.Load(); n != 1 {
 		t.Errorf("the upstream ran %d times, want 1", n)
