@@ -262,6 +262,37 @@ func TestReplayOfARecordGoneBeforeItsAnswerIsRead(t *testing.T) {
 		}
 		rg.wantEmpty(t)
 	})
+	t.Run("ReservedAgain", func(t *testing.T) {
+		// Deleted, and reserved by another request that is still at work:
+		// in flight, not run, not the deleted answer.
+		t.Parallel()
+		rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+		rg.ask(t, "k")
+		var once sync.Once
+		rg.store.beforeRead = func(ctx context.Context, key idemstore.Key, token string) error {
+			var err error
+			once.Do(func() {
+				rec, gerr := rg.store.Get(ctx, key)
+				if gerr != nil {
+					err = gerr
+					return
+				}
+				if err = rg.store.Delete(ctx, idemstore.DeleteParams{Key: key, Token: token}); err != nil {
+					return
+				}
+				_, _, err = rg.store.Store.Reserve(ctx, idemstore.ReserveParams{Key: key, Fingerprint: rec.Fingerprint, Token: "other-token", Lease: 1 << 40})
+			})
+			return err
+		}
+		w := rg.ask(t, "k")
+		if w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != idem.SituationInFlight.Name {
+			t.Fatalf("retry of a record reserved again before its answer was read: %d %q; want 409 in flight", w.Code, w.Header().Get("Idempotency-Outcome"))
+		}
+		if n := rg.runs.Load(); n != 1 {
+			t.Errorf("the handler ran %d times, want 1", n)
+		}
+		rg.wantEmpty(t)
+	})
 	t.Run("StoredAgain", func(t *testing.T) {
 		t.Parallel()
 		rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})

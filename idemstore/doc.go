@@ -16,6 +16,14 @@
 // Every driver must pass the conformance suite in package idemstoretest.
 // Third-party stores should run it too.
 //
+// Beyond the contract, a store may implement [Notifier] (waiters wake when
+// a record changes), [BatchReporter] (group commit), and [ResponseReader]
+// (a large stored answer is left out of the record Reserve returns and read
+// apart, once the caller has room for it: the replay budget of idem serve
+// then bounds the memory of many retries of a large answer). A wrapper of
+// stores implements ResponseReader with [ReadResponse], which falls back to
+// Get for a store that does not.
+//
 // Time belongs to the store. Callers pass durations (a lease, a retention),
 // never deadlines or their own "now": the store adds them to its own clock
 // (a database server's, Redis's TIME, or the one host's for SQLite and

@@ -119,6 +119,10 @@ func testResponseReader(t *testing.T, h Harness) {
 		c := completed(f, "other", large)
 		_, err = rr.ReadResponse(f.ctx(), c.Key, newToken())
 		requireErrIs(t, err, idemstore.ErrNotFound, "ReadResponse under another token")
+		// Another key's token: never that key's answer.
+		d := completed(f, "another", small)
+		_, err = rr.ReadResponse(f.ctx(), d.Key, c.Token)
+		requireErrIs(t, err, idemstore.ErrNotFound, "ReadResponse of a key under another key's token")
 	})
 	t.Run("DeletedAndStoredAgain", func(t *testing.T) {
 		t.Parallel()
