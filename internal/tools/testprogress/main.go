@@ -192,7 +192,8 @@ func (r *run) pkgEnded(ev event, p *pkgState) {
 		word, ev.Package, ev.Elapsed, p.passed, p.failed, p.skipped)
 }
 
-// heartbeat names the packages still running, longest first.
+// heartbeat names the packages still running, longest first (by name
+// among those that started together).
 func (r *run) heartbeat() {
 	if len(r.pkgs) == 0 {
 		return
@@ -202,7 +203,12 @@ func (r *run) heartbeat() {
 	for name := range r.pkgs {
 		names = append(names, name)
 	}
-	slices.SortFunc(names, func(a, b string) int { return r.pkgs[a].start.Compare(r.pkgs[b].start) })
+	slices.SortFunc(names, func(a, b string) int {
+		if c := r.pkgs[a].start.Compare(r.pkgs[b].start); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
 	parts := make([]string, len(names))
 	for i, name := range names {
 		p := r.pkgs[name]
