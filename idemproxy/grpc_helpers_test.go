@@ -190,16 +190,27 @@ type rpcEnv struct {
 // a payments upstream reached over h2c.
 func startRPC(t *testing.T, yaml string) *rpcEnv {
 	t.Helper()
-	env := &rpcEnv{pay: newPayments(), down: new(atomic.Bool)}
+	env := &rpcEnv{pay: newPayments()}
 	up := startUpstream(t, env.pay)
+	return env.start(t, "upstream: h2c://"+up+"\n"+yaml)
+}
+
+// start runs idem serve with yaml, which names the upstream.
+func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
+	t.Helper()
+	env.down = new(atomic.Bool)
 	mem := idemmem.MustNew(idemmem.Config{})
 	t.Cleanup(func() { mem.Close() })
 	env.store = downStore{Store: mem, down: env.down}
-	cfg, err := idemproxy.ParseConfig([]byte("upstream: h2c://" + up + "\nlisten: 127.0.0.1:0\nadmin: 127.0.0.1:0\nanonymous: shared\nwait: 5s\n" + yaml))
+	cfg, err := idemproxy.ParseConfig([]byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nanonymous: shared\nwait: 5s\n" + yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	env.srv = &idemproxy.Server{Config: cfg, Store: env.store, Logger: slog.New(slog.DiscardHandler)}
+	log := slog.New(slog.DiscardHandler)
+	if os.Getenv("IDEM_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	env.srv = &idemproxy.Server{Config: cfg, Store: env.store, Logger: log}
 	type addrs struct{ proxy, admin net.Addr }
 	ready := make(chan addrs, 1)
 	env.srv.Ready = func(p, a net.Addr) { ready <- addrs{p, a} }

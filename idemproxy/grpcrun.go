@@ -3,6 +3,7 @@ package idemproxy
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -66,11 +67,15 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 		out.Header.Set("Accept-Encoding", "identity")
 	}
 	limit := int64(rr.p.engine.Config().MaxResponseBody)
-	cw := &captureWriter{h: http.Header{}, limit: limit, client: w}
+	cw := &captureWriter{h: http.Header{}, limit: limit, client: w, framed: c.kind != rpcConnect}
 	rr.fwd.proxy(cw, out, x)
 
 	rtErr, bodyErr := x.errs()
 	method := r.URL.Path
+	if cw.streamed {
+		rr.streamedAnswer(r, lease, rtErr, bodyErr)
+		return
+	}
 	if rtErr != nil || bodyErr != nil {
 		rr.failed(w, r, c, lease, x, rtErr, bodyErr, context.Cause(ctx) == cause, deadline, cw.over)
 		return
@@ -326,6 +331,13 @@ type captureWriter struct {
 	limit  int64
 	over   bool
 	client http.ResponseWriter
+	// framed: the body is gRPC frames, counted as they come (next is
+	// where the next one starts); a second message makes the answer a
+	// stream (streamed), which passes through as over does.
+	framed   bool
+	next     int
+	messages int
+	streamed bool
 }
 
 func (c *captureWriter) Header() http.Header {
@@ -349,7 +361,10 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 		_, _ = c.client.Write(b) // a client that left: the upstream is read to its end anyway
 		return len(b), nil
 	}
-	if c.limit >= 0 && int64(c.body.Len()+len(b)) > c.limit {
+	if c.framed && c.secondMessage(b) {
+		c.streamed = true
+	}
+	if c.streamed || c.limit >= 0 && int64(c.body.Len()+len(b)) > c.limit {
 		c.over = true
 		status, header, _ := c.result()
 		for k, vs := range header {
@@ -363,6 +378,22 @@ func (c *captureWriter) Write(b []byte) (int, error) {
 	}
 	c.body.Write(b)
 	return len(b), nil
+}
+
+// secondMessage reports whether b, added to the body, starts a second
+// message: the call streams its answer.
+func (c *captureWriter) secondMessage(b []byte) bool {
+	body := append(c.body.Bytes()[:c.body.Len():c.body.Len()], b...)
+	for c.next+prefixLen <= len(body) {
+		if body[c.next]&flagTrailer == 0 {
+			c.messages++
+		}
+		c.next += prefixLen + int(binary.BigEndian.Uint32(body[c.next+1:c.next+prefixLen]))
+		if c.messages > 1 {
+			return true
+		}
+	}
+	return false
 }
 
 // FlushError lets ReverseProxy flush: nothing to do while the answer is
@@ -407,3 +438,21 @@ func (c *captureWriter) result() (status int, header, trailer http.Header) {
 type nopCloser struct{ *bytes.Reader }
 
 func (nopCloser) Close() error { return nil }
+
+// streamedAnswer settles the key of a call that turned out to stream its
+// answer (more than one message), which idem cannot know without the
+// method's descriptor: streams are never protected, so the key is
+// released, as if the call had carried none, and the call counted and
+// logged as a streaming call with a key. The stream passed through.
+func (rr *rpcRoute) streamedAnswer(r *http.Request, lease *idem.Lease, rtErr, bodyErr error) {
+	settlement := rr.fwd.settle(r.Context(), lease, true, "")
+	rr.count(idem.Acquired.String(), settlement)
+	rr.p.log.LogAttrs(r.Context(), slog.LevelWarn, "a call with an idempotency key streamed its answer; idem protects unary calls only, and released the key (give the method's descriptor, proto_descriptor_set, to pass such calls on unbuffered)",
+		slog.String("route", rr.label), slog.String("method", r.URL.Path), slog.String("key_digest", idem.KeyDigest(lease.Key())))
+	if rr.p.rpcMetrics != nil {
+		rr.p.rpcMetrics.streamKeys.WithLabelValues(rr.label).Inc()
+	}
+	if rtErr != nil || bodyErr != nil {
+		panic(http.ErrAbortHandler) // the stream broke: so does the client's
+	}
+}

@@ -265,10 +265,10 @@ func parseRPCAnswer(c rpcCall, status int, h http.Header, body []byte, trailer h
 			a.trailer[k] = vs
 		}
 	}
-	if a.st.Code != 0 && a.hasMsg {
-		// A message and then an error: not a unary answer idem can keep
-		// whole in its stored form.
-		return nil, errManyMessages
+	if a.st.Code != 0 {
+		// A message and then an error (grpcio sends the handler's return
+		// value so): a unary client gets the error only.
+		a.msg, a.hasMsg = nil, false
 	}
 	return a, nil
 }
