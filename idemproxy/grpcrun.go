@@ -97,7 +97,17 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 	}
 	cd := code.Code(a.st.GetCode())
 	settlement := ""
-	switch rr.policy.Settle(cd) {
+	how := rr.policy.Settle(cd)
+	switch a.httpStatus {
+	case 0:
+	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
+		how = rpccore.Release // as release_statuses reads them
+	case http.StatusBadGateway, http.StatusGatewayTimeout:
+		how = rpccore.Ambiguous // a gateway's failure: the call may have run
+	default:
+		how = rpccore.Store
+	}
+	switch how {
 	case rpccore.Release:
 		settlement = rr.fwd.settle(ctx, lease, true, "")
 	case rpccore.Ambiguous:

@@ -166,6 +166,9 @@ type rpcAnswer struct {
 	json   bool // msg is in protobuf's JSON form
 	// st is the status: code, message and details.
 	st *spb.Status
+	// httpStatus is the HTTP status of an upstream's answer that was not
+	// a gRPC one (a balancer's 503), else 0.
+	httpStatus int
 }
 
 // Reserved response headers: the protocol's own, set by whoever writes
@@ -202,6 +205,7 @@ func parseRPCAnswer(c rpcCall, status int, h http.Header, body []byte, trailer h
 		// An HTTP error instead of a gRPC answer (a balancer's 503): the
 		// code gRPC clients give it.
 		a.st = &spb.Status{Code: int32(grpcCodeOfHTTP(status)), Message: fmt.Sprintf("the upstream answered HTTP %d", status)}
+		a.httpStatus = status
 		return a, nil
 	}
 	fs, err := frames(body)
