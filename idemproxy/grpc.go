@@ -290,6 +290,10 @@ func (rr *rpcRoute) readBody(r *http.Request, c rpcCall) (body []byte, held int6
 // when the proxy has its method's, else only its bytes.
 func (rr *rpcRoute) decode(c rpcCall, body []byte, md protoreflect.MethodDescriptor) (msg proto.Message, raw []byte, fields *rpccore.KeyFields, st *spb.Status) {
 	bad := func(why string) *spb.Status {
+		if why == errTooLarge.Error() {
+			return rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBodyTooLarge.Name),
+				Message: "The request message is larger than this route's max_body once decompressed; it was not forwarded."}.Status()
+		}
 		return &spb.Status{Code: int32(code.Code_INVALID_ARGUMENT), Message: "idem: the request message cannot be read: " + why}
 	}
 	raw = body

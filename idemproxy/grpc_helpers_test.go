@@ -115,6 +115,20 @@ func (p *payments) Watch(_ context.Context, req *connect.Request[testpb.WatchReq
 func (p *payments) handler() http.Handler {
 	_, h := testpbconnect.NewPaymentsHandler(p)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/plain/") {
+			p.run("plain " + r.Method + " " + r.URL.Path + " " + r.Header.Get("X-Forwarded-Host"))
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "ok")
+			return
+		}
+		if r.Header.Get("X-Test-No-Status") != "" {
+			// A message, then the end of the stream without trailers.
+			p.run("nostatus")
+			w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
+			w.WriteHeader(http.StatusOK)
+			w.Write([]byte{0, 0, 0, 0, 0})
+			return
+		}
 		if r.Header.Get("X-Test-Reset") != "" {
 			p.run("reset")
 			w.Header().Set("Content-Type", r.Header.Get("Content-Type"))
@@ -202,7 +216,10 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 	mem := idemmem.MustNew(idemmem.Config{})
 	t.Cleanup(func() { mem.Close() })
 	env.store = downStore{Store: mem, down: env.down}
-	cfg, err := idemproxy.ParseConfig([]byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nanonymous: shared\nwait: 5s\n" + yaml))
+	if !strings.Contains(yaml, "wait:") {
+		yaml += "wait: 5s\n"
+	}
+	cfg, err := idemproxy.ParseConfig([]byte("listen: 127.0.0.1:0\nadmin: 127.0.0.1:0\nanonymous: shared\n" + yaml))
 	if err != nil {
 		t.Fatal(err)
 	}

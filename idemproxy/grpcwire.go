@@ -241,7 +241,10 @@ func parseRPCAnswer(c rpcCall, status int, h http.Header, body []byte, trailer h
 	if len(tr) == 0 || tr.Get("Grpc-Status") == "" {
 		// Trailers-only: the status came in the headers.
 		if h.Get("Grpc-Status") != "" {
+			// gRPC clients read the metadata of a trailers-only answer
+			// as trailers.
 			tr = h
+			a.header = http.Header{}
 		}
 	}
 	sv := tr.Get("Grpc-Status")
@@ -266,6 +269,8 @@ func parseRPCAnswer(c rpcCall, status int, h http.Header, body []byte, trailer h
 	}
 	for k, vs := range tr {
 		if !reservedRPCHeader(k) && a.header[k] == nil {
+			// (a trailer named as a header is the header's, which gRPC-Web
+			// and HTTP/1.1 framings may repeat)
 			a.trailer[k] = vs
 		}
 	}
