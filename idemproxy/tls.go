@@ -36,7 +36,10 @@ type Protocols struct {
 	AdminTLSKey      string `yaml:"admin_tls_key"`
 	AdminTLSClientCA string `yaml:"admin_tls_client_ca"`
 	// MaxConcurrentStreams bounds the HTTP/2 streams (calls) a client
-	// connection may have open at once. Defaults to 250.
+	// connection may have open at once. With each, a client that resets
+	// streams as it opens them (rapid reset) keeps more handlers busy
+	// before Go's server closes its connection (BENCHMARKS.md). Defaults
+	// to 100, the least RFC 9113 recommends.
 	MaxConcurrentStreams int `yaml:"max_concurrent_streams"`
 	// ProtoDescriptorSet is a FileDescriptorSet file (protoc
 	// --include_imports --descriptor_set_out, or buf build -o) of the
@@ -51,7 +54,7 @@ type Protocols struct {
 }
 
 // DefaultMaxConcurrentStreams is Protocols.MaxConcurrentStreams' default.
-const DefaultMaxConcurrentStreams = 250
+const DefaultMaxConcurrentStreams = 100
 
 func (p Protocols) validate() error {
 	if (p.TLSCert == "") != (p.TLSKey == "") {
