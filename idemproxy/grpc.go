@@ -260,10 +260,11 @@ func (rr *rpcRoute) stream(w http.ResponseWriter, r *http.Request, c rpcCall, me
 }
 
 // readBody reads the call's body within the route's max_body and the
-// proxy's body budget.
+// proxy's body budget, charged by the bytes that arrive: each read takes
+// room for a chunk first and gives back what it did not fill.
 func (rr *rpcRoute) readBody(r *http.Request, c rpcCall) (body []byte, held int64, st *spb.Status, outcome string) {
 	var buf bytes.Buffer
-	chunk := make([]byte, 32<<10)
+	chunk := make([]byte, 16<<10)
 	for {
 		if int64(buf.Len()) > rr.maxBody {
 			return nil, held, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBodyTooLarge.Name),
@@ -274,8 +275,9 @@ func (rr *rpcRoute) readBody(r *http.Request, c rpcCall) (body []byte, held int6
 			return nil, held, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBusy.Name), RetryAfter: time.Second,
 				Message: "The proxy holds as many request bodies as max_body_memory allows; retry the call as it is."}.Status(), idem.SituationBusy.Name
 		}
-		held += step
 		n, err := r.Body.Read(chunk)
+		rr.p.bodies.Give(step - int64(n))
+		held += int64(n)
 		buf.Write(chunk[:n])
 		if err == io.EOF {
 			return buf.Bytes(), held, nil, ""

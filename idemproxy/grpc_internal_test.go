@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"testing"
 
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -92,5 +93,22 @@ func TestRPCStoredFormRoundTrip(t *testing.T) {
 			string(back.msg) != string(a.msg) || back.trailer.Get("X-T") != a.trailer.Get("X-T") {
 			t.Errorf("written and parsed: %+v, want %+v", back, a)
 		}
+	}
+}
+
+// TestRPCBodyBudgetChargedByBytes: a call's body holds the body budget
+// for the bytes it sent, not for the read buffer, and gives them back.
+func TestRPCBodyBudgetChargedByBytes(t *testing.T) {
+	t.Parallel()
+	p := &Proxy{bodies: idem.NewBodyBudget(1 << 20)}
+	rr := &rpcRoute{p: p, maxBody: 1 << 20}
+	r := httptest.NewRequest(http.MethodPost, "/pkg.S/M", strings.NewReader("0123456789"))
+	body, held, st, _ := rr.readBody(r, rpcCall{kind: rpcGRPC})
+	if st != nil || string(body) != "0123456789" || held != 10 || p.bodies.Used() != 10 {
+		t.Errorf("body %q, held %d, budget used %d, status %v", body, held, p.bodies.Used(), st)
+	}
+	p.bodies.Give(held)
+	if p.bodies.Used() != 0 {
+		t.Errorf("budget used %d after", p.bodies.Used())
 	}
 }
