@@ -269,8 +269,6 @@ func parseRPCAnswer(c rpcCall, status int, h http.Header, body []byte, trailer h
 	}
 	for k, vs := range tr {
 		if !reservedRPCHeader(k) && a.header[k] == nil {
-			// (a trailer named as a header is the header's, which gRPC-Web
-			// and HTTP/1.1 framings may repeat)
 			a.trailer[k] = vs
 		}
 	}
@@ -341,7 +339,7 @@ func parseWebTrailer(b []byte, into http.Header) error {
 		if !ok {
 			return errors.New("a gRPC-Web trailer line has no colon")
 		}
-		into.Add(http.CanonicalHeaderKey(strings.TrimSpace(k)), strings.TrimSpace(v))
+		into.Add(strings.TrimSpace(k), strings.TrimSpace(v))
 	}
 	return nil
 }
@@ -507,8 +505,8 @@ func writeConnect(w http.ResponseWriter, c rpcCall, a *rpcAnswer) {
 		Details []detail `json:"details,omitempty"`
 	}{Code: connectCodeName(code.Code(a.st.GetCode())), Message: a.st.GetMessage()}
 	for _, d := range a.st.GetDetails() {
-		e.Details = append(e.Details, detail{Type: strings.TrimPrefix(d.GetTypeUrl()[strings.LastIndexByte(d.GetTypeUrl(), '/')+1:], ""),
-			Value: base64.RawStdEncoding.EncodeToString(d.GetValue())})
+		typeURL := d.GetTypeUrl()
+		e.Details = append(e.Details, detail{Type: typeURL[strings.LastIndexByte(typeURL, '/')+1:], Value: base64.RawStdEncoding.EncodeToString(d.GetValue())})
 	}
 	b, _ := json.Marshal(e)
 	h.Set("Content-Type", "application/json")
