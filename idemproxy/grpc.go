@@ -169,8 +169,18 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		// End the wait while the caller can still hear about it.
 		wait = max(min(wait, timeout*9/10), 0)
 	}
+	lease := rr.lease
+	if hasTimeout {
+		// The call ends by its deadline: a proxy that dies during it
+		// leaves a lease that expires soon after, not a route's full one
+		// (the heartbeat renews it while the call runs).
+		if lease <= 0 {
+			lease = rr.p.engine.Config().Lease
+		}
+		lease = min(lease, max(2*timeout, timeout+2*time.Second))
+	}
 	req := idem.Request{Key: idem.Key{Scope: scope, Operation: rr.operation(r), Key: k.Key()}, Fingerprint: fp, FingerprintSource: src,
-		Kind: idem.External, Wait: wait, Lease: rr.lease, Retention: rr.retention,
+		Kind: idem.External, Wait: wait, Lease: lease, Retention: rr.retention,
 		Info: &idemstore.Request{Method: "RPC", Path: method}}
 	ctx := r.Context()
 	if hasTimeout {

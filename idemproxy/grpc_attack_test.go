@@ -137,6 +137,30 @@ func TestGRPCTimeoutBoundsTheWait(t *testing.T) {
 	}
 }
 
+// TestGRPCTimeoutBoundsTheLease: a call with a deadline reserves its key
+// for about as long as it may run, not for the route's whole lease, so
+// that a proxy that dies during it leaves a key that recovery settles
+// soon after.
+func TestGRPCTimeoutBoundsTheLease(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "lease: 10m\n")
+	c := env.grpcClient(t)
+	ctx, cancel := context.WithTimeout(keyed("tl"), time.Minute)
+	defer cancel()
+	if _, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "tl"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Duration(env.lease.Load()); got > 2*time.Minute || got < time.Minute {
+		t.Errorf("a call with a minute to run reserved its key for %v", got)
+	}
+	if _, err := c.Charge(keyed("tl2"), &testpb.ChargeRequest{Account: "tl"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := time.Duration(env.lease.Load()); got != 10*time.Minute {
+		t.Errorf("a call without a deadline reserved its key for %v, want the route's 10m", got)
+	}
+}
+
 // h2cClient speaks HTTP/2 with prior knowledge.
 func h2cClient(t *testing.T) *http.Client {
 	t.Helper()

@@ -197,6 +197,7 @@ type rpcEnv struct {
 	srv    *idemproxy.Server
 	store  idemstore.Store
 	down   *atomic.Bool
+	lease  *atomic.Int64 // of the last reservation
 	cancel context.CancelFunc
 }
 
@@ -215,7 +216,8 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 	env.down = new(atomic.Bool)
 	mem := idemmem.MustNew(idemmem.Config{})
 	t.Cleanup(func() { mem.Close() })
-	env.store = downStore{Store: mem, down: env.down}
+	env.lease = new(atomic.Int64)
+	env.store = downStore{Store: mem, down: env.down, lease: env.lease}
 	if !strings.Contains(yaml, "wait:") {
 		yaml += "wait: 5s\n"
 	}
@@ -245,13 +247,16 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 	return env
 }
 
-// downStore fails every Reserve while down is set.
+// downStore fails every Reserve while down is set, and notes the lease
+// of the last one.
 type downStore struct {
 	idemstore.Store
-	down *atomic.Bool
+	down  *atomic.Bool
+	lease *atomic.Int64
 }
 
 func (s downStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	s.lease.Store(int64(p.Lease))
 	if s.down.Load() {
 		return nil, false, fmt.Errorf("down: %w", idemstore.ErrUnavailable)
 	}
