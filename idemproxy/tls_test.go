@@ -207,3 +207,57 @@ func TestMutualTLSRequiresAClientCertificate(t *testing.T) {
 		t.Errorf("a client with a certificate: %v", err)
 	}
 }
+
+// TestAdminTLS: admin_tls_cert and admin_tls_key serve the admin listener
+// over TLS; the proxy's listener stays as configured (cleartext here).
+func TestAdminTLS(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t)
+	_, certPath, keyPath := tlsFiles(t, ca, "admin")
+	env := startRPC(t, "admin_tls_cert: "+certPath+"\nadmin_tls_key: "+keyPath+"\n")
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca.pool()}}}
+	t.Cleanup(hc.CloseIdleConnections)
+	resp, err := hc.Get("https://" + env.admin + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.TLS == nil {
+		t.Errorf("admin over TLS: %d", resp.StatusCode)
+	}
+	if plain, err := http.Get("http://" + env.admin + "/healthz"); err == nil {
+		plain.Body.Close()
+		if plain.StatusCode == http.StatusOK {
+			t.Error("the admin listener served cleartext")
+		}
+	}
+	if got := servedNameOrErr(env.addr, ca); got != "" {
+		t.Errorf("the proxy's cleartext listener did a TLS handshake: %q", got)
+	}
+}
+
+func servedNameOrErr(addr string, ca *testCA) string {
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 2 * time.Second}, "tcp", addr, &tls.Config{RootCAs: ca.pool()})
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	return c.ConnectionState().PeerCertificates[0].Subject.CommonName
+}
+
+// TestReloadNamesProtocolRestarts: a reload that changes the listeners'
+// TLS files or the descriptor set names them among what needs a restart.
+func TestReloadNamesProtocolRestarts(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	next := env.srv.Config
+	next.ProtoDescriptorSet = descriptorSet(t)
+	next.MaxConcurrentStreams = 7
+	restart, err := env.srv.Reload(next)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(restart, ","); !strings.Contains(got, "proto_descriptor_set") || !strings.Contains(got, "max_concurrent_streams") {
+		t.Errorf("restart names %q", got)
+	}
+}
