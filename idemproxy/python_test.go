@@ -231,7 +231,8 @@ var _ encoding.Codec = rawCodec{}
 
 // TestUpstreamKilledMidCallRunsOnce: the Python server is killed while it
 // runs a call; idem sends the key to review (the call may have run), and
-// the retry, against the server restarted on its port, does not run it.
+// the retry, against the server restarted on its port, does not run it. A
+// call made while it is down was never sent: released, and its retry runs.
 func TestUpstreamKilledMidCallRunsOnce(t *testing.T) {
 	t.Parallel()
 	needPythonGRPC(t)
@@ -242,12 +243,13 @@ func TestUpstreamKilledMidCallRunsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	call := func() error {
-		in, out := []byte("hang"), []byte(nil)
-		ctx, cancel := context.WithTimeout(keyed("chaos-1"), 30*time.Second)
+	callAs := func(key, body string) error {
+		in, out := []byte(body), []byte(nil)
+		ctx, cancel := context.WithTimeout(keyed(key), 30*time.Second)
 		defer cancel()
 		return cc.Invoke(ctx, "/pay.Payments/Charge", &in, &out)
 	}
+	call := func() error { return callAs("chaos-1", "hang") }
 	first := make(chan error, 1)
 	go func() { first <- call() }()
 	if r := <-srv.seen; r != "Charge hang" {
@@ -258,7 +260,15 @@ func TestUpstreamKilledMidCallRunsOnce(t *testing.T) {
 	if status.Code(err) != codes.Unknown || reasonOf(err) != "UPSTREAM_FAILED" {
 		t.Errorf("the call whose upstream died: %v", err)
 	}
+	// While it is down, a call is not sent: its key is released, and its
+	// retry runs once the server is back.
+	if err := callAs("chaos-2", "later"); status.Code(err) != codes.Unavailable || reasonOf(err) != "UPSTREAM_UNREACHABLE" {
+		t.Errorf("a call to the dead upstream: %v", err)
+	}
 	again := startPyServer(t, srv.port)
+	if err := callAs("chaos-2", "later"); err != nil || again.count("Charge later") != 1 {
+		t.Errorf("the retry of a call that was not sent: %v, ran %d times", err, again.count("Charge later"))
+	}
 	err = call()
 	if status.Code(err) != codes.FailedPrecondition || reasonOf(err) != "NEEDS_REVIEW" {
 		t.Errorf("the retry: %v", err)
