@@ -45,6 +45,7 @@ type pyServer struct {
 	ran  []string // "Charge abc", …
 	seen chan string
 	done chan struct{}
+	once sync.Once
 }
 
 func startPyServer(t *testing.T, port string) *pyServer {
@@ -62,14 +63,15 @@ func startPyServer(t *testing.T, port string) *pyServer {
 	if err := s.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.kill() })
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() {
-		t.Fatal("the Python server did not start")
-	}
-	s.port = strings.TrimPrefix(sc.Text(), "port ")
+	t.Cleanup(s.kill)
+	first := make(chan string, 1)
 	go func() {
 		defer close(s.done)
+		defer close(first)
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			first <- strings.TrimPrefix(sc.Text(), "port ")
+		}
 		for sc.Scan() {
 			if r, ok := strings.CutPrefix(sc.Text(), "ran "); ok {
 				s.mu.Lock()
@@ -82,15 +84,19 @@ func startPyServer(t *testing.T, port string) *pyServer {
 			}
 		}
 	}()
+	if s.port = <-first; s.port == "" {
+		t.Fatal("the Python server did not start (its error is above)")
+	}
 	return s
 }
 
+// kill ends the server (once), and waits for its output to end.
 func (s *pyServer) kill() {
-	if s.cmd.ProcessState == nil {
+	s.once.Do(func() {
 		_ = s.cmd.Process.Kill()
 		<-s.done
 		_ = s.cmd.Wait()
-	}
+	})
 }
 
 func (s *pyServer) count(exec string) int {
