@@ -124,6 +124,8 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		rr.answer(w, c, refused.Status(), idem.SituationInvalidKey.Name, "")
 		return
 	case missing && rr.optional:
+		// Its body was read: the upstream gets what was read.
+		r.Body, r.ContentLength = nopCloser{bytes.NewReader(body)}, int64(len(body))
 		rr.pass(w, r)
 		return
 	case missing:

@@ -173,6 +173,21 @@ func TestGRPCOutcomes(t *testing.T) {
 	}
 }
 
+// TestGRPCOptionalKey: on a route with optional_key, a call without a key
+// runs unprotected, with its message whole (idem read it to look for a
+// key field).
+func TestGRPCOptionalKey(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "optional_key: true\nproto_descriptor_set: "+descriptorSet(t)+"\n")
+	c := env.grpcClient(t)
+	for i := range 2 {
+		p, err := c.Charge(context.Background(), &testpb.ChargeRequest{Account: "opt", Amount: 42})
+		if err != nil || p.GetAmount() != 42 || p.GetRun() != int64(i+1) {
+			t.Errorf("call %d without a key: %v %v", i, p, err)
+		}
+	}
+}
+
 func hasRetryInfo(err error) bool {
 	for _, d := range status.Convert(err).Details() {
 		if _, ok := d.(*errdetails.RetryInfo); ok {
