@@ -227,3 +227,23 @@ func TestHTTPEdgesHoldOverH2C(t *testing.T) {
 		t.Errorf("a body over max_body ran %d times", n)
 	}
 }
+
+// TestGRPCHugeAnswerMetadataNotStored: an answer whose metadata takes it
+// past the bound on stored answers is passed on, and the key completed as
+// not replayable, never stored past the bound.
+func TestGRPCHugeAnswerMetadataNotStored(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	c := env.grpcClient(t)
+	ctx := metadata.AppendToOutgoingContext(keyed("fat"), "x-test-fat-trailer", "1")
+	if _, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "fat"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "fat"})
+	if status.Code(err) != codes.AlreadyExists || reasonOf(err) != "NOT_REPLAYABLE" {
+		t.Errorf("the retry: %v", err)
+	}
+	if n := env.pay.runsOf("fat"); n != 1 {
+		t.Errorf("the upstream ran %d times", n)
+	}
+}

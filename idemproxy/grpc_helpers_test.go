@@ -91,6 +91,12 @@ func (p *payments) Charge(_ context.Context, req *connect.Request[testpb.ChargeR
 	res := connect.NewResponse(&testpb.Payment{Id: "p-" + acct, Account: acct, Amount: req.Msg.GetAmount(), Run: int64(n)})
 	res.Header().Set("X-Charge", "yes")
 	res.Trailer().Set("X-Ledger", "entry-"+strconv.Itoa(n))
+	if req.Header().Get("X-Test-Fat-Trailer") != "" {
+		// 2 MiB of trailers, past the 1 MiB bound on stored answers.
+		for i := range 64 {
+			res.Trailer().Set("X-Fat-"+strconv.Itoa(i), strings.Repeat("f", 32<<10))
+		}
+	}
 	return res, nil
 }
 

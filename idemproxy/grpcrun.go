@@ -114,6 +114,11 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 		settlement = rr.fwd.settle(ctx, lease, rr.ambiguousRelease, "the upstream answered "+cd.String()+", whose effect is unknown: "+a.st.GetMessage())
 	default:
 		resp, err := encodeRPCAnswer(a)
+		if err == nil && limit >= 0 && storedSize(resp) > limit {
+			// The metadata counts against the bound on stored answers, as
+			// the gRPC front doors count it.
+			resp = &idem.Response{Status: resp.Status, NotReplayable: rpccore.NotReplayableMetadata}
+		}
 		if err == nil {
 			settlement = rr.complete(ctx, lease, resp)
 		} else {
@@ -465,4 +470,15 @@ func (rr *rpcRoute) streamedAnswer(r *http.Request, lease *idem.Lease, rtErr, bo
 	if rtErr != nil || bodyErr != nil {
 		panic(http.ErrAbortHandler) // the stream broke: so does the client's
 	}
+}
+
+// storedSize is the size of a stored answer: its body and its headers.
+func storedSize(resp *idem.Response) int64 {
+	n := int64(len(resp.Body))
+	for k, vs := range resp.Header {
+		for _, v := range vs {
+			n += int64(len(k) + len(v))
+		}
+	}
+	return n
 }
