@@ -189,6 +189,10 @@ type Config struct {
 	// to reject.
 	PathParams PathParams `yaml:"path_params"`
 
+	// Protocols are the TLS, HTTP/2 and gRPC settings of the listeners
+	// and the upstream.
+	Protocols `yaml:",inline"`
+
 	// Settings are the defaults of every route.
 	Settings `yaml:",inline"`
 
@@ -295,6 +299,13 @@ type Settings struct {
 	// that sets it counts apart, and limit 0 there turns it off. Routes in
 	// observe mode never refuse. Defaults to none: no cap.
 	NewKeysPerScope *NewKeyLimit `yaml:"new_keys_per_scope"`
+	// GRPCStreams is what the route does with streaming gRPC, gRPC-Web and
+	// Connect calls, which idem never protects: pass them on, unbuffered
+	// and unprotected, or refuse them (FAILED_PRECONDITION,
+	// METHOD_UNPROTECTED). Either way a streaming call that carries a key
+	// is logged and counted (idem_proxy_grpc_streaming_keys_total).
+	// Defaults to pass.
+	GRPCStreams GRPCStreams `yaml:"grpc_streams"`
 }
 
 // Route is the settings of the requests matching one ServeMux pattern.
@@ -426,6 +437,9 @@ func (c Config) Validate() error {
 	if err := checkUpstreamName(c.UpstreamName); err != nil {
 		return err
 	}
+	if err := c.Protocols.validate(); err != nil {
+		return err
+	}
 	if c.UpstreamName == "" {
 		if err := checkDefaultUpstreamName(c.Upstream); err != nil {
 			return err
@@ -519,6 +533,9 @@ func (c Config) Validate() error {
 }
 
 func (s Settings) validate() error {
+	if err := s.GRPCStreams.validate(); err != nil {
+		return err
+	}
 	for _, names := range []Names{s.ScopeHeader, s.ScopeCookie} {
 		for _, n := range names {
 			if !validToken(n) {
@@ -652,6 +669,9 @@ func (s Settings) merge(parent Settings) Settings {
 	}
 	if s.NewKeysPerScope == nil {
 		s.NewKeysPerScope = parent.NewKeysPerScope
+	}
+	if s.GRPCStreams == "" {
+		s.GRPCStreams = parent.GRPCStreams
 	}
 	return s
 }

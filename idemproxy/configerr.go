@@ -102,7 +102,7 @@ func editDistance(a, b string) int {
 // with a host, suggesting the scheme when it is missing.
 func checkUpstream(u string) error {
 	p, err := url.Parse(u)
-	if err == nil && (p.Scheme == "http" || p.Scheme == "https") && p.Host != "" {
+	if err == nil && (p.Scheme == "http" || p.Scheme == "https" || p.Scheme == SchemeH2C) && p.Host != "" {
 		return nil
 	}
 	if !strings.Contains(u, "://") {

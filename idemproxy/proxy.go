@@ -78,6 +78,10 @@ type Proxy struct {
 	replays *idem.Budget
 	// maxDecoded is Config.MaxDecodedReplay, fixed at New.
 	maxDecoded int64
+	// rpcDesc are Config.ProtoDescriptorSet's services (nil: none), and
+	// rpcMetrics the gRPC calls' own metrics (grpc.go).
+	rpcDesc    *rpcDescriptors
+	rpcMetrics *rpcMetrics
 }
 
 // New returns a proxy for cfg (defaults filled, validated) over engine.
@@ -99,6 +103,9 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	if opts.Transport == nil {
 		tr := NewTransport(cfg.UpstreamTimeout.d())
 		tr.IdleConnTimeout = cfg.UpstreamIdleTimeout.d()
+		if up.Scheme == SchemeH2C {
+			useH2C(tr)
+		}
 		opts.Transport = tr
 	}
 	if opts.Metrics != nil {
@@ -119,6 +126,9 @@ func New(engine *idem.Engine, cfg Config, opts Options) (*Proxy, error) {
 	}
 	if p.upstreamName == "" {
 		p.upstreamName = upstreamName(up)
+	}
+	if err := p.setUpRPC(cfg, up); err != nil {
+		return nil, err
 	}
 	rs, err := p.build(cfg)
 	if err != nil {
@@ -218,6 +228,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 	if disabled {
 		return rt, nil
 	}
+	rt.rpc = p.newRPCRoute(label, s, fwd, scope, newIdentity(p.upstreamName, s).operation)
 	pol := s.policy()
 	if pol.Observe && p.metrics != nil {
 		p.metrics.observeRoute(label)

@@ -15,6 +15,9 @@ type reloadState struct {
 	proxy *Proxy
 	cfg   Config
 	log   *slog.Logger
+	// certs are the listeners' TLS certificates (nil: cleartext), read
+	// again by Reload.
+	certs []*certSource
 }
 
 func (r *reloadState) start(p *Proxy, cfg Config, log *slog.Logger) {
@@ -50,6 +53,9 @@ func (s *Server) Reload(cfg Config) (restart []string, err error) {
 	defer r.mu.Unlock()
 	if r.proxy == nil {
 		return nil, ErrNotRunning
+	}
+	if err := reloadCerts(r.certs); err != nil {
+		return nil, err
 	}
 	restart = restartFields(r.cfg, cfg)
 	if cfg.LogLevel != r.cfg.LogLevel && s.LogLevel == nil {
@@ -106,6 +112,7 @@ func restartFields(running, next Config) []string {
 			out = append(out, name)
 		}
 	}
+	out = append(out, running.Protocols.restartFields(next.Protocols)...)
 	// Resolvers are started with the server, per route.
 	if !slices.Equal(resolverURLs(running), resolverURLs(next)) {
 		out = append(out, "resolver_url")

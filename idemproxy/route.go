@@ -34,6 +34,7 @@ type route struct {
 	scope    idem.ScopeFunc
 	legacy   bool // look for records stored under earlier operation names
 	observe  bool
+	rpc      *rpcRoute // gRPC, gRPC-Web and Connect calls (grpc.go)
 }
 
 // protects reports whether the route protects method (see idem's method
@@ -206,6 +207,10 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if _, ok := normalizeHost(r.Host); !ok {
 		rt.p.refuse(w, r, rt.label, idem.SituationInvalidPath, "The request's Host is not an authority idem can name an operation by (too long, or not a host); it was not forwarded.")
+		return
+	}
+	if c := rpcOf(r); c.kind != rpcNone && rt.rpc != nil {
+		rt.rpc.serveRPC(w, r, c)
 		return
 	}
 	if rt.legacy {

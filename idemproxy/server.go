@@ -120,7 +120,12 @@ func (s *Server) Run(ctx context.Context) error {
 		return err
 	}
 
+	certs, adminCerts, err := loadCerts(cfg)
+	if err != nil {
+		return err
+	}
 	s.running.start(proxy, cfg, log)
+	s.running.certs = []*certSource{certs, adminCerts}
 	defer s.running.stop()
 
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -137,6 +142,7 @@ func (s *Server) Run(ctx context.Context) error {
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	ln = serveProtocols(srv, ln, certs, cfg)
 	var (
 		adminLn  net.Listener
 		adminSrv *http.Server
@@ -155,6 +161,7 @@ func (s *Server) Run(ctx context.Context) error {
 			MaxHeaderBytes:    cfg.MaxHeaderBytes,
 			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		}
+		adminLn = serveProtocols(adminSrv, adminLn, adminCerts, cfg)
 	}
 
 	errc := make(chan error, 2)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # tools.sh makes sure the tools that check deploy/ are installed: podman and
 # buildah (the image), promtool (the Prometheus rules, from Debian's
-# prometheus package) and systemd-analyze (the unit). Run it as root; it
+# prometheus package) and systemd-analyze (the unit); and Debian's
+# python3-grpcio and python3-protobuf, for /usr/bin/python3, which the
+# gRPC tests of idem serve run a Python server and client with. Run it as root; it
 # installs what is missing with apt-get, is idempotent, and is quick when
 # everything is there. It prints progress on stderr and exits 1 when a tool
 # could not be installed (its tests then skip, or fail when CI=true).
@@ -14,6 +16,7 @@ command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+/usr/bin/python3 -c 'import grpc, google.protobuf' >/dev/null 2>&1 || missing+=(python3-grpcio python3-protobuf)
 if [ "${#missing[@]}" = 0 ]; then
 	exit 0
 fi

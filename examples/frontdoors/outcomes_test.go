@@ -189,7 +189,7 @@ func rpcVerdict(c codes.Code, reason string, retryInfo, isReplay bool) string {
 		return review
 	case c == codes.Unavailable && reason == idemgrpc.ReasonStoreUnavailable && retryInfo:
 		return unavailable
-	case reason == "" && (c == codes.Unavailable || c == codes.Internal):
+	case reason == "" && (c == codes.Unavailable || c == codes.Internal || c == codes.DeadlineExceeded):
 		return failed
 	}
 	return fmt.Sprintf("%v %s", c, reason)
@@ -311,7 +311,8 @@ func hasRetryInfo(ce *connect.Error) bool {
 }
 
 // TestOutcomesAcrossFrontDoors drives the same scenarios through the HTTP
-// middleware, the gRPC interceptor and the Connect interceptor, and checks
+// middleware, the gRPC interceptor, the Connect interceptor and idem serve
+// in front of a plain gRPC server (a gRPC client over h2c), and checks
 // that each gives the matching answer: 201/OK, the replay, 422/KEY_REUSED,
 // 409+Retry-After/ABORTED+RetryInfo, a failure released and run again, an
 // ambiguous failure sent to review (409 needs-review/NEEDS_REVIEW), and a
@@ -350,7 +351,7 @@ func TestOutcomesAcrossFrontDoors(t *testing.T) {
 			return []string{d.call("k6", "a", 5)}
 		}, []string{unavailable}, 0},
 	}
-	for _, mk := range []func(*testing.T) *door{httpDoor, grpcDoor, connectDoor} {
+	for _, mk := range []func(*testing.T) *door{httpDoor, grpcDoor, connectDoor, proxyDoor} {
 		for _, sc := range scenarios {
 			d := mk(t)
 			t.Run(d.name+"/"+sc.name, func(t *testing.T) {

@@ -52,6 +52,7 @@ type serveFlags struct {
 	mergeSlashes                                     bool
 	escapedSlashes, pathParams, methodOverride       string
 	newKeysPerScope                                  string
+	protocols                                        protocolFlags // serve_grpc.go
 }
 
 func newServeCmd() *cobra.Command {
@@ -179,6 +180,7 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.StringVar(&f.pathParams, "path-params", string(idemproxy.PathParamsReject), "';' parameters in paths: reject (400 on protected requests), strip (as servlet containers do) or keep")
 	fl.StringVar(&f.methodOverride, "method-override", string(idemproxy.OverrideProtect), "X-HTTP-Method-Override and its kin: protect (as the method they name), strip, or refuse (400); method_override: per route in --config")
 	fl.StringVar(&f.newKeysPerScope, "new-keys-per-scope", "off", "cap on the new keys each scope (client) may reserve: LIMIT/INTERVAL such as 100/1m; over it, 429 and nothing forwarded (replays never count); new_keys_per_scope: per route in --config")
+	f.protocols.add(fl)
 	fl.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fl.StringVar(&f.logLevel, "log-level", "info", "log level: debug (one line per protected request), info, warn or error")
 	return cmd
@@ -198,6 +200,7 @@ func (f *serveFlags) resolve(fl *pflag.FlagSet) (idemproxy.Config, error) {
 	if set("upstream") {
 		cfg.Upstream = f.upstream
 	}
+	f.protocols.apply(&cfg, fl)
 	if set("listen") {
 		cfg.Listen = f.listen
 	}

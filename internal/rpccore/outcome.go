@@ -79,5 +79,10 @@ func rowOf(name string) *Row {
 			return &Table[i]
 		}
 	}
+	for i := range ProxyTable {
+		if ProxyTable[i].Situation.Name == name {
+			return &ProxyTable[i]
+		}
+	}
 	panic("rpccore: no row for situation " + name)
 }

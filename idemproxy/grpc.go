@@ -1,0 +1,397 @@
+package idemproxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/code"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/idem-dev/idem"
+	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/rpccore"
+)
+
+// rpcRoute is how one route protects gRPC, gRPC-Web and Connect calls
+// (see serveRPC).
+type rpcRoute struct {
+	p         *Proxy
+	fwd       *forwarder
+	label     string
+	scope     idem.ScopeFunc
+	operation func(*http.Request) string
+	optional  bool
+	observe   bool
+	maxBody   int64
+	wait      time.Duration
+	lease     time.Duration
+	retention time.Duration
+	// ambiguousRelease: the route's ambiguous policy releases keys whose
+	// outcome is unknown (the upstream deduplicates by the key itself).
+	ambiguousRelease bool
+	// refuseStreams: streaming calls are refused instead of passed on.
+	refuseStreams bool
+	policy        rpccore.Policy
+}
+
+func (p *Proxy) newRPCRoute(label string, s Settings, fwd *forwarder, scope idem.ScopeFunc, op func(*http.Request) string) *rpcRoute {
+	pol := s.policy()
+	return &rpcRoute{p: p, fwd: fwd, label: label, scope: scope, operation: op, optional: pol.KeyOptional,
+		observe: s.Mode == ModeObserve, maxBody: pol.MaxRequestBody, wait: pol.Wait, lease: pol.Lease, retention: pol.Retention,
+		ambiguousRelease: s.Ambiguous == AmbiguousRelease, refuseStreams: s.GRPCStreams == GRPCStreamsRefuse}
+}
+
+// GRPCStreams is what a route does with streaming gRPC calls
+// (Settings.GRPCStreams).
+type GRPCStreams string
+
+// The values of GRPCStreams.
+const (
+	// GRPCStreamsPass forwards streaming calls unprotected and unbuffered.
+	GRPCStreamsPass GRPCStreams = "pass"
+	// GRPCStreamsRefuse refuses them (FAILED_PRECONDITION,
+	// METHOD_UNPROTECTED): a route whose callers must never believe a
+	// stream protected.
+	GRPCStreamsRefuse GRPCStreams = "refuse"
+)
+
+func (g GRPCStreams) validate() error {
+	switch g {
+	case "", GRPCStreamsPass, GRPCStreamsRefuse:
+		return nil
+	}
+	return errors.New("grpc_streams must be pass or refuse, got " + strconv.Quote(string(g)))
+}
+
+// serveRPC serves a gRPC-family call on a route that protects POST: a
+// unary call is protected with the key of its idempotency-key metadata
+// (or of its request_id / idempotency_key field, with descriptors), and
+// its whole answer (headers, message, trailers) stored and replayed; a
+// streaming call passes through, unbuffered, or is refused.
+func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) {
+	method := r.URL.Path
+	keys := r.Header.Values(rpccore.MetadataKey)
+	md := rr.p.rpcDesc.method(method)
+	streaming := c.kind == rpcStream || (md != nil && (md.IsStreamingClient() || md.IsStreamingServer()))
+	if streaming {
+		rr.stream(w, r, c, method, keys)
+		return
+	}
+	if rr.observe {
+		rr.pass(w, r)
+		return
+	}
+	if rr.p.closing.Load() {
+		rr.answer(w, c, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationShuttingDown.Name), Method: method, RetryAfter: time.Second,
+			Message: "The proxy is shutting down and did not forward this call; retry it as it is."}.Status(), idem.SituationShuttingDown.Name, "")
+		return
+	}
+	body, held, st, outcome := rr.readBody(r, c)
+	defer rr.p.bodies.Release(held)
+	if st != nil {
+		rr.answer(w, c, st, outcome, "")
+		return
+	}
+	timeout, hasTimeout := grpcTimeout(r.Header)
+	msg, msgBytes, fields, st := rr.decode(c, body, md)
+	if st != nil {
+		rr.answer(w, c, st, idem.SituationInvalidKey.Name, "")
+		return
+	}
+	var m protoreflect.Message
+	if msg != nil {
+		m = msg.ProtoReflect()
+	}
+	retention := rr.retention
+	if retention <= 0 {
+		retention = rr.p.engine.Config().Retention
+	}
+	k, missing, refused := rpccore.FindCallKey(keys, m, fields, false, time.Now(), retention, rpccore.DefaultMaxClockSkew)
+	switch {
+	case refused != nil:
+		refused.Method = method
+		rr.answer(w, c, refused.Status(), idem.SituationInvalidKey.Name, "")
+		return
+	case missing && rr.optional:
+		// Its body was read: the upstream gets what was read.
+		r.Body, r.ContentLength = nopCloser{bytes.NewReader(body)}, int64(len(body))
+		rr.pass(w, r)
+		return
+	case missing:
+		ref := rpccore.MissingKey(fields)
+		ref.Method = method
+		rr.answer(w, c, ref.Status(), idem.SituationMissingKey.Name, "")
+		return
+	}
+	scope, err := rr.scope(r)
+	if err != nil {
+		name := idem.SituationScopeDenied.Name
+		msg := "The call's credentials do not identify a client."
+		if errors.Is(err, idem.ErrScopeMissing) {
+			name, msg = idem.SituationScopeMissing.Name, "The call carries no credentials, so its key cannot be told from another client's."
+		}
+		rr.answer(w, c, rpccore.Refusal{Row: rpccore.RowOf(name), Key: k.Key(), Method: method, Field: k.Field(), Message: msg}.Status(), name, "")
+		return
+	}
+	var fp string
+	var src *idem.FingerprintSource
+	if msg != nil {
+		fp, src, err = rpccore.FingerprintCall(method, msg, fields, k, rr.p.fpKey, rr.p.rpcDesc.registry)
+	} else {
+		// Without descriptors, the message's bytes: a retry must send
+		// the same bytes (docs/grpc.md).
+		ct := "application/grpc+proto"
+		switch {
+		case c.json:
+			ct = "application/json"
+		case c.codec != "":
+			ct = "application/grpc+" + c.codec
+		}
+		in := idem.FingerprintInput{Method: "RPC", Operation: method, ContentType: ct, Body: msgBytes}
+		src = &idem.FingerprintSource{Input: in, Options: idem.FingerprintOptions{Key: rr.p.fpKey}}
+		fp, err = idem.Fingerprint(in, src.Options)
+	}
+	if err != nil {
+		rr.answer(w, c, &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}, "fingerprint_failed", "")
+		return
+	}
+	wait := rr.wait
+	if hasTimeout && wait > 0 {
+		// End the wait while the caller can still hear about it.
+		wait = max(min(wait, timeout*9/10), 0)
+	}
+	lease := rr.lease
+	if hasTimeout {
+		// The call ends by its deadline: a proxy that dies during it
+		// leaves a lease that expires soon after, not a route's full one
+		// (the heartbeat renews it while the call runs).
+		if lease <= 0 {
+			lease = rr.p.engine.Config().Lease
+		}
+		lease = min(lease, max(2*timeout, timeout+2*time.Second))
+	}
+	req := idem.Request{Key: idem.Key{Scope: scope, Operation: rr.operation(r), Key: k.Key()}, Fingerprint: fp, FingerprintSource: src,
+		Kind: idem.External, Wait: wait, Lease: lease, Retention: rr.retention,
+		Info: &idemstore.Request{Method: "RPC", Path: method}}
+	ctx := r.Context()
+	if hasTimeout {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	res, err := rr.p.engine.Begin(ctx, req)
+	if err != nil {
+		rr.beginFailed(w, r, c, k, method, err)
+		return
+	}
+	ref := rpccore.Refusal{Key: k.Key(), Method: method, Field: k.Field()}
+	switch res.Outcome {
+	case idem.Acquired:
+		rr.run(w, r, c, res.Lease, body, timeout, hasTimeout, md)
+		return
+	case idem.Replayed:
+		rr.replay(w, c, res.Response, k.Key(), method, md)
+		return
+	case idem.Mismatch:
+		ref.Row, ref.Message = rpccore.RowOf(idem.SituationMismatch.Name), "This idempotency key was already used with a different request. Use a new key for a new request."
+	case idem.InFlight:
+		ref.Row, ref.RetryAfter, ref.Message = rpccore.RowOf(idem.SituationInFlight.Name), res.RetryAfter,
+			"A call with this idempotency key is still being processed. Retry after the RetryInfo delay to get its answer."
+	default:
+		ref.Row, ref.Message = rpccore.RowOf(idem.SituationNeedsReview.Name),
+			"An earlier call with this idempotency key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer."
+	}
+	rr.answer(w, c, ref.Status(), ref.Row.Situation.Name, "")
+}
+
+// beginFailed answers a call whose Begin failed.
+func (rr *rpcRoute) beginFailed(w http.ResponseWriter, r *http.Request, c rpcCall, k rpccore.CallKey, method string, err error) {
+	ref := rpccore.Refusal{Key: k.Key(), Method: method, Field: k.Field()}
+	switch {
+	case r.Context().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		rr.answer(w, c, &spb.Status{Code: int32(code.Code_CANCELLED), Message: "the call ended while its key was checked"}, idem.SituationCanceled.Name, "")
+		return
+	case errors.Is(err, idem.ErrScopeMissing):
+		ref.Row, ref.Message = rpccore.RowOf(idem.SituationScopeMissing.Name), "The call carries no credentials, so its key cannot be told from another client's."
+	case errors.Is(err, idem.ErrTooLong):
+		ref.Row, ref.Message = rpccore.RowOf(idem.SituationTooLong.Name), "The call's scope or operation is longer than idem keeps."
+	case errors.Is(err, idem.ErrSealed):
+		ref.Row, ref.Message = rpccore.RowOf(idem.SituationSealed.Name), "A call with this key was already processed, but its stored answer cannot be read. It will not run again; retry later with the same key."
+	default:
+		rr.p.log.LogAttrs(r.Context(), slog.LevelError, "store unavailable", slog.String("method", method), slog.Any("error", err))
+		ref.Row, ref.RetryAfter, ref.Message = rpccore.RowOf(idem.SituationUnavailable.Name), time.Second,
+			"The call was not processed because its idempotency key could not be checked; retry with the same key."
+	}
+	rr.answer(w, c, ref.Status(), ref.Row.Situation.Name, "")
+}
+
+// answer writes idem's own status st to a call, and counts it.
+func (rr *rpcRoute) answer(w http.ResponseWriter, c rpcCall, st *spb.Status, outcome, settlement string) {
+	if rr.p.metrics != nil {
+		rr.p.metrics.outcomes.WithLabelValues(rr.label, outcome, settlement).Inc()
+	}
+	w.Header().Set("Idempotency-Outcome", outcome)
+	writeRPC(w, c, &rpcAnswer{st: st}, false)
+}
+
+// pass forwards a call unprotected, as it comes and as it is answered.
+func (rr *rpcRoute) pass(w http.ResponseWriter, r *http.Request) { rr.fwd.rp.ServeHTTP(w, r) }
+
+// stream passes on (or refuses) a streaming call. One that carries a key
+// is logged and counted: its client may believe it protected.
+func (rr *rpcRoute) stream(w http.ResponseWriter, r *http.Request, c rpcCall, method string, keys []string) {
+	if len(keys) > 0 {
+		digest := ""
+		if k, err := idem.ParseKeyHeader(keys); err == nil {
+			scope, _ := rr.scope(r)
+			digest = idem.KeyDigest(idem.Key{Scope: scope, Operation: method, Key: k})
+		}
+		rr.p.log.LogAttrs(r.Context(), slog.LevelWarn, "a streaming call carries an idempotency key; idem protects unary calls only",
+			slog.String("route", rr.label), slog.String("method", method), slog.String("key_digest", digest), slog.Bool("refused", rr.refuseStreams))
+		if rr.p.rpcMetrics != nil {
+			rr.p.rpcMetrics.streamKeys.WithLabelValues(rr.label).Inc()
+		}
+	}
+	if rr.refuseStreams {
+		rr.answer(w, c, rpccore.UnprotectedMethod(method, "This route refuses streaming calls: idem protects unary calls only, and a retried stream could run twice.").Status(),
+			rpccore.SituationUnprotectedMethod.Name, "")
+		return
+	}
+	rr.pass(w, r)
+}
+
+// readBody reads the call's body within the route's max_body and the
+// proxy's body budget, charged by the bytes that arrive: each read takes
+// room for a chunk first and gives back what it did not fill.
+func (rr *rpcRoute) readBody(r *http.Request, c rpcCall) (body []byte, held int64, st *spb.Status, outcome string) {
+	var buf bytes.Buffer
+	chunk := make([]byte, 16<<10)
+	for {
+		if int64(buf.Len()) > rr.maxBody {
+			return nil, held, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBodyTooLarge.Name),
+				Message: "The request message is larger than this route's max_body (" + strconv.FormatInt(rr.maxBody, 10) + " bytes); it was not forwarded."}.Status(), idem.SituationBodyTooLarge.Name
+		}
+		step := int64(len(chunk))
+		if !rr.p.bodies.TryAcquire(step) {
+			return nil, held, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBusy.Name), RetryAfter: time.Second,
+				Message: "The proxy holds as many request bodies as max_body_memory allows; retry the call as it is."}.Status(), idem.SituationBusy.Name
+		}
+		n, err := r.Body.Read(chunk)
+		rr.p.bodies.Release(step - int64(n))
+		held += int64(n)
+		buf.Write(chunk[:n])
+		if err == io.EOF {
+			return buf.Bytes(), held, nil, ""
+		}
+		if err != nil {
+			return nil, held, &spb.Status{Code: int32(code.Code_CANCELLED), Message: "the request body could not be read: " + err.Error()}, idem.SituationBodyUnreadable.Name
+		}
+	}
+}
+
+// decode reads the call's request message: decoded with the descriptors
+// when the proxy has its method's, else only its bytes.
+func (rr *rpcRoute) decode(c rpcCall, body []byte, md protoreflect.MethodDescriptor) (msg proto.Message, raw []byte, fields *rpccore.KeyFields, st *spb.Status) {
+	bad := func(why string) *spb.Status {
+		if why == errTooLarge.Error() {
+			return rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBodyTooLarge.Name),
+				Message: "The request message is larger than this route's max_body once decompressed; it was not forwarded."}.Status()
+		}
+		return &spb.Status{Code: int32(code.Code_INVALID_ARGUMENT), Message: "idem: the request message cannot be read: " + why}
+	}
+	raw = body
+	switch c.kind {
+	case rpcConnect:
+		// Connect unary: the body is the message; Content-Encoding was
+		// the HTTP layer's (decompressed below when gzip).
+	default:
+		fs, err := frames(body)
+		if err != nil {
+			return nil, nil, nil, bad(err.Error())
+		}
+		if len(fs) != 1 {
+			return nil, nil, nil, bad("a unary call carries exactly one message, this one " + strconv.Itoa(len(fs)))
+		}
+		raw = fs[0].payload
+		if fs[0].flags&flagCompressed != 0 {
+			enc := c.encoding
+			if !strings.EqualFold(enc, "gzip") {
+				return nil, nil, nil, &spb.Status{Code: int32(code.Code_UNIMPLEMENTED), Message: "idem serve reads compressed messages of protected calls in gzip only, not " + strconv.Quote(enc)}
+			}
+			if raw, err = gunzip(raw, rr.maxBody); err != nil {
+				return nil, nil, nil, bad(err.Error())
+			}
+		}
+	}
+	if c.kind == rpcConnect && c.encoding != "" && !strings.EqualFold(c.encoding, "identity") {
+		if !strings.EqualFold(c.encoding, "gzip") {
+			return nil, nil, nil, &spb.Status{Code: int32(code.Code_UNIMPLEMENTED), Message: "idem serve reads compressed messages of protected calls in gzip only, not " + strconv.Quote(c.encoding)}
+		}
+		var err error
+		if raw, err = gunzip(raw, rr.maxBody); err != nil {
+			return nil, nil, nil, bad(err.Error())
+		}
+	}
+	if md == nil || c.codec != "" {
+		return nil, raw, nil, nil
+	}
+	m := dynamicpb.NewMessage(md.Input())
+	var err error
+	if c.json {
+		err = protojson.UnmarshalOptions{DiscardUnknown: true, Resolver: rr.p.rpcDesc.types}.Unmarshal(raw, m)
+	} else {
+		err = proto.Unmarshal(raw, m)
+	}
+	if err != nil {
+		return nil, nil, nil, bad(err.Error())
+	}
+	return m, raw, rpccore.KeyFieldsOf(md.Input()), nil
+}
+
+// grpcTimeout reads the grpc-timeout header (or Connect's
+// Connect-Timeout-Ms).
+func grpcTimeout(h http.Header) (time.Duration, bool) {
+	if v := h.Get("Connect-Timeout-Ms"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 || n > 1e10 {
+			return 0, false
+		}
+		return time.Duration(n) * time.Millisecond, true
+	}
+	v := h.Get("Grpc-Timeout")
+	if len(v) < 2 || len(v) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(v[:len(v)-1], 10, 64)
+	if err != nil || n < 0 {
+		return 0, false
+	}
+	unit := map[byte]time.Duration{'H': time.Hour, 'M': time.Minute, 'S': time.Second, 'm': time.Millisecond, 'u': time.Microsecond, 'n': time.Nanosecond}[v[len(v)-1]]
+	if unit == 0 {
+		return 0, false
+	}
+	return time.Duration(n) * unit, true
+}
+
+// formatTimeout writes d as a grpc-timeout value.
+func formatTimeout(d time.Duration) string {
+	ms := d.Milliseconds()
+	if ms < 1 {
+		ms = 1
+	}
+	if ms < 1e8 {
+		return strconv.FormatInt(ms, 10) + "m"
+	}
+	return strconv.FormatInt(int64(d/time.Second), 10) + "S"
+}
