@@ -18,7 +18,8 @@
 #                 written by the reserve and deleted by the settle: what
 #                 recovery would need to find expired leases without those
 #                 indexes
-#      with the share of settle UPDATEs that were HOT (n_tup_hot_upd);
+#      with the share of settle UPDATEs that were HOT (n_tup_hot_upd),
+#      and idem's schema again in batches of the store's size (idem-18);
 #   2. the store, BenchmarkReserveComplete/batch=on/c=50 (idempg/bench_test.go),
 #      right after, and its ratio to each line: pairs/s, and PostgreSQL's
 #      CPU per pair (the store's over the line's).
@@ -51,7 +52,7 @@
 # PAIRS (40000: the pairs each line writes; a count, so that the store's
 # CPU per pair counts one run of the benchmark, not its ramp-up too),
 # WARMUP (2: seconds of pgbench on each schema before the rounds; 0 for
-# none), ROUNDS (1), STORE_TEST (a compiled idempg test binary, from
+# none), STORE_ROWS (18: the batch of the idem-18 line), ROUNDS (1), STORE_TEST (a compiled idempg test binary, from
 # `go test -c ./idempg/`, built when unset), STATEMENTS (0).
 #
 # STATEMENTS=1 needs pg_stat_statements loaded at server start: add
@@ -64,8 +65,6 @@ cd "$(dirname "$0")/../.."
 . scripts/benchlib.sh
 url=${IDEM_TEST_POSTGRES_URL:?run: eval "\$(scripts/services.sh)"}
 clients=${CLIENTS:-8}; batch=${BATCH:-32}; pairs_per_line=${PAIRS:-40000}; rounds=${ROUNDS:-1}
-# pgbench runs whole batches: PAIRS rounded up to CLIENTS x BATCH.
-per_client=$(((pairs_per_line + clients * batch - 1) / (clients * batch)))
 warmup=${WARMUP:-2}; statements=${STATEMENTS:-0}
 if [ "$statements" = 1 ]; then
 	case ",$(psql -X -At "$url" -c 'SHOW shared_preload_libraries' | tr -d ' ')," in
@@ -152,24 +151,34 @@ ALTER TABLE ceil_hot.idem_records SET (fillfactor = 70);
 CREATE TABLE ceil_hot.idem_pending (scope text COLLATE "C" NOT NULL, operation text COLLATE "C" NOT NULL,
     key text COLLATE "C" NOT NULL, lease_until timestamptz NOT NULL, PRIMARY KEY (scope, operation, key));
 SQL
-for s in "${schemas[@]}"; do
+# The lines: a name, its schema, its batch size. idem-N is idem's schema
+# in batches of the store's size: at 50 callers a batch of the store
+# carries about 36 calls, so each of its two statements about 18 rows
+# (STORE_ROWS), and what a statement and a commit cost is shared by that
+# many pairs, not 32.
+store_rows=${STORE_ROWS:-18}
+lines=(idem min hot "idem-$store_rows")
+declare -A line_schema=([idem]=ceil_idem [min]=ceil_min [hot]=ceil_hot ["idem-$store_rows"]=ceil_idem)
+declare -A line_batch=([idem]=$batch [min]=$batch [hot]=$batch ["idem-$store_rows"]=$store_rows)
+for line in "${lines[@]}"; do
+	s=${line_schema[$line]} b=${line_batch[$line]}
 	ins="" del=""
 	if [ "$s" = ceil_hot ]; then
-		ins="INSERT INTO $s.idem_pending SELECT 'bench', 'POST /orders', left(md5(:n || '-' || g), 26), statement_timestamp() + interval '30 seconds' FROM generate_series(1, $batch) g ON CONFLICT DO NOTHING;"
-		del="DELETE FROM $s.idem_pending p USING generate_series(1, $batch) g WHERE p.scope = 'bench' AND p.operation = 'POST /orders' AND p.key = left(md5(:n || '-' || g), 26);"
+		ins="INSERT INTO $s.idem_pending SELECT 'bench', 'POST /orders', left(md5(:n || '-' || g), 26), statement_timestamp() + interval '30 seconds' FROM generate_series(1, $b) g ON CONFLICT DO NOTHING;"
+		del="DELETE FROM $s.idem_pending p USING generate_series(1, $b) g WHERE p.scope = 'bench' AND p.operation = 'POST /orders' AND p.key = left(md5(:n || '-' || g), 26);"
 	fi
 	# The two transactions of a batch, with the side table's writes for hot.
 	# Row g of batch n has the key left(md5(n-g), 26): random, as the
 	# store's benchmark's keys (26 bytes of crypto/rand's rand.Text), yet
 	# the same in both transactions. The answer is the store's encoding of
 	# storebench.Response (TestCeilingScript checks it).
-	cat >"$tmp/$s.sql" <<SQL
+	cat >"$tmp/$line.sql" <<SQL
 \\set n random(1, 1000000000000)
 BEGIN;
 INSERT INTO $s.idem_records (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
 SELECT 'bench', 'POST /orders', k, 'fp', 'pending', 'tok-' || k, statement_timestamp() + interval '30 seconds',
     statement_timestamp(), statement_timestamp(), NULL
-FROM generate_series(1, $batch) g, left(md5(:n || '-' || g), 26) k
+FROM generate_series(1, $b) g, left(md5(:n || '-' || g), 26) k
 ON CONFLICT (scope, operation, key) DO NOTHING;
 $ins
 COMMIT;
@@ -177,14 +186,14 @@ BEGIN;
 UPDATE $s.idem_records r
    SET state = 'completed', expires_at = statement_timestamp() + interval '24 hours', updated_at = statement_timestamp(),
        response = '\\x01c9010000207b226964223a226f72645f313233222c22737461747573223a2270616964227d'::bytea
-  FROM generate_series(1, $batch) g, left(md5(:n || '-' || g), 26) k
+  FROM generate_series(1, $b) g, left(md5(:n || '-' || g), 26) k
  WHERE r.scope = 'bench' AND r.operation = 'POST /orders' AND r.key = k
    AND r.state = 'pending' AND r.token = 'tok-' || k;
 $del
 COMMIT;
 SQL
 	if [ "$warmup" != 0 ]; then
-		pgbench -n -c "$clients" -j 2 -T "$warmup" -f "$tmp/$s.sql" "$url" >/dev/null 2>&1
+		pgbench -n -c "$clients" -j 2 -T "$warmup" -f "$tmp/$line.sql" "$url" >/dev/null 2>&1
 	fi
 	psql -X -q "$url" -c "ANALYZE $s.idem_records" >/dev/null
 done
@@ -193,26 +202,27 @@ if [ -z "$store_test" ]; then
 	store_test=$tmp/idempg.test
 	go test -c -o "$store_test" ./idempg/ >/dev/null
 fi
-echo "# PostgreSQL $(psql -X -At "$url" -c 'SHOW server_version'); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); pgbench $clients clients x $batch-row batches; $((per_client * clients * batch)) pairs a pgbench line, $pairs_per_line the store's"
+echo "# PostgreSQL $(psql -X -At "$url" -c 'SHOW server_version'); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); pgbench $clients clients x $batch-row batches (idem-$store_rows: $store_rows-row); $pairs_per_line pairs a line (pgbench: rounded up to whole batches)"
 for round in $(seq "$rounds"); do
 	declare -A pairs=() cpu=()
-	for s in "${schemas[@]}"; do
+	for line in "${lines[@]}"; do
+		s=${line_schema[$line]} b=${line_batch[$line]}
 		psql -X -q "$url" -c "TRUNCATE $s.idem_records$([ "$s" = ceil_hot ] && echo ", $s.idem_pending")" >/dev/null
 		stats_settled
 		before=$(psql -X -At "$url" -c "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname = 'idem_records'")
 		reset_statements
 		t0=$(pgticks) c0=$(cpustat)
-		out=$(pgbench -n -c "$clients" -j 2 -t "$per_client" -f "$tmp/$s.sql" "$url" 2>&1)
+		out=$(pgbench -n -c "$clients" -j 2 -t $(((pairs_per_line + clients * b - 1) / (clients * b))) -f "$tmp/$line.sql" "$url" 2>&1)
 		t1=$(pgticks) c1=$(cpustat)
 		tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out")
 		done_pairs=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
 		stats_settled
 		after=$(psql -X -At "$url" -c "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname = 'idem_records'")
-		pairs[$s]=$(awk -v t="$tps" -v b="$batch" 'BEGIN { printf "%.0f", t * b }')
-		cpu[$s]=$(per $((done_pairs * batch)) "$t0" "$t1")
+		pairs[$line]=$(awk -v t="$tps" -v b="$b" 'BEGIN { printf "%.0f", t * b }')
+		cpu[$line]=$(per $((done_pairs * b)) "$t0" "$t1")
 		hot=$(awk -F'|' -v b="$before" -v a="$after" 'BEGIN { split(b, x, "|"); split(a, y, "|"); u = y[1] - x[1]; h = y[2] - x[2]; printf "%.0f%%", (u > 0 ? 100 * h / u : 0) }')
-		echo "round $round ${s#ceil_}: ${pairs[$s]} pairs/s, HOT settles $hot, $(usage $((done_pairs * batch)) "$t0" "$t1" "$c0" "$c1")"
-		statements $((done_pairs * batch))
+		echo "round $round $line: ${pairs[$line]} pairs/s, HOT settles $hot, $(usage $((done_pairs * b)) "$t0" "$t1" "$c0" "$c1")"
+		statements $((done_pairs * b))
 	done
 	reset_statements
 	t0=$(pgticks) c0=$(cpustat)
@@ -223,8 +233,8 @@ for round in $(seq "$rounds"); do
 	n=$(awk -v o="$out" 'BEGIN { split(o, l, "\n"); for (i in l) if (l[i] ~ /ReserveComplete\/batch=on\/c=50/) { split(l[i], f, " "); print f[2] } }')
 	echo "round $round store batch=on c=50: ${store:-?} pairs/s (${calls:-?} calls per batch), $(usage "${n:-0}" "$t0" "$t1" "$c0" "$c1") (the test's set-up included)"
 	statements "${n:-0}"
-	for s in "${schemas[@]}"; do
-		awk -v a="$store" -v b="${pairs[$s]}" -v c="$(per "${n:-0}" "$t0" "$t1")" -v d="${cpu[$s]}" -v s="${s#ceil_}" -v r="$round" 'BEGIN {
+	for line in "${lines[@]}"; do
+		awk -v a="$store" -v b="${pairs[$line]}" -v c="$(per "${n:-0}" "$t0" "$t1")" -v d="${cpu[$line]}" -v s="$line" -v r="$round" 'BEGIN {
 			if (a != "" && b > 0 && d > 0) printf "round %d store / %s: pairs/s %.2f, PostgreSQL CPU per pair %.2f\n", r, s, a / b, c / d }'
 	done
 done
