@@ -24,7 +24,7 @@ func TestFloorScript(t *testing.T) {
 	dsn := os.Getenv(dsnEnv)
 	testenv.Tool(t, "bash", "bash")
 	testenv.Tool(t, "mysql", "mariadb-client")
-	testenv.Tool(t, "mysqlslap", "mariadb-client")
+	testenv.Tool(t, "mysqlslap", "mariadb-client (a dependency of the server that scripts/services.sh installs)")
 	if exec.Command("pgrep", "-x", "mariadbd").Run() != nil && exec.Command("pgrep", "-x", "mysqld").Run() != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal("no mariadbd or mysqld process on this machine and CI=true: the script reads the server's CPU time from /proc")

@@ -26,7 +26,7 @@ func TestCeilingScript(t *testing.T) {
 	url := testURL(t)
 	testenv.Tool(t, "bash", "bash")
 	testenv.Tool(t, "psql", "postgresql-client")
-	testenv.Tool(t, "pgbench", "postgresql-contrib (pgbench)")
+	testenv.Tool(t, "pgbench", "postgresql (the server package ships pgbench; scripts/services.sh installs it)")
 	if err := exec.Command("pgrep", "-x", "postgres").Run(); err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("no postgres process on this machine and CI=true: the script reads the server's CPU time from /proc")

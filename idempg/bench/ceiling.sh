@@ -29,7 +29,7 @@
 # are truncated first), with keys spread over the whole key space as
 # clients' keys are: a batch's 32 keys each land on a page of their own in
 # every index that holds the key, not on one shared leaf (keys of one
-# prefix, as "k-<n>-<row>", cost PostgreSQL a third less, and measure a
+# prefix, as "k-<n>-<row>", cost PostgreSQL a quarter less, and measure a
 # workload no client sends).
 #
 # For every line it also prints PostgreSQL's CPU time per pair (every
@@ -52,8 +52,9 @@
 # PAIRS (40000: the pairs each line writes; a count, so that the store's
 # CPU per pair counts one run of the benchmark, not its ramp-up too),
 # WARMUP (2: seconds of pgbench on each schema before the rounds; 0 for
-# none), STORE_ROWS (18: the batch of the idem-18 line), ROUNDS (1), STORE_TEST (a compiled idempg test binary, from
-# `go test -c ./idempg/`, built when unset), STATEMENTS (0).
+# none), STORE_ROWS (18: the batch of the idem-18 line), ROUNDS (1),
+# STORE_TEST (a compiled idempg test binary, from `go test -c ./idempg/`,
+# built when unset), STATEMENTS (0).
 #
 # STATEMENTS=1 needs pg_stat_statements loaded at server start: add
 # shared_preload_libraries = 'pg_stat_statements' to the server's
