@@ -33,9 +33,8 @@
 # workload no client sends).
 #
 # For every line it also prints PostgreSQL's CPU time per pair (every
-# postgres process, the backends that ended during the run included,
-# through the postmaster's children's times) and the share of the machine
-# that idled: what the database spends on a pair in pgbench's hands is the
+# postgres process, counted by scripts/benchlib.sh's pgcpu_start) and the
+# share of the machine that idled: what the database spends on a pair in pgbench's hands is the
 # floor for what it can spend behind the store.
 #
 # With STATEMENTS=1 it also prints, after each line, what PostgreSQL spent
@@ -77,17 +76,6 @@ if [ "$statements" = 1 ]; then
 	esac
 fi
 tmp=$(mktemp -d)
-# pgticks prints the CPU ticks every postgres process has used: the
-# postmaster's own and its ended children's (cutime, cstime), and each live
-# one's. Run on an otherwise quiet machine.
-pgticks() {
-	local pm
-	pm=$(pgrep -o -x postgres) || { echo 0; return; }
-	{
-		awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat"
-		for p in $(pgrep -P "$pm"); do awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true; done
-	} | awk '{ s += $1 } END { print s }'
-}
 # cpustat prints the machine's busy and idle ticks (/proc/stat).
 cpustat() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $5 + $6 }' /proc/stat; }
 # per PAIRS T0 T1 prints PostgreSQL's CPU µs per pair.
@@ -133,7 +121,7 @@ PSS
 reset_statements() { [ "$statements" = 1 ] && psql -X -q -At "$url" -c 'SELECT pg_stat_statements_reset()' >/dev/null || true; }
 schemas=(ceil_idem ceil_min ceil_hot)
 drop() { for s in "${schemas[@]}"; do psql -X -q "$url" -c "DROP SCHEMA IF EXISTS $s CASCADE" >/dev/null 2>&1 || true; done; }
-trap 'drop; rm -rf "$tmp"' EXIT
+trap 'kill "${pgcpu_loop:-}" 2>/dev/null || true; drop; rm -rf "$tmp"' EXIT
 drop
 for s in "${schemas[@]}"; do psql -X -q "$url" -v ON_ERROR_STOP=1 -c "CREATE SCHEMA $s" >/dev/null; done
 # In one transaction, as Migrate applies them: migration 005 locks the
@@ -212,9 +200,10 @@ for round in $(seq "$rounds"); do
 		stats_settled
 		before=$(psql -X -At "$url" -c "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname = 'idem_records'")
 		reset_statements
-		t0=$(pgticks) c0=$(cpustat)
+		t0=0 c0=$(cpustat)
+		pgcpu_start
 		out=$(pgbench -n -c "$clients" -j 2 -t $(((pairs_per_line + clients * b - 1) / (clients * b))) -f "$tmp/$line.sql" "$url" 2>&1)
-		t1=$(pgticks) c1=$(cpustat)
+		t1=$(pgcpu_stop) c1=$(cpustat)
 		tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out")
 		done_pairs=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
 		stats_settled
@@ -226,9 +215,10 @@ for round in $(seq "$rounds"); do
 		statements $((done_pairs * b))
 	done
 	reset_statements
-	t0=$(pgticks) c0=$(cpustat)
+	t0=0 c0=$(cpustat)
+	pgcpu_start
 	out=$("$store_test" -test.run '^$' -test.bench 'BenchmarkReserveComplete/batch=on/c=50$' -test.benchtime "${pairs_per_line}x")
-	t1=$(pgticks) c1=$(cpustat)
+	t1=$(pgcpu_stop) c1=$(cpustat)
 	store=$(metric "$out" "ReserveComplete/batch=on/c=50" pairs/s)
 	calls=$(metric "$out" "ReserveComplete/batch=on/c=50" calls/batch)
 	n=$(awk -v o="$out" 'BEGIN { split(o, l, "\n"); for (i in l) if (l[i] ~ /ReserveComplete\/batch=on\/c=50/) { split(l[i], f, " "); print f[2] } }')

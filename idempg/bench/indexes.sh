@@ -11,26 +11,20 @@
 #
 # Environment: IDEM_TEST_POSTGRES_URL (required), CLIENTS (8), BATCH (32),
 # PAIRS (40000 a line), ROUNDS (2). The CPU is every postgres process's
-# (ceiling.sh's pgticks): run it on a server that nothing else uses.
+# (scripts/benchlib.sh's pgcpu_start): run it on a server that nothing
+# else uses.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/benchlib.sh
 url=${IDEM_TEST_POSTGRES_URL:?run: eval "\$(scripts/services.sh)"}
 clients=${CLIENTS:-8}; batch=${BATCH:-32}; pairs=${PAIRS:-40000}; rounds=${ROUNDS:-2}
 per_client=$(((pairs + clients * batch - 1) / (clients * batch)))
 tmp=$(mktemp -d)
-pgticks() {
-	local pm
-	pm=$(pgrep -o -x postgres) || { echo 0; return; }
-	{
-		awk '{ print $14 + $15 + $16 + $17 }' "/proc/$pm/stat"
-		for p in $(pgrep -P "$pm"); do awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null || true; done
-	} | awk '{ s += $1 } END { print s }'
-}
 indexes=(none idem_records_pending_lease idem_records_completed_expiry idem_records_open_key
 	idem_records_operation_key idem_records_key_value idem_records_created idem_records_label)
 schema() { echo "ix_$1" | sed 's/idem_records_//'; }
 drop() { for ix in "${indexes[@]}"; do psql -X -q "$url" -c "DROP SCHEMA IF EXISTS $(schema "$ix") CASCADE" >/dev/null 2>&1 || true; done; }
-trap 'drop; rm -rf "$tmp"' EXIT
+trap 'kill "${pgcpu_loop:-}" 2>/dev/null || true; drop; rm -rf "$tmp"' EXIT
 drop
 for ix in "${indexes[@]}"; do
 	s=$(schema "$ix")
@@ -64,12 +58,12 @@ for round in $(seq "$rounds"); do
 		s=$(schema "$ix")
 		psql -X -q "$url" -c "TRUNCATE $s.idem_records; CHECKPOINT" >/dev/null
 		w0=$(psql -X -At "$url" -c "SELECT pg_current_wal_lsn()")
-		t0=$(pgticks)
+		pgcpu_start
 		out=$(pgbench -n -c "$clients" -j 2 -t "$per_client" -f "$tmp/$s.sql" "$url" 2>&1)
-		t1=$(pgticks)
+		t=$(pgcpu_stop)
 		wal=$(psql -X -At "$url" -c "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '$w0')")
 		n=$(($(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out") * batch))
-		cpu=$(awk -v n="$n" -v t=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
+		cpu=$(awk -v n="$n" -v t="$t" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.1f", t * 1e6 / hz / n }')
 		sum[$ix]=$(awk -v a="${sum[$ix]:-0}" -v b="$cpu" 'BEGIN { print a + b }')
 		awk -v r="$round" -v ix="$ix" -v c="$cpu" -v w="$wal" -v n="$n" 'BEGIN { printf "round %d without %-30s PostgreSQL %6.1f cpu-µs/pair, WAL %5.0f B/pair\n", r, ix, c, w / n }'
 	done
