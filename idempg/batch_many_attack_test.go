@@ -207,9 +207,11 @@ func TestBatchManyOutcomesByPosition(t *testing.T) {
 }
 
 // TestBatchManyWakesByPosition: a batch completes five keys, the first
-// under a stale token; waiters listen on the second and third. Exactly
-// their payloads are announced: completeMany takes each payload from the
-// array by the call's position, not by the position of the changed row.
+// under a stale token; waiters listen on the first three. Exactly the
+// payloads of the second and third are announced: completeMany takes each
+// payload from the array by the call's position, not by the position of
+// the changed row, and announces only the records it changed (the first
+// Complete lost its lease and changed nothing).
 func TestBatchManyWakesByPosition(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t, "")
@@ -232,6 +234,7 @@ func TestBatchManyWakesByPosition(t *testing.T) {
 		}
 		keys = append(keys, k)
 	}
+	subscribe(t, s, keys[0])
 	wakeB, wakeC, wakeFence := subscribe(t, s, keys[1]), subscribe(t, s, keys[2]), subscribe(t, s, keys[5])
 	got := batchtest.InOneBatch(t, s.Batcher(),
 		batchtest.Complete(ctx, s, keys[0], "stale", time.Hour),

@@ -32,6 +32,7 @@ func BenchmarkReserveComplete(b *testing.B) {
 		}
 	}
 	b.Run("notify=off/c=16", func(b *testing.B) { benchReserveComplete(b, idempg.Config{DisableNotify: true}, 16) })
+	b.Run("notify=off/c=50", func(b *testing.B) { benchReserveComplete(b, idempg.Config{DisableNotify: true}, 50) })
 }
 
 func benchReserveComplete(b *testing.B, cfg idempg.Config, workers int) {

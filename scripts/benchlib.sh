@@ -54,3 +54,56 @@ run_rss_tool() {
 		"$rss_tmp/$tool" -idem "$bin" -conns "$CONNS" -size "$SIZE" "${RSS_TOOL_FLAGS[@]}" -- "$@"
 	done
 }
+
+# pgcpu_start starts counting the CPU time of the local PostgreSQL server,
+# and pgcpu_stop prints how many ticks it used since. Two counts, both
+# lower bounds, and the larger is printed:
+#   - the postmaster's own ticks, its ended children's (cutime, cstime)
+#     and each live child's: exact, except that on this machine it has
+#     now and then lost whole backends' time (a run's count fell by
+#     seconds while nothing restarted);
+#   - a sample, every tenth of a second, of the postmaster's and each
+#     child's ticks: for a process alive at the start its last sample
+#     less its first, for one started since its last sample; a backend
+#     that ends loses at most its last tenth of a second.
+pgcpu_start() {
+	pgcpu_pm=$(pgrep -o -x postgres) || pgcpu_pm=
+	pgcpu_file=$(mktemp)
+	[ -n "$pgcpu_pm" ] || return 0
+	pgcpu_total0=$(pgcpu_total)
+	pgcpu_sample >"$pgcpu_file"
+	(while :; do pgcpu_sample; sleep 0.1; done) >>"$pgcpu_file" &
+	pgcpu_loop=$!
+}
+# pgcpu_total prints the postmaster's ticks, its ended children's and its
+# live children's.
+pgcpu_total() {
+	local p f s
+	read -r -a f 2>/dev/null <"/proc/$pgcpu_pm/stat" || { echo 0; return; }
+	s=$((f[13] + f[14] + f[15] + f[16]))
+	for p in $(pgrep -P "$pgcpu_pm"); do
+		read -r -a f 2>/dev/null <"/proc/$p/stat" && s=$((s + f[13] + f[14]))
+	done
+	echo "$s"
+}
+# pgcpu_sample prints a block of "pid ticks" lines, then a blank line. It
+# reads /proc with bash's read, so that a process that ends meanwhile only
+# drops its own line.
+pgcpu_sample() {
+	local p f
+	for p in $pgcpu_pm $(pgrep -P "$pgcpu_pm"); do
+		read -r -a f 2>/dev/null <"/proc/$p/stat" || continue
+		echo "$p $((f[13] + f[14]))"
+	done
+	echo
+}
+pgcpu_stop() {
+	[ -n "$pgcpu_pm" ] || { rm -f "$pgcpu_file"; echo 0; return; }
+	kill "$pgcpu_loop" 2>/dev/null || true
+	local total=$(($(pgcpu_total) - pgcpu_total0))
+	pgcpu_sample >>"$pgcpu_file"
+	awk -v total="$total" 'BEGIN { block = 0 } NF == 0 { block++; next }
+		{ if (block == 0) base[$1] = $2; last[$1] = $2 }
+		END { for (p in last) s += last[p] - base[p]; print (s > total ? s : total) }' "$pgcpu_file"
+	rm -f "$pgcpu_file"
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -29,6 +30,22 @@ func Getenv(tb testing.TB, name string) string {
 		tb.Skipf("%s is not set; run: eval \"$(scripts/services.sh)\" to test against the real server", name)
 	}
 	return v
+}
+
+// Tool returns the path of the program name (a database's client or
+// benchmark tool that a script runs), or skips the test with what provides
+// it; when CI=true it fails instead, since CI installs every tool that
+// the services need.
+func Tool(tb testing.TB, name, provider string) string {
+	tb.Helper()
+	path, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			tb.Fatalf("%s is not installed and CI=true; install %s", name, provider)
+		}
+		tb.Skipf("%s is not installed; install %s to run this test", name, provider)
+	}
+	return path
 }
 
 // CaptureStdout runs f and returns what it wrote to os.Stdout, so that a

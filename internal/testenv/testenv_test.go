@@ -38,6 +38,31 @@ func TestGetenv(t *testing.T) {
 	}
 }
 
+// TestTool runs the helper in a child process, as TestGetenv does: a tool
+// that is installed is found, a missing one skips the test, or fails it
+// when CI=true.
+func TestTool(t *testing.T) {
+	if os.Getenv("TESTENV_CHILD") == "1" {
+		t.Log("path:", testenv.Tool(t, os.Getenv("TESTENV_TOOL"), "the probe package"))
+		return
+	}
+	cases := []struct {
+		tool, ci, want string
+	}{
+		{"sh", "true", "path: /"},
+		{"idem-no-such-tool", "false", "SKIP"},
+		{"idem-no-such-tool", "true", "FAIL"},
+	}
+	for _, tc := range cases {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestTool$", "-test.v")
+		cmd.Env = append(os.Environ(), "TESTENV_CHILD=1", "TESTENV_TOOL="+tc.tool, "CI="+tc.ci)
+		out, _ := cmd.CombinedOutput()
+		if !strings.Contains(string(out), tc.want) {
+			t.Errorf("tool %s, CI=%s: output lacks %q:\n%s", tc.tool, tc.ci, tc.want, out)
+		}
+	}
+}
+
 func TestCaptureStdout(t *testing.T) {
 	got := testenv.CaptureStdout(t, func() {
 		fmt.Println("one")
