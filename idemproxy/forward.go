@@ -57,11 +57,13 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.retryUnderNewName(w, r, lease)
 		return
 	}
-	if f.p.closing.Load() && !f.observe {
-		f.refuse(w, r, lease)
+	// Before the shutdown check: a retry that an earlier version's record
+	// answers is replayed during shutdown, as one the new name answers is.
+	if !legacy && f.legacyNext != nil && f.legacyLookup(w, r, lease) {
 		return
 	}
-	if !legacy && f.legacyNext != nil && f.legacyLookup(w, r, lease) {
+	if f.p.closing.Load() && !f.observe {
+		f.refuse(w, r, lease)
 		return
 	}
 	over, counted := f.overCap(w, r, lease)

@@ -268,3 +268,28 @@ func TestLegacyReplayIsNotANewKey(t *testing.T) {
 		t.Fatalf("the scope's second new key: %v, want 429", got)
 	}
 }
+
+// TestLegacyReplayDuringShutdown: during shutdown the proxy forwards no
+// new request, but a retry is still answered from its record, under the
+// new name or an earlier version's alike.
+func TestLegacyReplayDuringShutdown(t *testing.T) {
+	st := newLegacyGets(t)
+	e, _ := legacyRig(t, st, idemproxy.Config{}, nil)
+	storeEarlier(t, st.Store, "done", `{}`)
+	if got := e.one(t, hostPost("HTTP/1.1", "shop-a.example", "now", `{}`)); got.Body != "ran 1" {
+		t.Fatalf("a new key: %v", got)
+	}
+	e.proxy.BeginShutdown()
+	if got := e.one(t, hostPost("HTTP/1.1", "shop-a.example", "now", `{}`)); got.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a retry the new name answers, during shutdown: %v, want replayed", got)
+	}
+	if got := e.one(t, hostPost("HTTP/1.1", "shop-a.example", "done", `{}`)); got.Body != "old ran" || got.Header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a retry an earlier version's record answers, during shutdown: %v, want replayed", got)
+	}
+	if got := e.one(t, hostPost("HTTP/1.1", "shop-a.example", "new", `{}`)); got.Status != http.StatusServiceUnavailable {
+		t.Errorf("a new key during shutdown: %v, want 503", got)
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Errorf("the upstream ran %d times, want once", n)
+	}
+}
