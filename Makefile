@@ -10,6 +10,10 @@ MODULES = examples/worker idemgrpc idemconnect examples/frontdoors idemwatermill
 # the dashboard, the unit); it compiles Helm, the Kubernetes API and
 # Prometheus, so make test runs it without the race detector.
 DEPLOY_MODULES = deploy/deploytest
+# Bench-only peers (internal/tools/fiberpeer: Fiber, for scripts/bench-http.sh)
+# are modules of their own outside go.work, so that no module of idem's, nor
+# the workspace, requires them; lint vets them alone.
+BENCH_MODULES = internal/tools/fiberpeer
 
 .DEFAULT_GOAL := help
 
@@ -86,6 +90,7 @@ lint: ## gofmt, go vet and staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./... $(addprefix ./,$(addsuffix /...,$(MODULES) $(DEPLOY_MODULES)))
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2 ./... $(addprefix ./,$(addsuffix /...,$(MODULES) $(DEPLOY_MODULES)))
+	@set -e; for m in $(BENCH_MODULES); do (cd $$m && GOWORK=off $(GO) vet ./...); done
 
 # VERSION is stamped into bin/idem (idem version, idem --version).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)

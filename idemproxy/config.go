@@ -35,10 +35,10 @@ type Config struct {
 	// earlier version of idem stored under the operation's name of then
 	// (method and path alone) and, if there is one, keep that name: a
 	// retry across the upgrade replays, or waits for, the request it
-	// retries, instead of running again. It costs one store read per
-	// protected request; turn it off once the longest retention has passed
-	// since every instance sharing the store was upgraded. Defaults to
-	// true.
+	// retries, instead of running again. It costs one store read per new
+	// key (a key the new name holds already reads nothing more); turn it
+	// off once the longest retention has passed since every instance
+	// sharing the store was upgraded. Defaults to true.
 	LegacyOperations *bool `yaml:"legacy_operations"`
 	// Listen is the proxy's address. Defaults to 127.0.0.1:8080.
 	Listen string `yaml:"listen"`

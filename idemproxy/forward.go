@@ -30,6 +30,10 @@ type forwarder struct {
 	// endToEnd are the request headers that reach the upstream as the
 	// client sent them, whatever its Connection header says (see rewrite).
 	endToEnd []string
+	// legacyNext is the route's middleware, which serves a request whose
+	// key an earlier version holds (see legacyLookup); nil when
+	// Config.LegacyOperations is off.
+	legacyNext http.Handler
 }
 
 func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -48,8 +52,14 @@ func (f *forwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.rp.ServeHTTP(w, r)
 		return
 	}
-	if op, ok := r.Context().Value(opOverrideKey{}).(string); ok && lease.Key().Operation == op && !f.observe {
+	op, legacy := r.Context().Value(opOverrideKey{}).(string)
+	if legacy && lease.Key().Operation == op && !f.observe {
 		f.retryUnderNewName(w, r, lease)
+		return
+	}
+	// Before the shutdown check: a retry that an earlier version's record
+	// answers is replayed during shutdown, as one the new name answers is.
+	if !legacy && f.legacyNext != nil && f.legacyLookup(w, r, lease) {
 		return
 	}
 	if f.p.closing.Load() && !f.observe {
@@ -278,7 +288,7 @@ func (f *forwarder) settle(ctx context.Context, lease *idem.Lease, release bool,
 func (f *forwarder) rewrite(pr *httputil.ProxyRequest) {
 	pr.SetURL(f.p.upstream)
 	pr.SetXForwarded()
-	if h, ok := normalizeHost(pr.In.Host); ok && h != "" {
+	if h, ok := requestHost(pr.In); ok && h != "" {
 		// The upstream reads the authority as the operation names it:
 		// spellings the proxy takes for one host ("Shop.Example.:80") are
 		// one to an upstream that routes tenants by it byte for byte.

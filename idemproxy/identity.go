@@ -75,8 +75,39 @@ func (id *identity) operation(r *http.Request) string {
 	if op, ok := r.Context().Value(opOverrideKey{}).(string); ok && op == legacyOperation(r) {
 		return op
 	}
-	host, _ := normalizeHost(r.Host)
+	host, _ := requestHost(r)
 	return id.name(r.Method, r.URL.EscapedPath(), host)
+}
+
+// hostContext carries a protected request's authority, normalised once
+// (route.ServeHTTP), to its operation's name and its X-Forwarded-Host.
+type hostContext struct {
+	context.Context
+	raw, host string // r.Host, and normalizeHost's spelling of it
+}
+
+type hostKey struct{}
+
+func (c *hostContext) Value(key any) any {
+	if key == (hostKey{}) {
+		return c
+	}
+	return c.Context.Value(key)
+}
+
+// withHost returns r with ctx, carrying host, the normalised spelling of
+// r.Host.
+func withHost(ctx context.Context, r *http.Request, host string) *http.Request {
+	return r.WithContext(&hostContext{Context: ctx, raw: r.Host, host: host})
+}
+
+// requestHost returns normalizeHost(r.Host), as carried by r's context
+// when it was normalised already.
+func requestHost(r *http.Request) (string, bool) {
+	if c, ok := r.Context().Value(hostKey{}).(*hostContext); ok && c.raw == r.Host {
+		return c.host, true
+	}
+	return normalizeHost(r.Host)
 }
 
 // name is the operation of method on path at host (normalised).
@@ -124,6 +155,14 @@ func operationHost(op string) string {
 // it as a list).
 // An empty h (an HTTP/1.0 request without Host) is "".
 func normalizeHost(h string) (string, bool) {
+	if normalHost(h) {
+		return h, true
+	}
+	return canonicalHost(h)
+}
+
+// canonicalHost is normalizeHost without normalHost's shortcut.
+func canonicalHost(h string) (string, bool) {
 	if h == "" {
 		return "", true
 	}
@@ -173,6 +212,39 @@ func normalizeHost(h string) (string, bool) {
 		return "", false
 	}
 	return host, true
+}
+
+// normalHost reports whether h is its own normalizeHost spelling, by a
+// check that costs no allocation: lower-case ASCII letters, digits, dots
+// and hyphens, not ending in a dot nor holding an A-label, and a port, if any, of digits without
+// a leading zero, other than 80 and 443. Such a name is its own A-labels,
+// and an IPv4 address that netip parses is written so already (it
+// refuses leading zeros).
+func normalHost(h string) bool {
+	if len(h) > maxHostLength {
+		return false
+	}
+	host, port, hasPort := strings.Cut(h, ":")
+	if host == "" || host[len(host)-1] == '.' || strings.Contains(host, "xn--") {
+		return false // xn--: IDNA checks the label
+	}
+	for i := 0; i < len(host); i++ {
+		if c := host[i]; (c < 'a' || c > 'z') && (c < '0' || c > '9') && c != '.' && c != '-' {
+			return false
+		}
+	}
+	if !hasPort {
+		return true
+	}
+	if port == "" || port[0] == '0' || port == "80" || port == "443" {
+		return false
+	}
+	for i := 0; i < len(port); i++ {
+		if c := port[i]; c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // upstreamName is the default name of the upstream u in operations: its
@@ -269,34 +341,44 @@ func checkScopeHeaders(names []string) error {
 	return nil
 }
 
-// legacyLookup looks for a record an earlier version stored for r under
-// its operation of then (method and path): a retry across the upgrade is
-// the same operation, and keeps it, so it never runs twice. It returns r
-// carrying that operation when there is one, r unchanged when there is
-// none or the request has no valid key or scope (the middleware answers
-// those), and ok false, having answered 503, when the store cannot say.
-func (rt *route) legacyLookup(w http.ResponseWriter, r *http.Request) (_ *http.Request, ok bool) {
-	key, err := idem.ParseKeyHeader(r.Header[idem.HeaderName])
-	if err != nil {
-		return r, true
-	}
-	scope, err := rt.scope(r)
-	if err != nil || scope == "" {
-		return r, true
-	}
+// legacyLookup runs after the middleware reserved a new key for r under
+// the operation of this version (lease): it looks for a record that an
+// earlier version stored under the operation of then (method and path),
+// with the scope and key the middleware read. A retry across the upgrade
+// is the same operation and keeps that name, so it never runs twice: the
+// new key is released and r served again under the earlier name, which
+// replays, waits, or answers 409 or 422 as for any record. A key the new
+// name holds is answered by the middleware before any look-up, and a
+// request without a valid key or scope never reserves one: the only cost
+// is one store read per new key.
+//
+// It reports whether it answered r. When the store cannot say, the key is
+// released and r answered 503 (observe mode forwards it, as it forwards
+// what it cannot check).
+func (f *forwarder) legacyLookup(w http.ResponseWriter, r *http.Request, lease *idem.Lease) (answered bool) {
+	k := lease.Key()
 	old := legacyOperation(r)
-	_, err = rt.p.engine.Get(r.Context(), idem.Key{Scope: scope, Operation: old, Key: key})
+	_, err := f.p.engine.Get(r.Context(), idem.Key{Scope: k.Scope, Operation: old, Key: k.Key})
 	switch {
-	case err == nil, errors.Is(err, idem.ErrSealed):
-		return r.WithContext(context.WithValue(r.Context(), opOverrideKey{}, old)), true
 	case errors.Is(err, idemstore.ErrNotFound), errors.Is(err, idem.ErrTooLong):
-		return r, true
-	case rt.observe:
-		return r, true // observe mode forwards what it cannot check
+		return false
+	case err == nil, errors.Is(err, idem.ErrSealed):
+		// Served by the middleware under the earlier name, as a request
+		// that carries no lease: the new one ends here.
+		f.settle(r.Context(), lease, true, "")
+		ctx := context.WithValue(idem.ContextWithLease(r.Context(), nil), opOverrideKey{}, old)
+		f.legacyNext.ServeHTTP(w, r.WithContext(ctx))
+		return true
+	case f.observe && r.Context().Err() == nil:
+		return false // observe mode forwards what it cannot check
 	}
-	rt.p.log.LogAttrs(r.Context(), slog.LevelWarn, "looking up a key stored under an earlier operation name failed; the request was not forwarded",
-		slog.String("operation", old), slog.Any("error", err))
+	settlement := f.settle(r.Context(), lease, true, "")
+	f.p.count(f.label, idem.SituationUnavailable, settlement)
+	if r.Context().Err() == nil {
+		f.p.log.LogAttrs(r.Context(), slog.LevelWarn, "looking up a key stored under an earlier operation name failed; the request was not forwarded",
+			slog.String("operation", old), slog.String("key_digest", idem.KeyDigest(k)), slog.String("settlement", settlement), slog.Any("error", err))
+	}
 	w.Header().Set("Retry-After", "1")
-	rt.p.refuse(w, r, rt.label, idem.SituationUnavailable, "The idempotency store could not be reached; the request was not forwarded. Retry with the same key.")
-	return nil, false
+	f.p.writeProblem(w, idem.SituationUnavailable, "The idempotency store could not be reached; the request was not forwarded. Retry with the same key.", k.Key)
+	return true
 }

@@ -17,8 +17,8 @@ import (
 
 // BenchmarkLegacyOperations measures what looking for records stored
 // under an earlier version's operation name costs a new key: one store
-// read per protected request (on the memory store here; a round trip on
-// a server store).
+// read after the key is reserved (on the memory store here; a round trip
+// on a server store). A retry the new name answers reads nothing more.
 func BenchmarkLegacyOperations(b *testing.B) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)

@@ -29,7 +29,10 @@ type Options struct {
 	// OnOutcome, if set, is called after every protected request, as
 	// idem.Config.OnOutcome. A key the proxy settled itself after an
 	// upstream failure reports Settlement "handler"; the metrics count it
-	// under its situation instead (upstream_failed, …).
+	// under its situation instead (upstream_failed, …). So does the new
+	// key of a request that a record of an earlier version answers (see
+	// Config.LegacyOperations), which then reports a second event: the
+	// outcome under the earlier name.
 	OnOutcome func(idem.Event)
 	// ScopeSecret, if set, keys scopes and fingerprints (see
 	// Config.ScopeSecretFile and NewScope).
@@ -220,8 +223,7 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 	}
 	scope := NewScope(s.scopeSources(), p.opts.ScopeSecret, s.Anonymous)
 	fwd.label = label
-	rt := &route{p: p, label: label, methods: methods, disabled: disabled, override: s.MethodOverride, next: fwd,
-		scope: scope, legacy: p.legacy, observe: s.Mode == ModeObserve}
+	rt := &route{p: p, label: label, methods: methods, disabled: disabled, override: s.MethodOverride, next: fwd}
 	if rt.override == "" {
 		rt.override = OverrideProtect
 	}
@@ -253,6 +255,9 @@ func (p *Proxy) buildRoute(label string, s Settings, methods []string, disabled 
 		return nil, err
 	}
 	rt.next = mw(fwd)
+	if p.legacy {
+		fwd.legacyNext = rt.next
+	}
 	return rt, nil
 }
 

@@ -31,9 +31,6 @@ type route struct {
 	disabled bool
 	override MethodOverride
 	next     http.Handler // the middleware around the forwarder, or the forwarder alone
-	scope    idem.ScopeFunc
-	legacy   bool // look for records stored under earlier operation names
-	observe  bool
 	rpc      *rpcRoute // gRPC, gRPC-Web and Connect calls (grpc.go)
 }
 
@@ -205,23 +202,18 @@ func (rt *route) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, ok := r.Header["Upgrade"]; ok {
 		dropUpgrade(r.Header)
 	}
-	if _, ok := normalizeHost(r.Host); !ok {
+	host, ok := normalizeHost(r.Host)
+	if !ok {
 		rt.p.refuse(w, r, rt.label, idem.SituationInvalidPath, "The request's Host is not an authority idem can name an operation by (too long, or not a host); it was not forwarded.")
 		return
 	}
 	if c := rpcOf(r); c.kind != rpcNone && rt.rpc != nil {
-		rt.rpc.serveRPC(w, r, c)
+		rt.rpc.serveRPC(w, withHost(r.Context(), r, host), c)
 		return
-	}
-	if rt.legacy {
-		var ok bool
-		if r, ok = rt.legacyLookup(w, r); !ok {
-			return
-		}
 	}
 	// A replay is written from the stored answer, held until the client
 	// takes it: it counts against max_replay_memory.
-	r = r.WithContext(replaygate.With(r.Context(), rt.p.replays))
+	r = withHost(replaygate.With(r.Context(), rt.p.replays), r, host)
 	rt.next.ServeHTTP(w, r)
 }
 

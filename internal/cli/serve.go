@@ -138,7 +138,7 @@ matter, --config's exclude_fields apply) only when their Content-Type is JSON
 	fl.StringVar(&f.upstream, "upstream", "", "the API the proxy protects (required, here or in the config file)")
 	fl.StringVar(&f.upstreamName, "upstream-name", "", "the upstream's name in operations; proxies in front of one API reached by different URLs must share it (default: the upstream URL's host and base path)")
 	fl.StringArrayVar(&f.hostAliases, "host-alias", nil, "host name that counts as one with the others given (repeatable; operations are named after the first), or * alone: every host is one (default: every host is an operation of its own)")
-	fl.BoolVar(&f.legacyOperations, "legacy-operations", true, "look for a record stored under an earlier version's operation name (method and path) and keep it; one store read per protected request; --legacy-operations=false once a retention has passed since the upgrade")
+	fl.BoolVar(&f.legacyOperations, "legacy-operations", true, "look for a record stored under an earlier version's operation name (method and path) and keep it; one store read per new key; --legacy-operations=false once a retention has passed since the upgrade")
 	fl.StringVar(&f.listen, "listen", idemproxy.DefaultListen, "where the proxy listens (port 0 picks a free port; the address is logged)")
 	fl.StringVar(&f.store, "store", idemproxy.DefaultStore, "store URL: sqlite://PATH, memory://, postgres://…, mysql://user:pass@tcp(host:port)/db, redis://host:port/N, redis+cluster://h1:p1,h2:p2")
 	fl.StringVar(&f.admin, "admin", "", "admin listener for /healthz, /readyz and /metrics, and with a token the admin API and review page (default off)")

@@ -1,11 +1,12 @@
 // Command benchserver serves a small JSON handler on loopback, bare or
 // behind idem's middleware, for the HTTP load runs in BENCHMARKS.md.
 //
-//	go run ./internal/tools/benchserver -addr 127.0.0.1:18080 -mode bare|memory|sqlite
+//	go run ./internal/tools/benchserver -addr 127.0.0.1:18080 -mode bare|memory|sqlite [-read-body]
 package main
 
 import (
 	"flag"
+	"io"
 	"log"
 	"log/slog"
 	"net/http"
@@ -26,6 +27,7 @@ func main() {
 	mode := flag.String("mode", "bare", "bare, memory or sqlite")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until SIGINT")
 	retention := flag.Duration("retention", 24*time.Hour, "how long completed keys are kept")
+	readBody := flag.Bool("read-body", false, "the handler reads the request body, as an API that decodes it does (net/http then watches the connection while it runs: a goroutine per request)")
 	flag.Parse()
 	if *cpuprofile != "" {
 		f, err := os.Create(*cpuprofile)
@@ -46,6 +48,9 @@ func main() {
 	}
 
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if *readBody {
+			_, _ = io.Copy(io.Discard, r.Body)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		_, _ = w.Write([]byte(`{"id":"pay_1","amount":1000,"currency":"usd"}`))
