@@ -23,11 +23,8 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/idem-dev/idem/internal/tools/toolproc"
@@ -40,25 +37,12 @@ func main() {
 	probes := flag.Int("probes", 50, "legitimate protected requests sent while the attackers stall")
 	flag.Parse()
 
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusCreated)
-	}))
+	up := toolproc.Upstream(toolproc.Discard(http.StatusCreated))
 	addr := toolproc.FreeAddr()
-	args := append([]string{"serve", "--upstream", "http://" + up.Addr().String(), "--listen", addr, "--store", "memory://",
+	args := append([]string{"serve", "--upstream", "http://" + up, "--listen", addr, "--store", "memory://",
 		"--read-timeout", "10m", "--log-level", "error"}, flag.Args()...)
-	cmd := exec.Command(*bin, args...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	cmd := toolproc.Serve(*bin, addr, args...)
 	defer cmd.Process.Kill()
-	toolproc.WaitListening(addr)
 
 	var sent int64
 	var held []net.Conn

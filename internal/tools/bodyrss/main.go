@@ -21,11 +21,8 @@ import (
 	"log"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/idem-dev/idem/internal/tools/toolproc"
@@ -38,22 +35,12 @@ func main() {
 	settle := flag.Duration("settle", 2*time.Second, "how long resident memory must stay put to count as settled")
 	flag.Parse()
 
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.Copy(io.Discard, r.Body) }))
+	up := toolproc.Upstream(toolproc.Discard(http.StatusOK))
 	addr := toolproc.FreeAddr()
-	args := append([]string{"serve", "--upstream", "http://" + up.Addr().String(), "--listen", addr, "--store", "memory://",
+	args := append([]string{"serve", "--upstream", "http://" + up, "--listen", addr, "--store", "memory://",
 		"--max-body", strconv.Itoa(*size), "--read-timeout", "10m", "--log-level", "error"}, flag.Args()...)
-	cmd := exec.Command(*bin, args...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	cmd := toolproc.Serve(*bin, addr, args...)
 	defer cmd.Process.Kill()
-	toolproc.WaitListening(addr)
 	pid := cmd.Process.Pid
 	// Warm up: one request end to end, so that the baseline includes a
 	// served request's share (pools, the transport).

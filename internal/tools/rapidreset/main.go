@@ -25,12 +25,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -46,25 +44,12 @@ func main() {
 	good := flag.Int("c", 4, "legitimate clients (one h2c connection shared)")
 	flag.Parse()
 
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		w.WriteHeader(http.StatusCreated)
-	}))
+	up := toolproc.Upstream(toolproc.Discard(http.StatusCreated))
 	addr := toolproc.FreeAddr()
-	args := append([]string{"serve", "--upstream", "http://" + up.Addr().String(), "--listen", addr, "--store", "memory://",
+	args := append([]string{"serve", "--upstream", "http://" + up, "--listen", addr, "--store", "memory://",
 		"--anonymous", "shared", "--log-level", "error"}, flag.Args()...)
-	cmd := exec.Command(*bin, args...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	cmd := toolproc.Serve(*bin, addr, args...)
 	defer cmd.Process.Kill()
-	toolproc.WaitListening(addr)
 	pid := cmd.Process.Pid
 
 	for _, attack := range []bool{false, true} {

@@ -25,7 +25,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"time"
@@ -42,16 +41,12 @@ func main() {
 	flag.Parse()
 
 	answer := []byte(strings.Repeat("x", *size))
-	up, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	go http.Serve(up, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	up := toolproc.Upstream(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.WriteHeader(http.StatusCreated)
 		w.Write(answer)
-	}))
+	})
 	if *storeURL == "" {
 		dir, err := os.MkdirTemp("", "replayrss")
 		if err != nil {
@@ -61,16 +56,10 @@ func main() {
 		*storeURL = "sqlite://" + dir + "/idem.db"
 	}
 	addr := toolproc.FreeAddr()
-	args := append([]string{"serve", "--upstream", "http://" + up.Addr().String(), "--listen", addr, "--store", *storeURL,
+	args := append([]string{"serve", "--upstream", "http://" + up, "--listen", addr, "--store", *storeURL,
 		"--client-write-timeout", "10m", "--log-level", "error"}, flag.Args()...)
-	cmd := exec.Command(*bin, args...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Fatal(err)
-	}
+	cmd := toolproc.Serve(*bin, addr, args...)
 	defer cmd.Process.Kill()
-	toolproc.WaitListening(addr)
 	pid := cmd.Process.Pid
 	// The first request runs and stores the answer; the baseline includes
 	// it, and one replay read in full.

@@ -1,15 +1,20 @@
 // Package toolproc holds what the measuring tools under internal/tools share
-// about the idem serve process they start: a free loopback address, a wait
-// for it to listen, and its resident memory read from /proc (Linux only).
+// about the idem serve process they start: a free loopback address, an
+// upstream, the process started and waited for until it listens, and its
+// resident memory read from /proc (Linux only).
 package toolproc
 
 import (
 	"fmt"
+	"io"
 	"log"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -83,4 +88,37 @@ func WaitListening(addr string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	log.Fatalf("idem serve did not listen on %s", addr)
+}
+
+// Upstream serves h on a free loopback address, for as long as the tool
+// runs, and returns the address.
+func Upstream(h http.HandlerFunc) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go http.Serve(l, h)
+	return l.Addr().String()
+}
+
+// Discard answers status after reading the request's body to its end.
+func Discard(status int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.WriteHeader(status)
+	}
+}
+
+// Serve starts bin (idem) with args, its standard error the tool's, killed
+// if the tool dies, and waits for it to listen on addr (one of args). The
+// caller kills it when done.
+func Serve(bin, addr string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	WaitListening(addr)
+	return cmd
 }
