@@ -31,7 +31,7 @@ type route struct {
 	disabled bool
 	override MethodOverride
 	next     http.Handler // the middleware around the forwarder, or the forwarder alone
-	rpc      *rpcRoute // gRPC, gRPC-Web and Connect calls (grpc.go)
+	rpc      *rpcRoute    // gRPC, gRPC-Web and Connect calls (grpc.go)
 }
 
 // protects reports whether the route protects method (see idem's method
