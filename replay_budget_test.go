@@ -489,3 +489,39 @@ func TestReplayThroughAWrapperThatHidesReadResponse(t *testing.T) {
 	}
 	rg.wantEmpty(t)
 }
+
+// With Config.FailOpen, a blip on the read of an answer whose record was
+// found completed must not run the handler again: the key is known to be
+// used, so running it unprotected is a certain duplicate, not a guess (as
+// a record that does not open, ErrSealed, is never failed open either).
+// The client gets 503 unavailable, and its retry the stored answer.
+func TestReplayReadBlipDoesNotFailOpen(t *testing.T) {
+	t.Parallel()
+	const size = 32 << 10
+	rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+	rg.h = idem.Middleware(rg.e, idem.Config{Scope: idem.GlobalScope, FailOpen: true})(rg.next)
+	if w := rg.ask(t, "k"); w.Code != http.StatusCreated {
+		t.Fatalf("first answer %d", w.Code)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	rg.store.beforeRead = func(context.Context, idemstore.Key, string) error {
+		if fail.Swap(false) {
+			return fmt.Errorf("connection reset: %w", idemstore.ErrUnavailable)
+		}
+		return nil
+	}
+	w := rg.ask(t, "k")
+	if n := rg.runs.Load(); n != 1 {
+		t.Fatalf("a blip reading the stored answer ran the handler again (%d runs, answer %d %q); want 503, not run",
+			n, w.Code, w.Header().Get("Idempotency-Outcome"))
+	}
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Idempotency-Outcome") != idem.SituationUnavailable.Name {
+		t.Fatalf("a blip reading the answer: %d %q; want 503 unavailable", w.Code, w.Header().Get("Idempotency-Outcome"))
+	}
+	rg.wantEmpty(t)
+	if w := rg.ask(t, "k"); w.Code != http.StatusCreated || !bytes.Equal(w.Body.Bytes(), rg.answer(1)) {
+		t.Errorf("the retry after the blip: %d; want the stored answer", w.Code)
+	}
+	rg.wantEmpty(t)
+}
