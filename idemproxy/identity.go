@@ -285,7 +285,9 @@ func (rt *route) legacyLookup(w http.ResponseWriter, r *http.Request) (_ *http.R
 		return r, true
 	}
 	old := legacyOperation(r)
-	_, err = rt.p.engine.Get(r.Context(), idem.Key{Scope: scope, Operation: old, Key: key})
+	// Whether there is one, without its answer: a large one is read, within
+	// max_replay_memory, only when the retry replays it.
+	_, err = rt.p.engine.Head(r.Context(), idem.Key{Scope: scope, Operation: old, Key: key})
 	switch {
 	case err == nil, errors.Is(err, idem.ErrSealed):
 		return r.WithContext(context.WithValue(r.Context(), opOverrideKey{}, old)), true

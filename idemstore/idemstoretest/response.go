@@ -183,6 +183,30 @@ func testResponseReader(t *testing.T, h Harness) {
 		}
 		wg.Wait()
 	})
+	t.Run("GetHead", func(t *testing.T) {
+		// idemstore.HeadReader: Get with large answers left out, as
+		// Reserve leaves them out.
+		t.Parallel()
+		hr, ok := s.(idemstore.HeadReader)
+		if !ok {
+			t.Skip("the store does not implement idemstore.HeadReader")
+		}
+		f := newFixture(t, s)
+		big, little := completed(f, "head-big", large), completed(f, "head-little", small)
+		size := again(f, big.Key, 1).ResponseSize
+		rec, err := hr.GetHead(f.ctx(), big.Key, inline)
+		if err != nil || rec.Response != nil || rec.ResponseSize != size || rec.State != idemstore.StateCompleted || rec.Token != big.Token {
+			t.Fatalf("GetHead of a large answer: %v, %v; want it completed under %q, its answer left out, size %d", rec, err, big.Token, size)
+		}
+		if rec, err := hr.GetHead(f.ctx(), big.Key, 0); err != nil || rec.ResponseSize != 0 || diffResponse(rec.Response, large) != "" {
+			t.Fatalf("GetHead with inline 0: %v, %v; want the answer whole", rec, err)
+		}
+		if rec, err := hr.GetHead(f.ctx(), little.Key, inline); err != nil || rec.ResponseSize != 0 || diffResponse(rec.Response, small) != "" {
+			t.Fatalf("GetHead of a small answer: %v, %v; want it whole", rec, err)
+		}
+		_, err = hr.GetHead(f.ctx(), f.key("head-missing"), inline)
+		requireErrIs(t, err, idemstore.ErrNotFound, "GetHead of a missing key")
+	})
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()
 		f := newFixture(t, s)
