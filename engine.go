@@ -529,6 +529,21 @@ func (e *Engine) Get(ctx context.Context, key Key) (*idemstore.Record, error) {
 	return rec, nil
 }
 
+// Head returns the record for key as Get does, but with a stored answer
+// longer than a few KiB left out (its Response nil and its ResponseSize
+// set) when the store can (idemstore.HeadReader): for a caller that asks
+// whether a key was used, or in what state, without holding its answer.
+func (e *Engine) Head(ctx context.Context, key Key) (*idemstore.Record, error) {
+	rec, err := idemstore.GetHead(ctx, e.store, key, inlineResponse)
+	if err != nil {
+		return nil, err
+	}
+	if err := e.open(ctx, rec); err != nil {
+		return nil, err
+	}
+	return rec, nil
+}
+
 // Purge deletes completed records whose retention ended by the store's
 // clock, in batches of batchSize (0 means the store's default), and reports
 // how many it deleted.

@@ -233,12 +233,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			ev.Outcome, ev.Status = m.problem(w, SituationSealed.ProblemDoc("A request with this Idempotency-Key was already processed, but its stored answer cannot be read. It will not run again; retry later with the same key.", key))
 			return
 		}
+		// A key found completed whose answer could not be read is never
+		// failed open: running it again would be a certain duplicate.
+		failOpen := m.cfg.FailOpen && !errors.Is(err, errAnswerUnread)
 		what := "requests get 503 and are not run until it answers"
-		if m.cfg.FailOpen {
+		if failOpen {
 			what = "requests run unprotected (Config.FailOpen) until it answers"
 		}
-		m.e.logStoreDown(r.Context(), err, what, slog.String("operation", op), slog.Bool("fail_open", m.cfg.FailOpen))
-		if m.cfg.FailOpen {
+		m.e.logStoreDown(r.Context(), err, what, slog.String("operation", op), slog.Bool("fail_open", failOpen))
+		if failOpen {
 			ev.Outcome = SituationFailOpen.Name
 			ev.Status = passThrough(h.next, w, r)
 			return

@@ -220,7 +220,9 @@ type Config struct {
 
 	// FailOpen runs the handler unprotected when the store cannot be reached,
 	// instead of answering 503. Defaults to false (fail closed): without the
-	// store, idem cannot promise at-most-once.
+	// store, idem cannot promise at-most-once. A key the store was read to
+	// have completed, whose answer could not then be read, still gets 503:
+	// running it again would be a certain duplicate.
 	FailOpen bool
 
 	// OnOutcome, if set, is called once per protected request, after the

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemmem"
@@ -486,6 +487,124 @@ func TestReplayThroughAWrapperThatHidesReadResponse(t *testing.T) {
 	}
 	if n := rg.store.reads.Load(); n != 0 {
 		t.Errorf("%d reads through the hidden ReadResponse", n)
+	}
+	rg.wantEmpty(t)
+}
+
+// With Config.FailOpen, a blip on the read of an answer whose record was
+// found completed must not run the handler again: the key is known to be
+// used, so running it unprotected is a certain duplicate, not a guess (as
+// a record that does not open, ErrSealed, is never failed open either).
+// The client gets 503 unavailable, and its retry the stored answer.
+func TestReplayReadBlipDoesNotFailOpen(t *testing.T) {
+	t.Parallel()
+	const size = 32 << 10
+	rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+	rg.h = idem.Middleware(rg.e, idem.Config{Scope: idem.GlobalScope, FailOpen: true})(rg.next)
+	if w := rg.ask(t, "k"); w.Code != http.StatusCreated {
+		t.Fatalf("first answer %d", w.Code)
+	}
+	var fail atomic.Bool
+	fail.Store(true)
+	rg.store.beforeRead = func(context.Context, idemstore.Key, string) error {
+		if fail.Swap(false) {
+			return fmt.Errorf("connection reset: %w", idemstore.ErrUnavailable)
+		}
+		return nil
+	}
+	w := rg.ask(t, "k")
+	if n := rg.runs.Load(); n != 1 {
+		t.Fatalf("a blip reading the stored answer ran the handler again (%d runs, answer %d %q); want 503, not run",
+			n, w.Code, w.Header().Get("Idempotency-Outcome"))
+	}
+	if w.Code != http.StatusServiceUnavailable || w.Header().Get("Idempotency-Outcome") != idem.SituationUnavailable.Name {
+		t.Fatalf("a blip reading the answer: %d %q; want 503 unavailable", w.Code, w.Header().Get("Idempotency-Outcome"))
+	}
+	rg.wantEmpty(t)
+	if w := rg.ask(t, "k"); w.Code != http.StatusCreated || !bytes.Equal(w.Body.Bytes(), rg.answer(1)) {
+		t.Errorf("the retry after the blip: %d; want the stored answer", w.Code)
+	}
+	rg.wantEmpty(t)
+}
+
+// headCountingStore is readCountingStore that also counts the answer bytes
+// Get and GetHead hand out, and tells when Reserve found the key in
+// flight.
+type headCountingStore struct {
+	*readCountingStore
+	got      atomic.Int64
+	inFlight chan struct{}
+}
+
+func (s *headCountingStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	rec, created, err := s.readCountingStore.Reserve(ctx, p)
+	if rec != nil && rec.State == idemstore.StatePending {
+		select {
+		case s.inFlight <- struct{}{}:
+		default:
+		}
+	}
+	return rec, created, err
+}
+
+func (s *headCountingStore) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	rec, err := s.readCountingStore.Get(ctx, key)
+	if rec != nil && rec.Response != nil {
+		s.got.Add(int64(len(rec.Response.Body)))
+	}
+	return rec, err
+}
+
+func (s *headCountingStore) GetHead(ctx context.Context, key idemstore.Key, inline int) (*idemstore.Record, error) {
+	rec, err := s.readCountingStore.GetHead(ctx, key, inline)
+	if rec != nil && rec.Response != nil {
+		s.got.Add(int64(len(rec.Response.Body)))
+	}
+	return rec, err
+}
+
+// A duplicate that waits for the request in flight (Policy.Wait) polls the
+// record only for its state: when the first request completes with a large
+// answer, the waiter must not read that answer whole outside the replay
+// budget (many waiters, many answers), but replay it through the budget.
+func TestWaiterDoesNotReadTheAnswer(t *testing.T) {
+	t.Parallel()
+	const size = 64 << 10
+	rg := newBudgetRig(t, size, 1<<20, idem.EngineConfig{})
+	store := &headCountingStore{readCountingStore: rg.store, inFlight: make(chan struct{}, 1)}
+	e, err := idem.NewEngine(store, idem.EngineConfig{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+		rg.next.ServeHTTP(w, r)
+	})
+	h := idem.Middleware(e, idem.Config{Scope: idem.GlobalScope, Policy: idem.Policy{Wait: time.Minute}})(next)
+	ask := func(out chan<- *httptest.ResponseRecorder) {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, rg.request(t.Context(), "k"))
+		out <- w
+	}
+	first, second := make(chan *httptest.ResponseRecorder, 1), make(chan *httptest.ResponseRecorder, 1)
+	go ask(first)
+	<-entered
+	go ask(second)
+	<-store.inFlight // the duplicate found the key in flight, and waits
+	close(release)
+	if w := <-first; w.Code != http.StatusCreated {
+		t.Fatalf("first answer %d", w.Code)
+	}
+	if w := <-second; w.Code != http.StatusCreated || !bytes.Equal(w.Body.Bytes(), rg.answer(1)) {
+		t.Fatalf("the duplicate that waited: %d %q; want the first's answer", w.Code, w.Header().Get("Idempotency-Outcome"))
+	}
+	if n := store.got.Load(); n != 0 {
+		t.Errorf("the duplicate's wait read %d bytes of the answer outside the replay budget; want none", n)
+	}
+	if n := rg.runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
 	}
 	rg.wantEmpty(t)
 }

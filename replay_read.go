@@ -3,6 +3,7 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/replaygate"
@@ -37,6 +38,12 @@ const readCharge = 2
 // room for (the middleware answers 503 busy).
 var errReplayBusy = errors.New("idem: no room left for the replay")
 
+// errAnswerUnread wraps the store's error when the answer of a record found
+// completed could not be read. The key is known to be used, so the
+// middleware answers 503 even with Config.FailOpen: running the request
+// again would be a certain duplicate.
+var errAnswerUnread = errors.New("idem: the stored answer of a completed key could not be read")
+
 // inlineResponse is ReserveParams.InlineResponse for r: inlineResponse
 // when its answers are read within a gate, 0 (whole) otherwise.
 func (r *Request) inlineResponse() int {
@@ -66,7 +73,7 @@ func (e *Engine) readReplay(ctx context.Context, req Request, res Result) (_ Res
 		if errors.Is(err, idemstore.ErrNotFound) {
 			return Result{}, true, nil // deleted or purged since: what is there now?
 		}
-		return Result{}, false, err
+		return Result{}, false, fmt.Errorf("%w: %w", errAnswerUnread, err)
 	}
 	rec.Response, rec.ResponseSize = resp, 0
 	res.Response = resp

@@ -115,6 +115,15 @@ func (ts *tracedStore) ReadResponse(ctx context.Context, key idemstore.Key, toke
 	return resp, err
 }
 
+// GetHead implements idemstore.HeadReader, through the wrapped store's
+// (or its Get).
+func (ts *tracedStore) GetHead(ctx context.Context, key idemstore.Key, inline int) (*idemstore.Record, error) {
+	ctx, span := ts.start(ctx, "idem.store.get", &key)
+	rec, err := idemstore.GetHead(ctx, ts.s, key, inline)
+	end(span, err)
+	return rec, err
+}
+
 func (ts *tracedStore) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
 	ctx, span := ts.start(ctx, "idem.store.get", &key)
 	rec, err := ts.s.Get(ctx, key)

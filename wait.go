@@ -37,6 +37,10 @@ func (w *waiter) close() {
 	}
 }
 
+// waitInline is the InlineResponse of a waiter's reads
+// (idemstore.GetHead): every stored answer is longer, so none is read.
+const waitInline = 1
+
 // waitChange returns (nil, nil) once the record is no longer the pending
 // record seen (completed, released, escalated, taken over), or the record
 // still pending when deadline passes.
@@ -65,7 +69,10 @@ func (w *waiter) waitChange(ctx context.Context, seen *idemstore.Record, deadlin
 			}
 		case <-t.C:
 		}
-		rec, err := e.store.Get(ctx, w.key)
+		// Only the record's state matters here: an answer it completed
+		// with is left out (the retry reads it within the replay budget),
+		// so that many waiters do not each hold it.
+		rec, err := idemstore.GetHead(ctx, e.store, w.key, waitInline)
 		if errors.Is(err, idemstore.ErrNotFound) {
 			return nil, nil
 		}

@@ -18,6 +18,7 @@ import (
 var _ idemstore.Store = (*Store)(nil)
 var _ idemstore.Notifier = (*Store)(nil)
 var _ idemstore.ResponseReader = (*Store)(nil)
+var _ idemstore.HeadReader = (*Store)(nil)
 
 // ErrFull is returned by Reserve of a new key when the store is at
 // Config.MaxRecords or Config.MaxBytes and holds no completed record it
@@ -375,6 +376,22 @@ func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, 
 		return nil, idemstore.ErrNotFound
 	}
 	return copyRecord(e, s.now()), nil
+}
+
+// GetHead is Get with an answer longer than inline bytes (when positive)
+// left out (see idemstore.HeadReader).
+func (s *Store) GetHead(ctx context.Context, key idemstore.Key, inline int) (*idemstore.Record, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	sh, h := s.locate(key)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e := sh.lookup(h, key)
+	if e == nil {
+		return nil, idemstore.ErrNotFound
+	}
+	return copyRecordInline(e, s.now(), inline), nil
 }
 
 // ReadResponse returns the answer of the record for key while it is

@@ -10,6 +10,13 @@ import (
 )
 
 var _ idemstore.ResponseReader = (*Store)(nil)
+var _ idemstore.HeadReader = (*Store)(nil)
+
+// GetHead is Get with an answer longer than inline bytes (when positive)
+// left out (see idemstore.HeadReader).
+func (s *Store) GetHead(ctx context.Context, key idemstore.Key, inline int) (*idemstore.Record, error) {
+	return s.getInline(ctx, key, inline)
+}
 
 // inlineBefore and inlineAfter surround a limit to make recordColumns with
 // an answer longer than the limit left out (NULL), and the answer's length

@@ -3,6 +3,7 @@ package idempg
 import (
 	"context"
 	"errors"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 
@@ -10,6 +11,22 @@ import (
 )
 
 var _ idemstore.ResponseReader = (*Store)(nil)
+var _ idemstore.HeadReader = (*Store)(nil)
+
+// GetHead is Get with an answer longer than inline bytes (when positive)
+// left out (see idemstore.HeadReader).
+func (s *Store) GetHead(ctx context.Context, k idemstore.Key, inline int) (*idemstore.Record, error) {
+	var size *int64
+	rec, err := scanRecord(extraColumn{s.pool.QueryRow(ctx, s.q.getInline, k.Scope, k.Operation, k.Key, min(inline, math.MaxInt32)), &size})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, idemstore.ErrNotFound
+	}
+	if err != nil {
+		return nil, interpretError(ctx, err)
+	}
+	leftOut(rec, size, inline)
+	return rec, nil
+}
 
 // extraColumn scans one more column than scanRecord asks for, into dest.
 type extraColumn struct {

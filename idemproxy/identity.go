@@ -358,7 +358,9 @@ func checkScopeHeaders(names []string) error {
 func (f *forwarder) legacyLookup(w http.ResponseWriter, r *http.Request, lease *idem.Lease) (answered bool) {
 	k := lease.Key()
 	old := legacyOperation(r)
-	_, err := f.p.engine.Get(r.Context(), idem.Key{Scope: k.Scope, Operation: old, Key: k.Key})
+	// Whether there is one, without its answer: a large one is read, within
+	// max_replay_memory, only when the retry replays it.
+	_, err := f.p.engine.Head(r.Context(), idem.Key{Scope: k.Scope, Operation: old, Key: k.Key})
 	switch {
 	case errors.Is(err, idemstore.ErrNotFound), errors.Is(err, idem.ErrTooLong):
 		return false

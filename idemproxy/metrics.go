@@ -263,6 +263,15 @@ func (is *instrumentedStore) ReadResponse(ctx context.Context, key idemstore.Key
 	return resp, err
 }
 
+// GetHead implements idemstore.HeadReader, through the wrapped store's
+// (or its Get), counted as a get.
+func (is *instrumentedStore) GetHead(ctx context.Context, key idemstore.Key, inline int) (*idemstore.Record, error) {
+	t := time.Now()
+	rec, err := idemstore.GetHead(ctx, is.s, key, inline)
+	is.observe(opGet, t, err)
+	return rec, err
+}
+
 func (is *instrumentedStore) Delete(ctx context.Context, p idemstore.DeleteParams) error {
 	t := time.Now()
 	err := is.s.Delete(ctx, p)

@@ -465,3 +465,62 @@ func TestReplayRefusedBusyIsNotRead(t *testing.T) {
 		t.Errorf("the upstream ran %d times, want 1", n)
 	}
 }
+
+// getCounter is answerCounter that also counts the answer bytes Get hands
+// out.
+type getCounter struct {
+	answerCounter
+	got atomic.Int64
+}
+
+func (s *getCounter) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
+	rec, err := s.Store.Get(ctx, key)
+	if rec != nil && rec.Response != nil {
+		s.got.Add(int64(len(rec.Response.Body)))
+	}
+	return rec, err
+}
+
+func (s *getCounter) GetHead(ctx context.Context, key idemstore.Key, inline int) (*idemstore.Record, error) {
+	rec, err := idemstore.GetHead(ctx, s.Store, key, inline)
+	if rec != nil && rec.Response != nil {
+		s.got.Add(int64(len(rec.Response.Body)))
+	}
+	return rec, err
+}
+
+// The lookup of a record stored under an earlier version's operation name
+// (legacy_operations) only asks whether there is one: it must not read a
+// large stored answer whole, outside max_replay_memory, on every retry of
+// the key. The retry then replays it through the budget.
+func TestLegacyLookupDoesNotReadTheAnswer(t *testing.T) {
+	t.Parallel()
+	const size = 1 << 20
+	big := bytes.Repeat([]byte("r"), size)
+	counter := &getCounter{}
+	rr := newReplayRigWith(t, "", idem.EngineConfig{}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.WriteHeader(http.StatusCreated)
+		w.Write(big)
+	}, func(s idemstore.Store) idemstore.Store { counter.Store = s; return counter })
+	// A record an earlier version stored under "POST /pay", with a large
+	// answer.
+	k := idemstore.Key{Scope: idemproxy.AnonymousScope, Operation: "POST /pay", Key: "old"}
+	rec, created, err := rr.store.Reserve(t.Context(), idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: "tok", Lease: time.Minute})
+	if err != nil || !created || rec != nil {
+		t.Fatalf("Reserve: %v %v %v", rec, created, err)
+	}
+	if err := rr.store.Complete(t.Context(), idemstore.CompleteParams{Key: k, Token: "tok", Retention: time.Hour,
+		Response: &idemstore.Response{Status: http.StatusCreated, Body: big}}); err != nil {
+		t.Fatalf("Complete: %v", err)
+	}
+	// The retry is another request than the one stored (its fingerprint
+	// differs): 422 says the lookup found the record and kept its name,
+	// rather than running the key again under the new one.
+	if got := rr.ask(t, "old"); got.Status != http.StatusUnprocessableEntity {
+		t.Errorf("a retry of a key stored under its earlier operation name: %d; want 422 (found, another request)", got.Status)
+	}
+	if n := counter.got.Load(); n != 0 {
+		t.Errorf("looking up the key under its earlier operation name read %d bytes of its answer; want none", n)
+	}
+}

@@ -20,9 +20,11 @@
 // a record changes), [BatchReporter] (group commit), and [ResponseReader]
 // (a large stored answer is left out of the record Reserve returns and read
 // apart, once the caller has room for it: the replay budget of idem serve
-// then bounds the memory of many retries of a large answer). A wrapper of
-// stores implements ResponseReader with [ReadResponse], which falls back to
-// Get for a store that does not.
+// then bounds the memory of many retries of a large answer), and
+// [HeadReader] (a record read with its large answer left out, for callers
+// that only need its state). A wrapper of stores implements ResponseReader
+// with [ReadResponse] and HeadReader with [GetHead], which fall back to Get
+// for a store that does not.
 //
 // Time belongs to the store. Callers pass durations (a lease, a retention),
 // never deadlines or their own "now": the store adds them to its own clock

@@ -48,3 +48,28 @@ func ReadResponse(ctx context.Context, s Store, key Key, token string) (*Respons
 	}
 	return rec.Response, nil
 }
+
+// HeadReader is implemented by stores that can read a record with a large
+// stored answer left out, as Reserve does with
+// ReserveParams.InlineResponse: an answer longer than inline bytes as the
+// store keeps it is not read, and the record's ResponseSize says its size
+// instead. A caller that only asks whether a record is there, or what state
+// it is in, uses it so that many such questions about a key with a large
+// answer do not each hold that answer (idem serve's lookup of records
+// stored under an earlier version's operation names, on every protected
+// request).
+type HeadReader interface {
+	// GetHead is Get, with an answer longer than inline bytes (when
+	// positive) left out.
+	GetHead(ctx context.Context, key Key, inline int) (*Record, error)
+}
+
+// GetHead reads the record for key as HeadReader.GetHead does, through s's
+// own GetHead when it has one, or else through Get (the answer whole). A
+// wrapper of stores implements HeadReader with it whatever it wraps.
+func GetHead(ctx context.Context, s Store, key Key, inline int) (*Record, error) {
+	if hr, ok := s.(HeadReader); ok {
+		return hr.GetHead(ctx, key, inline)
+	}
+	return s.Get(ctx, key)
+}

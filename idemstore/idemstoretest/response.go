@@ -2,7 +2,9 @@ package idemstoretest
 
 import (
 	"bytes"
+	"fmt"
 	"net/http"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -100,6 +102,110 @@ func testResponseReader(t *testing.T, h Harness) {
 			})
 		}
 		wg.Wait()
+	})
+	t.Run("Boundary", func(t *testing.T) {
+		// An answer exactly InlineResponse bytes as stored comes whole;
+		// one byte more is left out, and the record says exactly its size.
+		t.Parallel()
+		f := newFixture(t, s)
+		stored := completed(f, "edge", large)
+		size := again(f, stored.Key, 1).ResponseSize
+		if size <= 1 {
+			t.Fatalf("Reserve with InlineResponse 1 of a %d-byte answer: size %d; want it left out", len(large.Body), size)
+		}
+		rec := again(f, stored.Key, int(size))
+		if rec.ResponseSize != 0 || diffResponse(rec.Response, large) != "" {
+			t.Fatalf("Reserve with InlineResponse %d, the answer's own size: response %s, size %d; want it whole", size, summary(rec.Response), rec.ResponseSize)
+		}
+		rec = again(f, stored.Key, int(size-1))
+		if rec.Response != nil || rec.ResponseSize != size {
+			t.Fatalf("Reserve with InlineResponse %d, one byte short of the answer: response %s, size %d; want it left out, size %d", size-1, summary(rec.Response), rec.ResponseSize, size)
+		}
+	})
+	t.Run("ManyKeysAtOnce", func(t *testing.T) {
+		// Reserves of many completed keys at once, large and small (which
+		// batching stores answer in one statement): each record says its
+		// own answer's size, and each answer read is its own, byte for
+		// byte.
+		t.Parallel()
+		f := newFixture(t, s)
+		const n = 24
+		recs, answers, sizes := make([]*idemstore.Record, n), make([]*idemstore.Response, n), make([]int64, n)
+		for i := range n {
+			length := 16 + i
+			if i%3 != 0 {
+				length = inline + 97*i // large, each of its own length
+			}
+			body := bytes.Repeat([]byte{byte('a' + i)}, length)
+			copy(body, fmt.Sprintf("key %d;", i))
+			answers[i] = &idemstore.Response{Status: 200 + i, Header: http.Header{"X-Key": {strconv.Itoa(i)}}, Body: body}
+			recs[i] = completed(f, "many-"+strconv.Itoa(i), answers[i])
+			sizes[i] = again(f, recs[i].Key, 1).ResponseSize
+		}
+		var wg sync.WaitGroup
+		for round := range 4 {
+			for i := range n {
+				wg.Go(func() {
+					k := recs[i].Key
+					// Some callers (idem.Do, the gRPC front door) ask for
+					// every answer whole, in the same batches.
+					limit := inline
+					if (i+round)%4 == 3 {
+						limit = 0
+					}
+					rec, created, err := s.Reserve(f.ctx(), idemstore.ReserveParams{Key: k, Fingerprint: "fp-" + k.Key, Token: newToken(), Lease: leaseLive, InlineResponse: limit})
+					if err != nil || created || rec == nil {
+						t.Errorf("Reserve of completed key %d: %v, %v", i, created, err)
+						return
+					}
+					if rec.Key != k || rec.Token != recs[i].Token {
+						t.Errorf("Reserve of key %d returned the record of %v under token %q", i, rec.Key, rec.Token)
+						return
+					}
+					got := rec.Response
+					if limit > 0 && sizes[i] > int64(limit) {
+						if got != nil || rec.ResponseSize != sizes[i] {
+							t.Errorf("key %d, %d bytes stored: response %s, size %d; want it left out, size %d", i, sizes[i], summary(got), rec.ResponseSize, sizes[i])
+							return
+						}
+						if got, err = rr.ReadResponse(f.ctx(), k, rec.Token); err != nil {
+							t.Errorf("ReadResponse of key %d: %v", i, err)
+							return
+						}
+					} else if rec.ResponseSize != 0 {
+						t.Errorf("key %d, %d bytes stored: left out (size %d)", i, sizes[i], rec.ResponseSize)
+					}
+					if d := diffResponse(got, answers[i]); d != "" {
+						t.Errorf("key %d: %s", i, d)
+					}
+				})
+			}
+		}
+		wg.Wait()
+	})
+	t.Run("GetHead", func(t *testing.T) {
+		// idemstore.HeadReader: Get with large answers left out, as
+		// Reserve leaves them out.
+		t.Parallel()
+		hr, ok := s.(idemstore.HeadReader)
+		if !ok {
+			t.Skip("the store does not implement idemstore.HeadReader")
+		}
+		f := newFixture(t, s)
+		big, little := completed(f, "head-big", large), completed(f, "head-little", small)
+		size := again(f, big.Key, 1).ResponseSize
+		rec, err := hr.GetHead(f.ctx(), big.Key, inline)
+		if err != nil || rec.Response != nil || rec.ResponseSize != size || rec.State != idemstore.StateCompleted || rec.Token != big.Token {
+			t.Fatalf("GetHead of a large answer: %v, %v; want it completed under %q, its answer left out, size %d", rec, err, big.Token, size)
+		}
+		if rec, err := hr.GetHead(f.ctx(), big.Key, 0); err != nil || rec.ResponseSize != 0 || diffResponse(rec.Response, large) != "" {
+			t.Fatalf("GetHead with inline 0: %v, %v; want the answer whole", rec, err)
+		}
+		if rec, err := hr.GetHead(f.ctx(), little.Key, inline); err != nil || rec.ResponseSize != 0 || diffResponse(rec.Response, small) != "" {
+			t.Fatalf("GetHead of a small answer: %v, %v; want it whole", rec, err)
+		}
+		_, err = hr.GetHead(f.ctx(), f.key("head-missing"), inline)
+		requireErrIs(t, err, idemstore.ErrNotFound, "GetHead of a missing key")
 	})
 	t.Run("NotFound", func(t *testing.T) {
 		t.Parallel()

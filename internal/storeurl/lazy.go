@@ -34,6 +34,7 @@ var (
 	_ idemstore.Notifier       = (*lazy)(nil)
 	_ idemstore.BatchReporter  = (*lazy)(nil)
 	_ idemstore.ResponseReader = (*lazy)(nil)
+	_ idemstore.HeadReader     = (*lazy)(nil)
 )
 
 func newLazy(t *Target, opts Options) *lazy {
@@ -146,6 +147,16 @@ func (l *lazy) ReadResponse(ctx context.Context, key idemstore.Key, token string
 		return nil, err
 	}
 	return idemstore.ReadResponse(ctx, s, key, token)
+}
+
+// GetHead reads through the real store's GetHead, or its Get
+// (idemstore.GetHead).
+func (l *lazy) GetHead(ctx context.Context, key idemstore.Key, inline int) (*idemstore.Record, error) {
+	s, err := l.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return idemstore.GetHead(ctx, s, key, inline)
 }
 
 func (l *lazy) Complete(ctx context.Context, p idemstore.CompleteParams) error {
