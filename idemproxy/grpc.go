@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -169,7 +170,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 	wait := rr.wait
 	if hasTimeout && wait > 0 {
 		// End the wait while the caller can still hear about it.
-		wait = max(min(wait, timeout*9/10), 0)
+		wait = max(min(wait, timeout-timeout/10), 0)
 	}
 	lease := rr.lease
 	if hasTimeout {
@@ -381,10 +382,16 @@ func grpcTimeout(h http.Header) (time.Duration, bool) {
 	if unit == 0 {
 		return 0, false
 	}
+	if n > math.MaxInt64/int64(unit) {
+		// Longer than a time.Duration (eight digits of hours are): no
+		// deadline idem can keep, and none the call will meet.
+		return 0, false
+	}
 	return time.Duration(n) * unit, true
 }
 
-// formatTimeout writes d as a grpc-timeout value.
+// formatTimeout writes d as a grpc-timeout value: at most eight digits,
+// in the finest unit that holds them.
 func formatTimeout(d time.Duration) string {
 	ms := d.Milliseconds()
 	if ms < 1 {
@@ -393,5 +400,13 @@ func formatTimeout(d time.Duration) string {
 	if ms < 1e8 {
 		return strconv.FormatInt(ms, 10) + "m"
 	}
-	return strconv.FormatInt(int64(d/time.Second), 10) + "S"
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Second, "S"}, {time.Minute, "M"}} {
+		if n := int64(d / u.d); n < 1e8 {
+			return strconv.FormatInt(n, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(min(int64(d/time.Hour), 1e8-1), 10) + "H"
 }
