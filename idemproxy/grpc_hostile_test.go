@@ -2,11 +2,18 @@ package idemproxy_test
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"runtime"
 	"testing"
 
+	"connectrpc.com/connect"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idem-dev/idem/internal/rpctest/testpb"
@@ -116,3 +123,143 @@ func TestGRPCHugeTimeoutKeepsTheWait(t *testing.T) {
 		t.Errorf("the first call: grpc-status %q", s)
 	}
 }
+
+// TestGRPCRetryOverAnotherProtocol: a call made over gRPC and retried
+// over gRPC-Web, then Connect, runs once and every retry reads the first
+// answer; without descriptors a retry in JSON cannot be told equal to the
+// first call's bytes, and is refused in words the client reads.
+func TestGRPCRetryOverAnotherProtocol(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	first, err := env.grpcClient(t).Charge(keyed("xp"), &testpb.ChargeRequest{Account: "xp", Amount: 4})
+	if err != nil || first.GetRun() != 1 {
+		t.Fatalf("gRPC: %v %v", first, err)
+	}
+	for name, opts := range map[string][]connect.ClientOption{"grpc-web": {connect.WithGRPCWeb()}, "connect": nil} {
+		req := connect.NewRequest(&testpb.ChargeRequest{Account: "xp", Amount: 4})
+		req.Header().Set("Idempotency-Key", "xp")
+		res, err := env.connectClient(t, opts...).Charge(context.Background(), req)
+		if err != nil || res.Msg.GetRun() != 1 || res.Header().Get("Idempotent-Replayed") != "true" || res.Trailer().Get("X-Ledger") != "entry-1" {
+			t.Errorf("%s retry: %v %v", name, res, err)
+		}
+	}
+	req := connect.NewRequest(&testpb.ChargeRequest{Account: "xp", Amount: 4})
+	req.Header().Set("Idempotency-Key", "xp")
+	_, err = env.connectClient(t, connect.WithProtoJSON()).Charge(context.Background(), req)
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition && ce.Code() != connect.CodeInvalidArgument {
+		t.Errorf("a JSON retry without descriptors: %v", err)
+	}
+	if n := env.pay.runsOf("xp"); n != 1 {
+		t.Errorf("the upstream ran %d times", n)
+	}
+}
+
+// TestGRPCKeyOfTwoScopes: one key sent with two clients' credentials
+// names two calls; neither gets the other's answer.
+func TestGRPCKeyOfTwoScopes(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	c := env.grpcClient(t)
+	for i, cred := range []string{"Bearer alice", "Bearer mallory", "bearer alice"} {
+		ctx := metadata.AppendToOutgoingContext(keyed("shared-key"), "authorization", cred)
+		var hdr metadata.MD
+		p, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "scoped"}, grpc.Header(&hdr))
+		if err != nil || p.GetRun() != int64(i+1) || len(hdr.Get("idempotent-replayed")) != 0 {
+			t.Errorf("%s: %v %v, replayed %v", cred, p, err, hdr.Get("idempotent-replayed"))
+		}
+	}
+}
+
+// TestGRPCMalformedFramesNeverForwarded: a request body whose length
+// prefix lies (longer or shorter than its message), that carries two
+// messages or none, or a compressed flag without grpc-encoding, is
+// refused before its key is reserved, and never reaches the upstream.
+func TestGRPCMalformedFramesNeverForwarded(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	hc := h2cClient(t)
+	good := chargeFrame(t, "frames")
+	longer := bytes.Clone(good)
+	longer[4] += 3
+	shorter := bytes.Clone(good)
+	shorter[4] -= 3
+	compressed := bytes.Clone(good)
+	compressed[0] = 1
+	for name, body := range map[string][]byte{
+		"longer":     longer,
+		"shorter":    shorter,
+		"two":        append(bytes.Clone(good), good...),
+		"none":       nil,
+		"compressed": compressed,
+		"prefix":     good[:3],
+	} {
+		resp, _ := rawGRPC(t, env, hc, http.Header{"Idempotency-Key": {"f-" + name}}, body)
+		if s := grpcStatus(resp); s == "" || s == "0" {
+			t.Errorf("%s: grpc-status %q", name, s)
+		}
+		// The key was never reserved: the same key with a good body runs.
+		resp, _ = rawGRPC(t, env, hc, http.Header{"Idempotency-Key": {"f-" + name}}, good)
+		if s := grpcStatus(resp); s != "0" || resp.Header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("%s, then a good body: grpc-status %q (%s)", name, s, resp.Header.Get("Idempotency-Outcome"))
+		}
+	}
+	if n := env.pay.runsOf("frames"); n != 6 {
+		t.Errorf("the upstream ran %d times, want the 6 good bodies", n)
+	}
+}
+
+// TestGRPCKeyMetadataSpellings: the key's metadata sent twice with one
+// value is that key; with two values, or as idempotency-key-bin, it is
+// refused or missing, never one of the two picked.
+func TestGRPCKeyMetadataSpellings(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	hc := h2cClient(t)
+	body := chargeFrame(t, "spell")
+	resp, _ := rawGRPC(t, env, hc, http.Header{"Idempotency-Key": {"sp", "sp"}}, body)
+	if s := grpcStatus(resp); s != "0" && s != "3" {
+		t.Errorf("one key twice: grpc-status %q", s)
+	}
+	resp, _ = rawGRPC(t, env, hc, http.Header{"Idempotency-Key": {"sp-a", "sp-b"}}, body)
+	if s := grpcStatus(resp); s != "3" {
+		t.Errorf("two keys: grpc-status %q (%s)", s, resp.Header.Get("Idempotency-Outcome"))
+	}
+	resp, _ = rawGRPC(t, env, hc, http.Header{"Idempotency-Key-Bin": {"c3AtYmlu"}}, body)
+	if s := grpcStatus(resp); s != "3" || resp.Header.Get("Idempotency-Outcome") != "missing_key" {
+		t.Errorf("a -bin key: grpc-status %q (%s)", s, resp.Header.Get("Idempotency-Outcome"))
+	}
+	if n := env.pay.runsOf("spell"); n > 1 {
+		t.Errorf("the upstream ran %d times", n)
+	}
+}
+
+// TestGRPCClientCancelAfterForwarding: a client that cancels its call
+// once the upstream has it leaves its key reserved: the upstream's answer
+// is stored, and the retry gets it without a second run.
+func TestGRPCClientCancelAfterForwarding(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	c := env.grpcClient(t)
+	ctx, cancel := context.WithCancel(keyed("cx"))
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "block"})
+		done <- err
+	}()
+	<-env.pay.entered
+	cancel()
+	if err := <-done; status.Code(err) != codes.Canceled {
+		t.Errorf("the cancelled call: %v", err)
+	}
+	close(env.pay.release)
+	var hdr metadata.MD
+	p, err := c.Charge(keyed("cx"), &testpb.ChargeRequest{Account: "block"}, grpc.Header(&hdr))
+	if err != nil || p.GetRun() != 1 || len(hdr.Get("idempotent-replayed")) != 1 {
+		t.Errorf("the retry: %v %v", p, err)
+	}
+	if n := env.pay.runsOf("block"); n != 1 {
+		t.Errorf("the upstream ran %d times", n)
+	}
+}
+
