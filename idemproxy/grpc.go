@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -199,7 +200,11 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 	ref := rpccore.Refusal{Key: k.Key(), Method: method, Field: k.Field()}
 	switch res.Outcome {
 	case idem.Acquired:
-		rr.run(w, r, c, res.Lease, body, timeout, hasTimeout, md)
+		counted, over := rr.overCap(w, r, c, res.Lease, method)
+		if over {
+			return
+		}
+		rr.run(w, r, c, res.Lease, body, timeout, hasTimeout, md, counted)
 		return
 	case idem.Replayed:
 		rr.replay(w, c, res.Response, k.Key(), method, md)
@@ -214,6 +219,47 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 			"An earlier call with this idempotency key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer."
 	}
 	rr.answer(w, c, ref.Status(), ref.Row.Situation.Name, "")
+}
+
+// overCap counts lease, a key just reserved, against its scope's
+// new_keys_per_scope, as forwarder.overCap does for HTTP requests; over
+// it, the key is released and the call answered RESOURCE_EXHAUSTED
+// (TOO_MANY_NEW_KEYS) with RetryInfo, unforwarded. Otherwise it returns
+// the window the key was counted in, for a refund should the key be
+// released unrun.
+func (rr *rpcRoute) overCap(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, method string) (counted *capWindow, over bool) {
+	rc := rr.fwd.cap
+	if rc == nil {
+		return nil, false
+	}
+	k := lease.Key()
+	counted, wait, first, full := rc.cap.admit(k.Scope)
+	if full {
+		rr.p.log.LogAttrs(r.Context(), slog.LevelWarn, "new_keys_per_scope counts as many scopes as it may; the scopes whose interval started longest ago are forgotten, and start afresh",
+			slog.String("route", rc.route), slog.Int("scopes", MaxCappedScopes))
+	}
+	if counted != nil {
+		return counted, false
+	}
+	settlement := rr.fwd.settle(r.Context(), lease, true, "")
+	if rc.refused != nil {
+		rc.refused.Inc()
+	}
+	if first {
+		rr.p.log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelWarn, "new key refused: the scope reached its new_keys_per_scope; refusing its new keys until its interval ends",
+			slog.String("route", rc.route), slog.String("scope", k.Scope), slog.String("key_digest", idem.KeyDigest(k)),
+			slog.Int("limit", rc.cap.limit), slog.Duration("interval", rc.cap.interval), slog.Duration("retry_after", wait))
+	}
+	msg := fmt.Sprintf("This client has reserved the %d new keys per %v the proxy allows it, so this call was not forwarded and its key was not kept. Retry with the same key after the RetryInfo delay.",
+		rc.cap.limit, rc.cap.interval)
+	if settlement == settledFailed {
+		msg = fmt.Sprintf("This client has reserved the %d new keys per %v the proxy allows it, so this call was not forwarded, but its key could not be released: retries get ABORTED until the key is settled.",
+			rc.cap.limit, rc.cap.interval)
+	}
+	ref := rpccore.Refusal{Row: rpccore.RowOf(idem.SituationTooManyNewKeys.Name), Key: k.Key, Method: method,
+		RetryAfter: max(wait, time.Second), Message: msg}
+	rr.answer(w, c, ref.Status(), idem.SituationTooManyNewKeys.Name, settlement)
+	return nil, true
 }
 
 // beginFailed answers a call whose Begin failed.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"runtime"
 	"testing"
@@ -263,3 +264,55 @@ func TestGRPCClientCancelAfterForwarding(t *testing.T) {
 	}
 }
 
+// TestGRPCNewKeysPerScope: new_keys_per_scope counts the keys of gRPC
+// calls as it counts HTTP requests': past the cap, a new key is refused
+// with RESOURCE_EXHAUSTED (TOO_MANY_NEW_KEYS) and RetryInfo, unforwarded
+// and released; a replay never counts, and another client has its own
+// count.
+func TestGRPCNewKeysPerScope(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "new_keys_per_scope: 2/1h\n")
+	c := env.grpcClient(t)
+	as := func(cred, key string) context.Context {
+		return metadata.AppendToOutgoingContext(keyed(key), "authorization", cred)
+	}
+	for _, key := range []string{"n1", "n2", "n1"} {
+		if _, err := c.Charge(as("Bearer alice", key), &testpb.ChargeRequest{Account: "capped"}); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+	}
+	_, err := c.Charge(as("Bearer alice", "n3"), &testpb.ChargeRequest{Account: "capped"})
+	if status.Code(err) != codes.ResourceExhausted || reasonOf(err) != "TOO_MANY_NEW_KEYS" || !hasRetryInfo(err) {
+		t.Errorf("a third new key: %v", err)
+	}
+	if n := env.pay.runsOf("capped"); n != 2 {
+		t.Errorf("the upstream ran %d times, want 2", n)
+	}
+	if _, err := c.Charge(as("Bearer bob", "n3"), &testpb.ChargeRequest{Account: "bob"}); err != nil {
+		t.Errorf("another client's new key: %v", err)
+	}
+	if got := env.metric(t, "idem_proxy_new_keys_refused_total"); got != 1 {
+		t.Errorf("idem_proxy_new_keys_refused_total %v, want 1", got)
+	}
+}
+
+// TestGRPCNewKeyRefundedWhenUnsent: a key released because nothing
+// reached the upstream gives its count back: a client of an upstream
+// that is down is not refused for keys that never ran.
+func TestGRPCNewKeyRefundedWhenUnsent(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := ln.Addr().String()
+	ln.Close()
+	env := (&rpcEnv{pay: newPayments()}).start(t, "upstream: h2c://"+down+"\nnew_keys_per_scope: 1/1h\n")
+	c := env.grpcClient(t)
+	for _, key := range []string{"u1", "u2", "u3"} {
+		_, err := c.Charge(keyed(key), &testpb.ChargeRequest{Account: "down"})
+		if reasonOf(err) != "UPSTREAM_UNREACHABLE" {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+}

@@ -39,7 +39,10 @@ import (
 //     CANCELLED): escalated (or released by the ambiguous policy), passed on;
 //   - any other answer: stored whole (metadata, message, status with
 //     its details, trailers) and passed on.
-func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, body []byte, timeout time.Duration, hasTimeout bool, md protoreflect.MethodDescriptor) {
+//
+// counted is the window of new_keys_per_scope the key was counted in: a
+// key released unrun (nothing sent) is refunded.
+func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, body []byte, timeout time.Duration, hasTimeout bool, md protoreflect.MethodDescriptor, counted *capWindow) {
 	stop := lease.Heartbeat()
 	defer stop()
 	deadline := rr.fwd.deadline
@@ -77,7 +80,7 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 		return
 	}
 	if rtErr != nil || bodyErr != nil {
-		rr.failed(w, r, c, lease, x, rtErr, bodyErr, context.Cause(ctx) == cause, deadline, cw.over)
+		rr.failed(w, r, c, lease, x, rtErr, bodyErr, context.Cause(ctx) == cause, deadline, cw.over, counted)
 		return
 	}
 	if cw.over {
@@ -92,7 +95,7 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 	if err != nil {
 		// No status (trailers lost to a reset after the headers), or an
 		// answer that is not a unary one: what ran is unknown.
-		rr.failed(w, r, c, lease, x, nil, fmt.Errorf("the upstream's answer cannot be read as a unary gRPC answer: %w", err), false, deadline, false)
+		rr.failed(w, r, c, lease, x, nil, fmt.Errorf("the upstream's answer cannot be read as a unary gRPC answer: %w", err), false, deadline, false, nil)
 		return
 	}
 	cd := code.Code(a.st.GetCode())
@@ -154,7 +157,7 @@ func (rr *rpcRoute) complete(ctx context.Context, lease *idem.Lease, resp *idem.
 
 // failed settles the key of a call whose upstream call failed, and
 // answers it with idem's status.
-func (rr *rpcRoute) failed(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, x *exchange, rtErr, bodyErr error, timedOut bool, deadline time.Duration, committed bool) {
+func (rr *rpcRoute) failed(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, x *exchange, rtErr, bodyErr error, timedOut bool, deadline time.Duration, committed bool, counted *capWindow) {
 	err, sent := bodyErr, true
 	if rtErr != nil {
 		err, sent = rtErr, x.sent(rtErr)
@@ -174,6 +177,9 @@ func (rr *rpcRoute) failed(w http.ResponseWriter, r *http.Request, c rpcCall, le
 	}
 	release := !sent || rr.ambiguousRelease
 	settlement := rr.fwd.settle(r.Context(), lease, release, reason)
+	if settlement == settledReleased && !sent {
+		rr.fwd.refund(counted)
+	}
 	switch {
 	case settlement == settledEscalated:
 		msg += " The key needs review: retries get FAILED_PRECONDITION (NEEDS_REVIEW) until an operator or a resolver settles it."
