@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/idem-dev/idem/internal/rpctest/testpb"
@@ -314,5 +315,99 @@ func TestGRPCNewKeyRefundedWhenUnsent(t *testing.T) {
 		if reasonOf(err) != "UPSTREAM_UNREACHABLE" {
 			t.Errorf("%s: %v", key, err)
 		}
+	}
+}
+
+// wireCharge builds a ChargeRequest's bytes field by field, in the order
+// given, so that two encodings of one message can differ on the wire.
+func wireCharge(fields ...func([]byte) []byte) []byte {
+	var b []byte
+	for _, f := range fields {
+		b = f(b)
+	}
+	return append([]byte{0, 0, 0, 0, byte(len(b))}, b...)
+}
+
+func wireAccount(s string) func([]byte) []byte {
+	return func(b []byte) []byte {
+		return protowire.AppendString(protowire.AppendTag(b, 1, protowire.BytesType), s)
+	}
+}
+
+func wireAmount(n uint64) func([]byte) []byte {
+	return func(b []byte) []byte {
+		return protowire.AppendVarint(protowire.AppendTag(b, 2, protowire.VarintType), n)
+	}
+}
+
+func wireRequestID(s string) func([]byte) []byte {
+	return func(b []byte) []byte {
+		return protowire.AppendString(protowire.AppendTag(b, 4, protowire.BytesType), s)
+	}
+}
+
+func wireUnknown(b []byte) []byte {
+	return protowire.AppendVarint(protowire.AppendTag(b, 99, protowire.VarintType), 7)
+}
+
+// TestGRPCFingerprintWithDescriptors: with descriptors, a retry whose
+// fields come in another order, with an explicit default value, or with a
+// field the method does not know, is the same call (the canonical
+// fingerprint, idemgrpc's); another amount is not. Without them, the
+// fingerprint is the bytes: reordered fields are another call.
+func TestGRPCFingerprintWithDescriptors(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "proto_descriptor_set: "+descriptorSet(t)+"\n")
+	hc := h2cClient(t)
+	h := http.Header{"Idempotency-Key": {"fp"}}
+	first, _ := rawGRPC(t, env, hc, h, wireCharge(wireAccount("fp"), wireAmount(5)))
+	if grpcStatus(first) != "0" {
+		t.Fatalf("first: %q %s", grpcStatus(first), first.Header.Get("Grpc-Message"))
+	}
+	for name, body := range map[string][]byte{
+		"reordered":     wireCharge(wireAmount(5), wireAccount("fp")),
+		"repeated":      wireCharge(wireAmount(9), wireAccount("fp"), wireAmount(5)), // the last one wins
+		"unknown field": wireCharge(wireAccount("fp"), wireUnknown, wireAmount(5)),
+		"default":       wireCharge(wireAccount("fp"), wireAmount(5), wireRequestID("")),
+	} {
+		resp, _ := rawGRPC(t, env, hc, h, body)
+		if grpcStatus(resp) != "0" || resp.Header.Get("Idempotent-Replayed") != "true" {
+			t.Errorf("%s: grpc-status %q, outcome %s", name, grpcStatus(resp), resp.Header.Get("Idempotency-Outcome"))
+		}
+	}
+	resp, _ := rawGRPC(t, env, hc, h, wireCharge(wireAccount("fp"), wireAmount(6)))
+	if resp.Header.Get("Idempotency-Outcome") != "mismatch" {
+		t.Errorf("another amount: grpc-status %q, outcome %s", grpcStatus(resp), resp.Header.Get("Idempotency-Outcome"))
+	}
+	if n := env.pay.runsOf("fp"); n != 1 {
+		t.Errorf("the upstream ran %d times", n)
+	}
+
+	bytesEnv := startRPC(t, "")
+	rawGRPC(t, bytesEnv, hc, h, wireCharge(wireAccount("fp"), wireAmount(5)))
+	resp, _ = rawGRPC(t, bytesEnv, hc, h, wireCharge(wireAmount(5), wireAccount("fp")))
+	if resp.Header.Get("Idempotency-Outcome") != "mismatch" {
+		t.Errorf("reordered bytes without descriptors: outcome %s", resp.Header.Get("Idempotency-Outcome"))
+	}
+}
+
+// TestGRPCKeyInMetadataAndField: with descriptors, a call whose
+// idempotency-key metadata and request_id field name two keys is refused
+// unforwarded; naming one key twice is that key.
+func TestGRPCKeyInMetadataAndField(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "proto_descriptor_set: "+descriptorSet(t)+"\n")
+	hc := h2cClient(t)
+	const id = "0b0f6f7e-5a3c-4c55-9d43-7a1f3c0e9a11"
+	resp, _ := rawGRPC(t, env, hc, http.Header{"Idempotency-Key": {"other-key"}}, wireCharge(wireAccount("both"), wireRequestID(id)))
+	if s := grpcStatus(resp); s != "3" {
+		t.Errorf("two keys: grpc-status %q (%s): %s", s, resp.Header.Get("Idempotency-Outcome"), resp.Header.Get("Grpc-Message"))
+	}
+	if n := env.pay.runsOf("both"); n != 0 {
+		t.Errorf("the upstream ran %d times", n)
+	}
+	resp, _ = rawGRPC(t, env, hc, http.Header{"Idempotency-Key": {id}}, wireCharge(wireAccount("both"), wireRequestID(id)))
+	if s := grpcStatus(resp); s != "0" {
+		t.Errorf("one key twice: grpc-status %q (%s): %s", s, resp.Header.Get("Idempotency-Outcome"), resp.Header.Get("Grpc-Message"))
 	}
 }
