@@ -8,9 +8,12 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"connectrpc.com/connect"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -409,5 +412,106 @@ func TestGRPCKeyInMetadataAndField(t *testing.T) {
 	resp, _ = rawGRPC(t, env, hc, http.Header{"Idempotency-Key": {id}}, wireCharge(wireAccount("both"), wireRequestID(id)))
 	if s := grpcStatus(resp); s != "0" {
 		t.Errorf("one key twice: grpc-status %q (%s): %s", s, resp.Header.Get("Idempotency-Outcome"), resp.Header.Get("Grpc-Message"))
+	}
+}
+
+// rawUpstream is an h2c upstream written with http2.Framer: it reads each
+// call's HEADERS and DATA, answers HEADERS and one message, and then does
+// what end says (a reset, a GOAWAY and a closed connection), never the
+// trailers. It counts the calls it had.
+func rawUpstream(t *testing.T, end func(fr *http2.Framer, conn net.Conn, stream uint32)) (addr string, calls *atomic.Int32) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	calls = new(atomic.Int32)
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer conn.Close()
+				preface := make([]byte, len(http2.ClientPreface))
+				if _, err := io.ReadFull(conn, preface); err != nil {
+					return
+				}
+				fr := http2.NewFramer(conn, conn)
+				if fr.WriteSettings() != nil {
+					return
+				}
+				for {
+					f, err := fr.ReadFrame()
+					if err != nil {
+						return
+					}
+					switch f := f.(type) {
+					case *http2.SettingsFrame:
+						if !f.IsAck() {
+							_ = fr.WriteSettingsAck()
+						}
+					case *http2.PingFrame:
+						if !f.IsAck() {
+							_ = fr.WritePing(true, f.Data)
+						}
+					case *http2.DataFrame:
+						if !f.StreamEnded() {
+							continue
+						}
+						calls.Add(1)
+						var hb bytes.Buffer
+						enc := hpack.NewEncoder(&hb)
+						_ = enc.WriteField(hpack.HeaderField{Name: ":status", Value: "200"})
+						_ = enc.WriteField(hpack.HeaderField{Name: "content-type", Value: "application/grpc"})
+						_ = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: hb.Bytes(), EndHeaders: true})
+						msg, _ := proto.Marshal(&testpb.Payment{Id: "raw", Run: 1})
+						_ = fr.WriteData(f.StreamID, false, append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...))
+						end(fr, conn, f.StreamID)
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String(), calls
+}
+
+// TestGRPCUpstreamBreaksBeforeTrailers: an upstream that sent its
+// headers and its message, then reset the stream, or sent GOAWAY and
+// closed its connection, before any trailers: the call ran with an
+// unknown outcome, so its key goes to review, is never stored as a
+// success nor released, and the retry is not forwarded.
+func TestGRPCUpstreamBreaksBeforeTrailers(t *testing.T) {
+	t.Parallel()
+	for name, end := range map[string]func(*http2.Framer, net.Conn, uint32){
+		"reset":  func(fr *http2.Framer, _ net.Conn, id uint32) { _ = fr.WriteRSTStream(id, http2.ErrCodeInternal) },
+		"cancel": func(fr *http2.Framer, _ net.Conn, id uint32) { _ = fr.WriteRSTStream(id, http2.ErrCodeCancel) },
+		"no error": func(fr *http2.Framer, _ net.Conn, id uint32) {
+			_ = fr.WriteRSTStream(id, http2.ErrCodeNo)
+		},
+		"goaway": func(fr *http2.Framer, conn net.Conn, id uint32) {
+			_ = fr.WriteGoAway(id, http2.ErrCodeNo, nil)
+			conn.Close()
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			up, calls := rawUpstream(t, end)
+			env := (&rpcEnv{pay: newPayments()}).start(t, "upstream: h2c://"+up+"\n")
+			c := env.grpcClient(t)
+			_, err := c.Charge(keyed("brk"), &testpb.ChargeRequest{Account: "brk"})
+			if reasonOf(err) != "UPSTREAM_FAILED" {
+				t.Errorf("the call: %v", err)
+			}
+			_, err = c.Charge(keyed("brk"), &testpb.ChargeRequest{Account: "brk"})
+			if reasonOf(err) != "NEEDS_REVIEW" {
+				t.Errorf("the retry: %v", err)
+			}
+			if n := calls.Load(); n != 1 {
+				t.Errorf("the upstream had %d calls", n)
+			}
+		})
 	}
 }
