@@ -3,6 +3,7 @@ package idemproxy_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -513,5 +515,33 @@ func TestGRPCUpstreamBreaksBeforeTrailers(t *testing.T) {
 				t.Errorf("the upstream had %d calls", n)
 			}
 		})
+	}
+}
+
+// TestGRPCWrongTransportForThePort: an h2c client at the TLS listener,
+// and a TLS client at the cleartext one, fail at the connection; no call
+// reaches the upstream, and the listener serves its own clients after.
+func TestGRPCWrongTransportForThePort(t *testing.T) {
+	t.Parallel()
+	ca := newTestCA(t)
+	yaml, _, _ := tlsFiles(t, ca, "wrong")
+	tlsEnv := startRPC(t, yaml)
+	plainEnv := startRPC(t, "")
+	if _, err := tlsEnv.grpcClient(t).Charge(keyed("w1"), &testpb.ChargeRequest{Account: "wrong"}); status.Code(err) != codes.Unavailable {
+		t.Errorf("h2c at the TLS port: %v", err)
+	}
+	tc, err := grpc.NewClient(plainEnv.addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: ca.pool()})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tc.Close() })
+	if _, err := testpb.NewPaymentsClient(tc).Charge(keyed("w2"), &testpb.ChargeRequest{Account: "wrong"}); status.Code(err) != codes.Unavailable {
+		t.Errorf("TLS at the cleartext port: %v", err)
+	}
+	if n := tlsEnv.pay.runsOf("wrong") + plainEnv.pay.runsOf("wrong"); n != 0 {
+		t.Errorf("the upstreams ran %d times", n)
+	}
+	if _, err := plainEnv.grpcClient(t).Charge(keyed("w2"), &testpb.ChargeRequest{Account: "wrong"}); err != nil {
+		t.Errorf("h2c at the cleartext port, after: %v", err)
 	}
 }
