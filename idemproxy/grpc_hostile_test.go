@@ -8,7 +8,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
+	"strconv"
 	"sync/atomic"
 	"testing"
 
@@ -543,5 +545,53 @@ func TestGRPCWrongTransportForThePort(t *testing.T) {
 	}
 	if _, err := plainEnv.grpcClient(t).Charge(keyed("w2"), &testpb.ChargeRequest{Account: "wrong"}); err != nil {
 		t.Errorf("h2c at the cleartext port, after: %v", err)
+	}
+}
+
+// TestConnectGatewayErrorIsNotStored: a Connect call answered by a
+// gateway's HTTP error instead of a Connect one is settled by its HTTP
+// status, as a gRPC call's is: a 502 leaves the call's effect unknown
+// (review, never stored as the answer), a 503 releases the key.
+func TestConnectGatewayErrorIsNotStored(t *testing.T) {
+	t.Parallel()
+	var calls, calls503 atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := calls.Add(1)
+		w.Header().Set("Content-Type", "text/html")
+		if r.Header.Get("X-Test-Status") == "503" && calls503.Add(1) > 1 {
+			w.Header().Set("Content-Type", "application/proto")
+			msg, _ := proto.Marshal(&testpb.Payment{Id: "after-503", Run: int64(n)})
+			w.Write(msg)
+			return
+		}
+		st, _ := strconv.Atoi(r.Header.Get("X-Test-Status"))
+		w.WriteHeader(st)
+		io.WriteString(w, "<html>bad gateway</html>")
+	}))
+	t.Cleanup(up.Close)
+	env := (&rpcEnv{pay: newPayments()}).start(t, "upstream: "+up.URL+"\n")
+	c := env.connectClient(t)
+	call := func(key, st string) (*connect.Response[testpb.Payment], error) {
+		req := connect.NewRequest(&testpb.ChargeRequest{Account: "gw"})
+		req.Header().Set("Idempotency-Key", key)
+		req.Header().Set("X-Test-Status", st)
+		return c.Charge(context.Background(), req)
+	}
+	var ce *connect.Error
+	if _, err := call("gw-502", "502"); !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
+		t.Errorf("a 502: %v", err)
+	}
+	res, err := call("gw-502", "502")
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeFailedPrecondition || ce.Meta().Get("Idempotency-Outcome") != "needs_review" {
+		t.Errorf("the retry of a 502: %v %v", res, err)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the upstream had %d calls of the 502", n)
+	}
+	if _, err := call("gw-503", "503"); !errors.As(err, &ce) || ce.Code() != connect.CodeUnavailable {
+		t.Errorf("a 503: %v", err)
+	}
+	if res, err := call("gw-503", "503"); err != nil || res.Msg.GetId() != "after-503" {
+		t.Errorf("the retry of a 503: %v %v", res, err)
 	}
 }
