@@ -2,6 +2,7 @@ package idemproxy_test
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -593,5 +595,56 @@ func TestConnectGatewayErrorIsNotStored(t *testing.T) {
 	}
 	if res, err := call("gw-503", "503"); err != nil || res.Msg.GetId() != "after-503" {
 		t.Errorf("the retry of a 503: %v %v", res, err)
+	}
+}
+
+// TestGRPCWebAnswerNotCompressedByHTTP: a gRPC-Web client (a browser)
+// sends Accept-Encoding: gzip; idem asks the upstream for an answer it
+// can store, so an upstream that compresses HTTP bodies it may compress
+// does not send the call to review with an answer idem cannot read.
+func TestGRPCWebAnswerNotCompressedByHTTP(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		msg, _ := proto.Marshal(&testpb.Payment{Id: "web-gz", Run: 1})
+		body := append([]byte{0, 0, 0, 0, byte(len(msg))}, msg...)
+		tr := "grpc-status: 0\r\n"
+		body = append(append(body, 0x80, 0, 0, 0, byte(len(tr))), tr...)
+		w.Header().Set("Content-Type", "application/grpc-web+proto")
+		if strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			w.Header().Set("Content-Encoding", "gzip")
+			zw := gzip.NewWriter(w)
+			zw.Write(body)
+			zw.Close()
+			return
+		}
+		w.Write(body)
+	}))
+	t.Cleanup(up.Close)
+	env := (&rpcEnv{pay: newPayments()}).start(t, "upstream: "+up.URL+"\n")
+	for i := range 2 {
+		req, err := http.NewRequest(http.MethodPost, "http://"+env.addr+"/idem.test.v1.Payments/Charge", bytes.NewReader(chargeFrame(t, "web-gz")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/grpc-web+proto")
+		req.Header.Set("Accept-Encoding", "gzip")
+		req.Header.Set("Idempotency-Key", "web-gz")
+		resp, err := http.DefaultTransport.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.Header.Get("Content-Encoding") == "gzip" {
+			t.Fatalf("call %d: a gzipped answer", i)
+		}
+		if !bytes.Contains(b, []byte("grpc-status: 0")) || !bytes.Contains(b, []byte("web-gz")) {
+			t.Errorf("call %d: outcome %s, body %q", i, resp.Header.Get("Idempotency-Outcome"), b)
+		}
+	}
+	if n := calls.Load(); n != 1 {
+		t.Errorf("the upstream had %d calls", n)
 	}
 }

@@ -64,11 +64,11 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 			out.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(max(timeout.Milliseconds(), 1), 10))
 		}
 	}
-	// The answer is stored uncompressed: the upstream is asked for none.
+	// The answer is stored uncompressed: the upstream is asked for none,
+	// neither of its messages nor of the HTTP body (a browser's gRPC-Web
+	// call asks for gzip, which an upstream may apply to the whole body).
 	out.Header.Del("Grpc-Accept-Encoding")
-	if c.kind == rpcConnect {
-		out.Header.Set("Accept-Encoding", "identity")
-	}
+	out.Header.Set("Accept-Encoding", "identity")
 	limit := int64(rr.p.engine.Config().MaxResponseBody)
 	cw := &captureWriter{h: http.Header{}, limit: limit, client: w, framed: c.kind != rpcConnect}
 	rr.fwd.proxy(cw, out, x)
