@@ -648,3 +648,60 @@ func TestGRPCWebAnswerNotCompressedByHTTP(t *testing.T) {
 		t.Errorf("the upstream had %d calls", n)
 	}
 }
+
+// TestGRPCClientResetMidUpload: a client that sends its call's headers
+// and part of its message and then resets the stream (RST_STREAM
+// CANCEL): nothing reaches the upstream, and the key holds nothing, so
+// the whole call sent again with it runs once.
+func TestGRPCClientResetMidUpload(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	conn, err := net.Dial("tcp", env.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	fr := http2.NewFramer(conn, conn)
+	if err := fr.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := hpack.NewEncoder(&hb)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", env.addr}, {":path", "/idem.test.v1.Payments/Charge"},
+		{"content-type", "application/grpc"}, {"te", "trailers"}, {"idempotency-key", "mid-upload"}} {
+		_ = enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	if err := fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: hb.Bytes(), EndHeaders: true}); err != nil {
+		t.Fatal(err)
+	}
+	body := chargeFrame(t, "mid-upload")
+	if err := fr.WriteData(1, false, body[:len(body)/2]); err != nil {
+		t.Fatal(err)
+	}
+	if err := fr.WriteRSTStream(1, http2.ErrCodeCancel); err != nil {
+		t.Fatal(err)
+	}
+	// A ping answered after the reset: the proxy has read the reset.
+	if err := fr.WritePing(false, [8]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := f.(*http2.PingFrame); ok && p.IsAck() {
+			break
+		}
+	}
+	resp, _ := rawGRPC(t, env, h2cClient(t), http.Header{"Idempotency-Key": {"mid-upload"}}, body)
+	if s := grpcStatus(resp); s != "0" || resp.Header.Get("Idempotent-Replayed") != "" {
+		t.Errorf("the whole call, after: grpc-status %q, outcome %s", s, resp.Header.Get("Idempotency-Outcome"))
+	}
+	if n := env.pay.runsOf("mid-upload"); n != 1 {
+		t.Errorf("the upstream ran %d times", n)
+	}
+}
