@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -704,4 +705,60 @@ func TestGRPCClientResetMidUpload(t *testing.T) {
 	if n := env.pay.runsOf("mid-upload"); n != 1 {
 		t.Errorf("the upstream ran %d times", n)
 	}
+}
+
+// TestGRPCLargeAnswerWithoutStatusGoesToReview: an answer too large to
+// keep that ends without grpc-status (no trailers) left the call's
+// outcome unknown, as a small one does: its key goes to review, not
+// completed, and the client's stream is reset rather than ended as if
+// whole.
+func TestGRPCLargeAnswerWithoutStatusGoesToReview(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var protos http.Protocols
+	protos.SetUnencryptedHTTP2(true)
+	up := &http.Server{Protocols: &protos, ErrorLog: quietLog(), Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		io.Copy(io.Discard, r.Body)
+		msg, _ := proto.Marshal(&testpb.Payment{Id: strings.Repeat("x", 2<<20)})
+		w.Header().Set("Content-Type", "application/grpc")
+		w.WriteHeader(http.StatusOK)
+		w.Write(appendPrefix(msg))
+		if r.Header.Get("X-Test-Status") != "" {
+			w.Header().Set(http.TrailerPrefix+"Grpc-Status", "0")
+		}
+	})}
+	go up.Serve(ln)
+	t.Cleanup(func() { up.Close() })
+	env := (&rpcEnv{pay: newPayments()}).start(t, "upstream: h2c://"+ln.Addr().String()+"\n")
+	c := env.grpcClient(t, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8<<20)))
+	if _, err := c.Charge(keyed("big-nostatus"), &testpb.ChargeRequest{Account: "x"}); err == nil {
+		t.Error("an answer without grpc-status reached the client as a success")
+	}
+	_, err = c.Charge(keyed("big-nostatus"), &testpb.ChargeRequest{Account: "x"})
+	if reasonOf(err) != "NEEDS_REVIEW" {
+		t.Errorf("the retry: %v", err)
+	}
+	// With its status, the large answer passes and its key is completed
+	// as not replayable.
+	ctx := metadata.AppendToOutgoingContext(keyed("big-status"), "x-test-status", "1")
+	if _, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "x"}); err != nil {
+		t.Errorf("a large answer with its status: %v", err)
+	}
+	if _, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "x"}); reasonOf(err) != "NOT_REPLAYABLE" {
+		t.Errorf("its retry: %v", err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the upstream had %d calls", n)
+	}
+}
+
+func appendPrefix(msg []byte) []byte {
+	b := []byte{0, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
+	return append(b, msg...)
 }

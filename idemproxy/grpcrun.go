@@ -84,6 +84,12 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 		return
 	}
 	if cw.over {
+		if c.kind == rpcGRPC && !statusTrailed(w.Header()) {
+			// Passed on whole but ended without grpc-status: what ran
+			// is unknown, as for an answer small enough to read.
+			rr.failed(w, r, c, lease, x, nil, errNoStatus, false, deadline, true, nil)
+			return
+		}
 		// Too large to keep: the key is completed as not replayable, and
 		// the client got what the upstream sent.
 		settlement := rr.complete(ctx, lease, &idem.Response{Status: http.StatusOK, NotReplayable: idem.NotReplayableTooLarge})
@@ -131,6 +137,13 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 	rr.count(idem.Acquired.String(), settlement)
 	rr.p.log.LogAttrs(r.Context(), slog.LevelDebug, "rpc", slog.String("method", method), slog.String("code", cd.String()), slog.String("settlement", settlement))
 	writeRPC(w, c, a, false)
+}
+
+// statusTrailed reports whether the client's header h, of an answer
+// passed on as it came, holds a grpc-status trailer (set under
+// http.TrailerPrefix, or announced).
+func statusTrailed(h http.Header) bool {
+	return len(h[http.TrailerPrefix+"Grpc-Status"]) > 0 || len(h["Grpc-Status"]) > 0
 }
 
 func (rr *rpcRoute) count(outcome, settlement string) {
