@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -94,21 +96,30 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		rr.pass(w, r)
 		return
 	}
+	if tp := rr.p.opts.TracerProvider; tp != nil {
+		// The call's idem.request span, as the middleware gives an HTTP
+		// request: its outcome and settlement are set where they are
+		// counted (count).
+		ctx, span := tp.Tracer(tracerName).Start(r.Context(), "idem.request", trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(idem.AttrOperation.String(rr.operation(r)), attribute.String("rpc.method", method)))
+		defer span.End()
+		r = r.WithContext(ctx)
+	}
 	if rr.p.closing.Load() {
-		rr.answer(w, c, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationShuttingDown.Name), Method: method, RetryAfter: time.Second,
+		rr.answer(w, r, c, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationShuttingDown.Name), Method: method, RetryAfter: time.Second,
 			Message: "The proxy is shutting down and did not forward this call; retry it as it is."}.Status(), idem.SituationShuttingDown.Name, "")
 		return
 	}
 	body, held, st, outcome := rr.readBody(r, c)
 	defer rr.p.bodies.Release(held)
 	if st != nil {
-		rr.answer(w, c, st, outcome, "")
+		rr.answer(w, r, c, st, outcome, "")
 		return
 	}
 	timeout, hasTimeout := grpcTimeout(r.Header)
 	msg, msgBytes, fields, st := rr.decode(c, body, md)
 	if st != nil {
-		rr.answer(w, c, st, idem.SituationInvalidKey.Name, "")
+		rr.answer(w, r, c, st, idem.SituationInvalidKey.Name, "")
 		return
 	}
 	var m protoreflect.Message
@@ -123,7 +134,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 	switch {
 	case refused != nil:
 		refused.Method = method
-		rr.answer(w, c, refused.Status(), idem.SituationInvalidKey.Name, "")
+		rr.answer(w, r, c, refused.Status(), idem.SituationInvalidKey.Name, "")
 		return
 	case missing && rr.optional:
 		// Its body was read: the upstream gets what was read.
@@ -133,7 +144,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 	case missing:
 		ref := rpccore.MissingKey(fields)
 		ref.Method = method
-		rr.answer(w, c, ref.Status(), idem.SituationMissingKey.Name, "")
+		rr.answer(w, r, c, ref.Status(), idem.SituationMissingKey.Name, "")
 		return
 	}
 	scope, err := rr.scope(r)
@@ -143,7 +154,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		if errors.Is(err, idem.ErrScopeMissing) {
 			name, msg = idem.SituationScopeMissing.Name, "The call carries no credentials, so its key cannot be told from another client's."
 		}
-		rr.answer(w, c, rpccore.Refusal{Row: rpccore.RowOf(name), Key: k.Key(), Method: method, Field: k.Field(), Message: msg}.Status(), name, "")
+		rr.answer(w, r, c, rpccore.Refusal{Row: rpccore.RowOf(name), Key: k.Key(), Method: method, Field: k.Field(), Message: msg}.Status(), name, "")
 		return
 	}
 	var fp string
@@ -165,7 +176,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		fp, err = idem.Fingerprint(in, src.Options)
 	}
 	if err != nil {
-		rr.answer(w, c, &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}, "fingerprint_failed", "")
+		rr.answer(w, r, c, &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}, "fingerprint_failed", "")
 		return
 	}
 	wait := rr.wait
@@ -207,7 +218,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		rr.run(w, r, c, res.Lease, body, timeout, hasTimeout, md, counted)
 		return
 	case idem.Replayed:
-		rr.replay(w, c, res.Response, k.Key(), method, md)
+		rr.replay(w, r, c, res.Response, k.Key(), method, md)
 		return
 	case idem.Mismatch:
 		ref.Row, ref.Message = rpccore.RowOf(idem.SituationMismatch.Name), "This idempotency key was already used with a different request. Use a new key for a new request."
@@ -218,7 +229,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		ref.Row, ref.Message = rpccore.RowOf(idem.SituationNeedsReview.Name),
 			"An earlier call with this idempotency key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer."
 	}
-	rr.answer(w, c, ref.Status(), ref.Row.Situation.Name, "")
+	rr.answer(w, r, c, ref.Status(), ref.Row.Situation.Name, "")
 }
 
 // overCap counts lease, a key just reserved, against its scope's
@@ -258,7 +269,7 @@ func (rr *rpcRoute) overCap(w http.ResponseWriter, r *http.Request, c rpcCall, l
 	}
 	ref := rpccore.Refusal{Row: rpccore.RowOf(idem.SituationTooManyNewKeys.Name), Key: k.Key, Method: method,
 		RetryAfter: max(wait, time.Second), Message: msg}
-	rr.answer(w, c, ref.Status(), idem.SituationTooManyNewKeys.Name, settlement)
+	rr.answer(w, r, c, ref.Status(), idem.SituationTooManyNewKeys.Name, settlement)
 	return nil, true
 }
 
@@ -267,7 +278,7 @@ func (rr *rpcRoute) beginFailed(w http.ResponseWriter, r *http.Request, c rpcCal
 	ref := rpccore.Refusal{Key: k.Key(), Method: method, Field: k.Field()}
 	switch {
 	case r.Context().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		rr.answer(w, c, &spb.Status{Code: int32(code.Code_CANCELLED), Message: "the call ended while its key was checked"}, idem.SituationCanceled.Name, "")
+		rr.answer(w, r, c, &spb.Status{Code: int32(code.Code_CANCELLED), Message: "the call ended while its key was checked"}, idem.SituationCanceled.Name, "")
 		return
 	case errors.Is(err, idem.ErrScopeMissing):
 		ref.Row, ref.Message = rpccore.RowOf(idem.SituationScopeMissing.Name), "The call carries no credentials, so its key cannot be told from another client's."
@@ -280,14 +291,12 @@ func (rr *rpcRoute) beginFailed(w http.ResponseWriter, r *http.Request, c rpcCal
 		ref.Row, ref.RetryAfter, ref.Message = rpccore.RowOf(idem.SituationUnavailable.Name), time.Second,
 			"The call was not processed because its idempotency key could not be checked; retry with the same key."
 	}
-	rr.answer(w, c, ref.Status(), ref.Row.Situation.Name, "")
+	rr.answer(w, r, c, ref.Status(), ref.Row.Situation.Name, "")
 }
 
 // answer writes idem's own status st to a call, and counts it.
-func (rr *rpcRoute) answer(w http.ResponseWriter, c rpcCall, st *spb.Status, outcome, settlement string) {
-	if rr.p.metrics != nil {
-		rr.p.metrics.outcomes.WithLabelValues(rr.label, outcome, settlement).Inc()
-	}
+func (rr *rpcRoute) answer(w http.ResponseWriter, r *http.Request, c rpcCall, st *spb.Status, outcome, settlement string) {
+	rr.count(r, outcome, settlement)
 	w.Header().Set("Idempotency-Outcome", outcome)
 	writeRPC(w, c, &rpcAnswer{st: st}, false)
 }
@@ -311,7 +320,7 @@ func (rr *rpcRoute) stream(w http.ResponseWriter, r *http.Request, c rpcCall, me
 		}
 	}
 	if rr.refuseStreams {
-		rr.answer(w, c, rpccore.UnprotectedMethod(method, "This route refuses streaming calls: idem protects unary calls only, and a retried stream could run twice.").Status(),
+		rr.answer(w, r, c, rpccore.UnprotectedMethod(method, "This route refuses streaming calls: idem protects unary calls only, and a retried stream could run twice.").Status(),
 			rpccore.SituationUnprotectedMethod.Name, "")
 		return
 	}
