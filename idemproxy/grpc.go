@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -92,21 +96,30 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		rr.pass(w, r)
 		return
 	}
+	if tp := rr.p.opts.TracerProvider; tp != nil {
+		// The call's idem.request span, as the middleware gives an HTTP
+		// request: its outcome and settlement are set where they are
+		// counted (count).
+		ctx, span := tp.Tracer(tracerName).Start(r.Context(), "idem.request", trace.WithSpanKind(trace.SpanKindInternal),
+			trace.WithAttributes(idem.AttrOperation.String(rr.operation(r)), attribute.String("rpc.method", method)))
+		defer span.End()
+		r = r.WithContext(ctx)
+	}
 	if rr.p.closing.Load() {
-		rr.answer(w, c, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationShuttingDown.Name), Method: method, RetryAfter: time.Second,
+		rr.answer(w, r, c, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationShuttingDown.Name), Method: method, RetryAfter: time.Second,
 			Message: "The proxy is shutting down and did not forward this call; retry it as it is."}.Status(), idem.SituationShuttingDown.Name, "")
 		return
 	}
 	body, held, st, outcome := rr.readBody(r, c)
 	defer rr.p.bodies.Release(held)
 	if st != nil {
-		rr.answer(w, c, st, outcome, "")
+		rr.answer(w, r, c, st, outcome, "")
 		return
 	}
 	timeout, hasTimeout := grpcTimeout(r.Header)
 	msg, msgBytes, fields, st := rr.decode(c, body, md)
 	if st != nil {
-		rr.answer(w, c, st, idem.SituationInvalidKey.Name, "")
+		rr.answer(w, r, c, st, idem.SituationInvalidKey.Name, "")
 		return
 	}
 	var m protoreflect.Message
@@ -121,7 +134,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 	switch {
 	case refused != nil:
 		refused.Method = method
-		rr.answer(w, c, refused.Status(), idem.SituationInvalidKey.Name, "")
+		rr.answer(w, r, c, refused.Status(), idem.SituationInvalidKey.Name, "")
 		return
 	case missing && rr.optional:
 		// Its body was read: the upstream gets what was read.
@@ -131,7 +144,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 	case missing:
 		ref := rpccore.MissingKey(fields)
 		ref.Method = method
-		rr.answer(w, c, ref.Status(), idem.SituationMissingKey.Name, "")
+		rr.answer(w, r, c, ref.Status(), idem.SituationMissingKey.Name, "")
 		return
 	}
 	scope, err := rr.scope(r)
@@ -141,7 +154,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		if errors.Is(err, idem.ErrScopeMissing) {
 			name, msg = idem.SituationScopeMissing.Name, "The call carries no credentials, so its key cannot be told from another client's."
 		}
-		rr.answer(w, c, rpccore.Refusal{Row: rpccore.RowOf(name), Key: k.Key(), Method: method, Field: k.Field(), Message: msg}.Status(), name, "")
+		rr.answer(w, r, c, rpccore.Refusal{Row: rpccore.RowOf(name), Key: k.Key(), Method: method, Field: k.Field(), Message: msg}.Status(), name, "")
 		return
 	}
 	var fp string
@@ -163,13 +176,13 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		fp, err = idem.Fingerprint(in, src.Options)
 	}
 	if err != nil {
-		rr.answer(w, c, &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}, "fingerprint_failed", "")
+		rr.answer(w, r, c, &spb.Status{Code: int32(code.Code_INTERNAL), Message: "idem: fingerprinting the request: " + err.Error()}, "fingerprint_failed", "")
 		return
 	}
 	wait := rr.wait
 	if hasTimeout && wait > 0 {
 		// End the wait while the caller can still hear about it.
-		wait = max(min(wait, timeout*9/10), 0)
+		wait = max(min(wait, timeout-timeout/10), 0)
 	}
 	lease := rr.lease
 	if hasTimeout {
@@ -198,10 +211,14 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 	ref := rpccore.Refusal{Key: k.Key(), Method: method, Field: k.Field()}
 	switch res.Outcome {
 	case idem.Acquired:
-		rr.run(w, r, c, res.Lease, body, timeout, hasTimeout, md)
+		counted, over := rr.overCap(w, r, c, res.Lease, method)
+		if over {
+			return
+		}
+		rr.run(w, r, c, res.Lease, body, timeout, hasTimeout, md, counted)
 		return
 	case idem.Replayed:
-		rr.replay(w, c, res.Response, k.Key(), method, md)
+		rr.replay(w, r, c, res.Response, k.Key(), method, md)
 		return
 	case idem.Mismatch:
 		ref.Row, ref.Message = rpccore.RowOf(idem.SituationMismatch.Name), "This idempotency key was already used with a different request. Use a new key for a new request."
@@ -212,7 +229,48 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		ref.Row, ref.Message = rpccore.RowOf(idem.SituationNeedsReview.Name),
 			"An earlier call with this idempotency key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer."
 	}
-	rr.answer(w, c, ref.Status(), ref.Row.Situation.Name, "")
+	rr.answer(w, r, c, ref.Status(), ref.Row.Situation.Name, "")
+}
+
+// overCap counts lease, a key just reserved, against its scope's
+// new_keys_per_scope, as forwarder.overCap does for HTTP requests; over
+// it, the key is released and the call answered RESOURCE_EXHAUSTED
+// (TOO_MANY_NEW_KEYS) with RetryInfo, unforwarded. Otherwise it returns
+// the window the key was counted in, for a refund should the key be
+// released unrun.
+func (rr *rpcRoute) overCap(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, method string) (counted *capWindow, over bool) {
+	rc := rr.fwd.cap
+	if rc == nil {
+		return nil, false
+	}
+	k := lease.Key()
+	counted, wait, first, full := rc.cap.admit(k.Scope)
+	if full {
+		rr.p.log.LogAttrs(r.Context(), slog.LevelWarn, "new_keys_per_scope counts as many scopes as it may; the scopes whose interval started longest ago are forgotten, and start afresh",
+			slog.String("route", rc.route), slog.Int("scopes", MaxCappedScopes))
+	}
+	if counted != nil {
+		return counted, false
+	}
+	settlement := rr.fwd.settle(r.Context(), lease, true, "")
+	if rc.refused != nil {
+		rc.refused.Inc()
+	}
+	if first {
+		rr.p.log.LogAttrs(context.WithoutCancel(r.Context()), slog.LevelWarn, "new key refused: the scope reached its new_keys_per_scope; refusing its new keys until its interval ends",
+			slog.String("route", rc.route), slog.String("scope", k.Scope), slog.String("key_digest", idem.KeyDigest(k)),
+			slog.Int("limit", rc.cap.limit), slog.Duration("interval", rc.cap.interval), slog.Duration("retry_after", wait))
+	}
+	msg := fmt.Sprintf("This client has reserved the %d new keys per %v the proxy allows it, so this call was not forwarded and its key was not kept. Retry with the same key after the RetryInfo delay.",
+		rc.cap.limit, rc.cap.interval)
+	if settlement == settledFailed {
+		msg = fmt.Sprintf("This client has reserved the %d new keys per %v the proxy allows it, so this call was not forwarded, but its key could not be released: retries get ABORTED until the key is settled.",
+			rc.cap.limit, rc.cap.interval)
+	}
+	ref := rpccore.Refusal{Row: rpccore.RowOf(idem.SituationTooManyNewKeys.Name), Key: k.Key, Method: method,
+		RetryAfter: max(wait, time.Second), Message: msg}
+	rr.answer(w, r, c, ref.Status(), idem.SituationTooManyNewKeys.Name, settlement)
+	return nil, true
 }
 
 // beginFailed answers a call whose Begin failed.
@@ -220,7 +278,7 @@ func (rr *rpcRoute) beginFailed(w http.ResponseWriter, r *http.Request, c rpcCal
 	ref := rpccore.Refusal{Key: k.Key(), Method: method, Field: k.Field()}
 	switch {
 	case r.Context().Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
-		rr.answer(w, c, &spb.Status{Code: int32(code.Code_CANCELLED), Message: "the call ended while its key was checked"}, idem.SituationCanceled.Name, "")
+		rr.answer(w, r, c, &spb.Status{Code: int32(code.Code_CANCELLED), Message: "the call ended while its key was checked"}, idem.SituationCanceled.Name, "")
 		return
 	case errors.Is(err, idem.ErrScopeMissing):
 		ref.Row, ref.Message = rpccore.RowOf(idem.SituationScopeMissing.Name), "The call carries no credentials, so its key cannot be told from another client's."
@@ -233,14 +291,12 @@ func (rr *rpcRoute) beginFailed(w http.ResponseWriter, r *http.Request, c rpcCal
 		ref.Row, ref.RetryAfter, ref.Message = rpccore.RowOf(idem.SituationUnavailable.Name), time.Second,
 			"The call was not processed because its idempotency key could not be checked; retry with the same key."
 	}
-	rr.answer(w, c, ref.Status(), ref.Row.Situation.Name, "")
+	rr.answer(w, r, c, ref.Status(), ref.Row.Situation.Name, "")
 }
 
 // answer writes idem's own status st to a call, and counts it.
-func (rr *rpcRoute) answer(w http.ResponseWriter, c rpcCall, st *spb.Status, outcome, settlement string) {
-	if rr.p.metrics != nil {
-		rr.p.metrics.outcomes.WithLabelValues(rr.label, outcome, settlement).Inc()
-	}
+func (rr *rpcRoute) answer(w http.ResponseWriter, r *http.Request, c rpcCall, st *spb.Status, outcome, settlement string) {
+	rr.count(r, outcome, settlement)
 	w.Header().Set("Idempotency-Outcome", outcome)
 	writeRPC(w, c, &rpcAnswer{st: st}, false)
 }
@@ -264,7 +320,7 @@ func (rr *rpcRoute) stream(w http.ResponseWriter, r *http.Request, c rpcCall, me
 		}
 	}
 	if rr.refuseStreams {
-		rr.answer(w, c, rpccore.UnprotectedMethod(method, "This route refuses streaming calls: idem protects unary calls only, and a retried stream could run twice.").Status(),
+		rr.answer(w, r, c, rpccore.UnprotectedMethod(method, "This route refuses streaming calls: idem protects unary calls only, and a retried stream could run twice.").Status(),
 			rpccore.SituationUnprotectedMethod.Name, "")
 		return
 	}
@@ -381,10 +437,16 @@ func grpcTimeout(h http.Header) (time.Duration, bool) {
 	if unit == 0 {
 		return 0, false
 	}
+	if n > math.MaxInt64/int64(unit) {
+		// Longer than a time.Duration (eight digits of hours are): no
+		// deadline idem can keep, and none the call will meet.
+		return 0, false
+	}
 	return time.Duration(n) * unit, true
 }
 
-// formatTimeout writes d as a grpc-timeout value.
+// formatTimeout writes d as a grpc-timeout value: at most eight digits,
+// in the finest unit that holds them.
 func formatTimeout(d time.Duration) string {
 	ms := d.Milliseconds()
 	if ms < 1 {
@@ -393,5 +455,13 @@ func formatTimeout(d time.Duration) string {
 	if ms < 1e8 {
 		return strconv.FormatInt(ms, 10) + "m"
 	}
-	return strconv.FormatInt(int64(d/time.Second), 10) + "S"
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Second, "S"}, {time.Minute, "M"}} {
+		if n := int64(d / u.d); n < 1e8 {
+			return strconv.FormatInt(n, 10) + u.name
+		}
+	}
+	return strconv.FormatInt(min(int64(d/time.Hour), 1e8-1), 10) + "H"
 }

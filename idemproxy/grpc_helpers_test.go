@@ -254,7 +254,7 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 }
 
 // downStore fails every Reserve while down is set, and notes the lease
-// of the last one.
+// of the last one once it is done.
 type downStore struct {
 	idemstore.Store
 	down  *atomic.Bool
@@ -262,11 +262,13 @@ type downStore struct {
 }
 
 func (s downStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
-	s.lease.Store(int64(p.Lease))
 	if s.down.Load() {
+		s.lease.Store(int64(p.Lease))
 		return nil, false, fmt.Errorf("down: %w", idemstore.ErrUnavailable)
 	}
-	return s.Store.Reserve(ctx, p)
+	rec, ok, err := s.Store.Reserve(ctx, p)
+	s.lease.Store(int64(p.Lease)) // once the reservation is done
+	return rec, ok, err
 }
 
 // grpcClient is a grpc-go client of idem serve, over h2c.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/genproto/googleapis/rpc/code"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -39,7 +41,10 @@ import (
 //     CANCELLED): escalated (or released by the ambiguous policy), passed on;
 //   - any other answer: stored whole (metadata, message, status with
 //     its details, trailers) and passed on.
-func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, body []byte, timeout time.Duration, hasTimeout bool, md protoreflect.MethodDescriptor) {
+//
+// counted is the window of new_keys_per_scope the key was counted in: a
+// key released unrun (nothing sent) is refunded.
+func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, body []byte, timeout time.Duration, hasTimeout bool, md protoreflect.MethodDescriptor, counted *capWindow) {
 	stop := lease.Heartbeat()
 	defer stop()
 	deadline := rr.fwd.deadline
@@ -61,11 +66,11 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 			out.Header.Set("Connect-Timeout-Ms", strconv.FormatInt(max(timeout.Milliseconds(), 1), 10))
 		}
 	}
-	// The answer is stored uncompressed: the upstream is asked for none.
+	// The answer is stored uncompressed: the upstream is asked for none,
+	// neither of its messages nor of the HTTP body (a browser's gRPC-Web
+	// call asks for gzip, which an upstream may apply to the whole body).
 	out.Header.Del("Grpc-Accept-Encoding")
-	if c.kind == rpcConnect {
-		out.Header.Set("Accept-Encoding", "identity")
-	}
+	out.Header.Set("Accept-Encoding", "identity")
 	limit := int64(rr.p.engine.Config().MaxResponseBody)
 	cw := &captureWriter{h: http.Header{}, limit: limit, client: w, framed: c.kind != rpcConnect}
 	rr.fwd.proxy(cw, out, x)
@@ -77,14 +82,20 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 		return
 	}
 	if rtErr != nil || bodyErr != nil {
-		rr.failed(w, r, c, lease, x, rtErr, bodyErr, context.Cause(ctx) == cause, deadline, cw.over)
+		rr.failed(w, r, c, lease, x, rtErr, bodyErr, context.Cause(ctx) == cause, deadline, cw.over, counted)
 		return
 	}
 	if cw.over {
+		if c.kind == rpcGRPC && !statusTrailed(w.Header()) {
+			// Passed on whole but ended without grpc-status: what ran
+			// is unknown, as for an answer small enough to read.
+			rr.failed(w, r, c, lease, x, nil, errNoStatus, false, deadline, true, nil)
+			return
+		}
 		// Too large to keep: the key is completed as not replayable, and
 		// the client got what the upstream sent.
 		settlement := rr.complete(ctx, lease, &idem.Response{Status: http.StatusOK, NotReplayable: idem.NotReplayableTooLarge})
-		rr.count(idem.Acquired.String(), settlement)
+		rr.count(r, idem.Acquired.String(), settlement)
 		return
 	}
 	status, header, trailer := cw.result()
@@ -92,7 +103,7 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 	if err != nil {
 		// No status (trailers lost to a reset after the headers), or an
 		// answer that is not a unary one: what ran is unknown.
-		rr.failed(w, r, c, lease, x, nil, fmt.Errorf("the upstream's answer cannot be read as a unary gRPC answer: %w", err), false, deadline, false)
+		rr.failed(w, r, c, lease, x, nil, fmt.Errorf("the upstream's answer cannot be read as a unary gRPC answer: %w", err), false, deadline, false, nil)
 		return
 	}
 	cd := code.Code(a.st.GetCode())
@@ -125,14 +136,38 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 			settlement = rr.fwd.settle(ctx, lease, false, "the upstream's answer could not be stored: "+err.Error())
 		}
 	}
-	rr.count(idem.Acquired.String(), settlement)
+	rr.count(r, idem.Acquired.String(), settlement)
 	rr.p.log.LogAttrs(r.Context(), slog.LevelDebug, "rpc", slog.String("method", method), slog.String("code", cd.String()), slog.String("settlement", settlement))
 	writeRPC(w, c, a, false)
 }
 
-func (rr *rpcRoute) count(outcome, settlement string) {
+// statusTrailed reports whether the client's header h, of an answer
+// passed on as it came, holds a grpc-status trailer (set under
+// http.TrailerPrefix, or announced).
+func statusTrailed(h http.Header) bool {
+	return len(h[http.TrailerPrefix+"Grpc-Status"]) > 0 || len(h["Grpc-Status"]) > 0
+}
+
+// count counts a call's outcome and settlement, and sets them on its
+// idem.request span when it is traced.
+func (rr *rpcRoute) count(r *http.Request, outcome, settlement string) {
 	if rr.p.metrics != nil {
 		rr.p.metrics.outcomes.WithLabelValues(rr.label, outcome, settlement).Inc()
+	}
+	if rr.p.opts.TracerProvider == nil {
+		return
+	}
+	span := trace.SpanFromContext(r.Context())
+	span.SetAttributes(idem.AttrOutcome.String(outcome))
+	if settlement != "" {
+		span.SetAttributes(idem.AttrSettlement.String(settlement))
+	}
+	switch outcome {
+	case idem.SituationUnavailable.Name, idem.SituationUpstreamFailed.Name, idem.SituationUpstreamTimeout.Name, idem.SituationUpstreamUnreachable.Name:
+		span.SetStatus(otelcodes.Error, outcome)
+	}
+	if settlement == settledFailed {
+		span.SetStatus(otelcodes.Error, settlement)
 	}
 }
 
@@ -154,7 +189,7 @@ func (rr *rpcRoute) complete(ctx context.Context, lease *idem.Lease, resp *idem.
 
 // failed settles the key of a call whose upstream call failed, and
 // answers it with idem's status.
-func (rr *rpcRoute) failed(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, x *exchange, rtErr, bodyErr error, timedOut bool, deadline time.Duration, committed bool) {
+func (rr *rpcRoute) failed(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, x *exchange, rtErr, bodyErr error, timedOut bool, deadline time.Duration, committed bool, counted *capWindow) {
 	err, sent := bodyErr, true
 	if rtErr != nil {
 		err, sent = rtErr, x.sent(rtErr)
@@ -174,6 +209,9 @@ func (rr *rpcRoute) failed(w http.ResponseWriter, r *http.Request, c rpcCall, le
 	}
 	release := !sent || rr.ambiguousRelease
 	settlement := rr.fwd.settle(r.Context(), lease, release, reason)
+	if settlement == settledReleased && !sent {
+		rr.fwd.refund(counted)
+	}
 	switch {
 	case settlement == settledEscalated:
 		msg += " The key needs review: retries get FAILED_PRECONDITION (NEEDS_REVIEW) until an operator or a resolver settles it."
@@ -184,19 +222,19 @@ func (rr *rpcRoute) failed(w http.ResponseWriter, r *http.Request, c rpcCall, le
 		slog.String("outcome", s.Name), slog.String("settlement", settlement), slog.Bool("sent", sent), x.connAttrs(), slog.Any("error", err))
 	if committed {
 		// Part of the answer went out: there is no status left to give.
-		rr.count(s.Name, settlement)
+		rr.count(r, s.Name, settlement)
 		panic(http.ErrAbortHandler)
 	}
 	ref := rpccore.Refusal{Row: rpccore.RowOf(s.Name), Key: lease.Key().Key, Method: r.URL.Path, RetryAfter: time.Second, Message: msg}
-	rr.answer(w, c, ref.Status(), s.Name, settlement)
+	rr.answer(w, r, c, ref.Status(), s.Name, settlement)
 }
 
 // replay answers a call with the stored answer of its key.
-func (rr *rpcRoute) replay(w http.ResponseWriter, c rpcCall, resp *idem.Response, key, method string, md protoreflect.MethodDescriptor) {
+func (rr *rpcRoute) replay(w http.ResponseWriter, r *http.Request, c rpcCall, resp *idem.Response, key, method string, md protoreflect.MethodDescriptor) {
 	if resp.NotReplayable != "" {
 		ref := rpccore.Refusal{Row: rpccore.RowOf(idem.SituationNotReplayable.Name), Key: key, Method: method,
 			Message: fmt.Sprintf("The call with this idempotency key completed, but its answer was not kept (%s), so it cannot be replayed. It will not run again.", resp.NotReplayable)}
-		rr.answer(w, c, ref.Status(), idem.SituationNotReplayable.Name, "")
+		rr.answer(w, r, c, ref.Status(), idem.SituationNotReplayable.Name, "")
 		return
 	}
 	a, err := decodeRPCAnswer(resp)
@@ -207,10 +245,10 @@ func (rr *rpcRoute) replay(w http.ResponseWriter, c rpcCall, resp *idem.Response
 		rr.p.log.LogAttrs(context.Background(), slog.LevelError, "a stored answer cannot be replayed to this call", slog.String("method", method), slog.Any("error", err))
 		ref := rpccore.Refusal{Row: rpccore.RowOf(idem.SituationSealed.Name), Key: key, Method: method,
 			Message: "A call with this key was already processed, but its stored answer cannot be sent in this call's protocol or codec. It will not run again."}
-		rr.answer(w, c, ref.Status(), idem.SituationSealed.Name, "")
+		rr.answer(w, r, c, ref.Status(), idem.SituationSealed.Name, "")
 		return
 	}
-	rr.count(idem.Replayed.String(), "")
+	rr.count(r, idem.Replayed.String(), "")
 	w.Header().Set("Idempotency-Outcome", idem.SituationReplayed.Name)
 	writeRPC(w, c, a, true)
 }
@@ -461,7 +499,7 @@ func (nopCloser) Close() error { return nil }
 // logged as a streaming call with a key. The stream passed through.
 func (rr *rpcRoute) streamedAnswer(r *http.Request, lease *idem.Lease, rtErr, bodyErr error) {
 	settlement := rr.fwd.settle(r.Context(), lease, true, "")
-	rr.count(idem.Acquired.String(), settlement)
+	rr.count(r, idem.Acquired.String(), settlement)
 	rr.p.log.LogAttrs(r.Context(), slog.LevelWarn, "a call with an idempotency key streamed its answer; idem protects unary calls only, and released the key (give the method's descriptor, proto_descriptor_set, to pass such calls on unbuffered)",
 		slog.String("route", rr.label), slog.String("method", r.URL.Path), slog.String("key_digest", idem.KeyDigest(lease.Key())))
 	if rr.p.rpcMetrics != nil {

@@ -315,6 +315,10 @@ func parseConnectAnswer(a *rpcAnswer, status int, h http.Header, body []byte, li
 			c = n
 		}
 	} else {
+		// An HTTP error instead of a Connect one (a balancer's 502): the
+		// code Connect clients give it, and settled by its HTTP status,
+		// as a gRPC call's is.
+		c, a.httpStatus = grpcCodeOfHTTP(status), status
 		e.Message = fmt.Sprintf("the upstream answered HTTP %d", status)
 	}
 	a.st = &spb.Status{Code: int32(c), Message: e.Message}

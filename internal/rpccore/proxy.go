@@ -129,6 +129,8 @@ var ProxyTable = []Row{
 		"the proxy is draining and forwarded nothing; another instance, or this one after its restart, runs the retry"},
 	{idem.SituationBusy, code.Code_UNAVAILABLE, "PROXY_BUSY", true,
 		"the proxy holds as many request bodies as its memory budget allows; nothing was forwarded"},
+	{idem.SituationTooManyNewKeys, code.Code_RESOURCE_EXHAUSTED, "TOO_MANY_NEW_KEYS", true,
+		"the client reserved as many new keys as new_keys_per_scope allows it in an interval; nothing was forwarded and the key was released, so the same call can be retried after the RetryInfo delay"},
 	{idem.SituationBodyTooLarge, code.Code_RESOURCE_EXHAUSTED, "MESSAGE_TOO_LARGE", false,
 		"the request message is larger than the route accepts; nothing was forwarded, and the same call will be refused again"},
 }
