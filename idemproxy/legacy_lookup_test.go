@@ -32,8 +32,20 @@ type legacyGets struct {
 }
 
 func (s *legacyGets) Get(ctx context.Context, k idemstore.Key) (*idemstore.Record, error) {
+	return s.read(ctx, k, func() (*idemstore.Record, error) { return s.Store.Get(ctx, k) })
+}
+
+// GetHead is the look-up's read (idemstore.HeadReader), held, failed and
+// counted as Get is.
+func (s *legacyGets) GetHead(ctx context.Context, k idemstore.Key, inline int) (*idemstore.Record, error) {
+	return s.read(ctx, k, func() (*idemstore.Record, error) { return s.Store.GetHead(ctx, k, inline) })
+}
+
+// read counts, fails or holds a read of a record under an earlier
+// operation name (one without " host="), and passes others to get.
+func (s *legacyGets) read(ctx context.Context, k idemstore.Key, get func() (*idemstore.Record, error)) (*idemstore.Record, error) {
 	if strings.Contains(k.Operation, " host=") {
-		return s.Store.Get(ctx, k)
+		return get()
 	}
 	s.reads.Add(1)
 	if s.fail.Load() {
@@ -44,7 +56,7 @@ func (s *legacyGets) Get(ctx context.Context, k idemstore.Key) (*idemstore.Recor
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
-	return s.Store.Get(ctx, k)
+	return get()
 }
 
 // legacyRig is an edgeRig over st, whose events go to onOutcome (if set),
