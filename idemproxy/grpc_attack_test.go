@@ -161,6 +161,29 @@ func TestGRPCTimeoutBoundsTheLease(t *testing.T) {
 	}
 }
 
+// TestGRPCTimeoutLessTheTimeSpent: the upstream gets what is left of the
+// caller's grpc-timeout once idem has read the call and reserved its key
+// (here a store that takes 300 ms), not the whole of it.
+func TestGRPCTimeoutLessTheTimeSpent(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	env.slow.Store(int64(300 * time.Millisecond))
+	c := env.grpcClient(t)
+	ctx, cancel := context.WithTimeout(keyed("left"), time.Minute)
+	defer cancel()
+	if _, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "left"}); err != nil {
+		t.Fatal(err)
+	}
+	sent, _ := env.pay.timeout.Load().(string)
+	got, err := time.ParseDuration(strings.NewReplacer("H", "h", "M", "m", "S", "s", "m", "ms", "u", "us", "n", "ns").Replace(sent))
+	if err != nil {
+		t.Fatalf("the upstream's grpc-timeout %q: %v", sent, err)
+	}
+	if got <= 0 || got > time.Minute-300*time.Millisecond {
+		t.Errorf("the upstream got grpc-timeout %q (%v), want at most a minute less the 300 ms the store took", sent, got)
+	}
+}
+
 // h2cClient speaks HTTP/2 with prior knowledge.
 func h2cClient(t *testing.T) *http.Client {
 	t.Helper()

@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -49,6 +50,7 @@ type payments struct {
 	total   atomic.Int64
 	entered chan struct{}
 	release chan struct{}
+	timeout atomic.Value // the grpc-timeout of the last Charge, a string
 }
 
 func newPayments() *payments {
@@ -71,6 +73,7 @@ func (p *payments) runsOf(account string) int {
 
 func (p *payments) Charge(_ context.Context, req *connect.Request[testpb.ChargeRequest]) (*connect.Response[testpb.Payment], error) {
 	acct := req.Msg.GetAccount()
+	p.timeout.Store(req.Header().Get("Grpc-Timeout"))
 	n := p.run(acct)
 	switch {
 	case acct == "declined":
@@ -203,6 +206,7 @@ type rpcEnv struct {
 	srv    *idemproxy.Server
 	store  idemstore.Store
 	down   *atomic.Bool
+	slow   *atomic.Int64 // how long each Reserve takes, in nanoseconds
 	lease  *atomic.Int64 // of the last reservation
 	cancel context.CancelFunc
 }
@@ -223,7 +227,8 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 	mem := idemmem.MustNew(idemmem.Config{})
 	t.Cleanup(func() { mem.Close() })
 	env.lease = new(atomic.Int64)
-	env.store = downStore{Store: mem, down: env.down, lease: env.lease}
+	env.slow = new(atomic.Int64)
+	env.store = downStore{Store: mem, down: env.down, slow: env.slow, lease: env.lease}
 	if !strings.Contains(yaml, "wait:") {
 		yaml += "wait: 5s\n"
 	}
@@ -253,15 +258,19 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 	return env
 }
 
-// downStore fails every Reserve while down is set, and notes the lease
-// of the last one once it is done.
+// downStore fails every Reserve while down is set, takes slow for each,
+// and notes the lease of the last one once it is done.
 type downStore struct {
 	idemstore.Store
 	down  *atomic.Bool
+	slow  *atomic.Int64
 	lease *atomic.Int64
 }
 
 func (s downStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
+	if d := time.Duration(s.slow.Load()); d > 0 {
+		time.Sleep(d) // a store far away: time passes, nothing waits on it
+	}
 	if s.down.Load() {
 		s.lease.Store(int64(p.Lease))
 		return nil, false, fmt.Errorf("down: %w", idemstore.ErrUnavailable)
