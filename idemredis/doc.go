@@ -139,6 +139,16 @@
 // NX on the same servers and the server's CPU time per pair. A lone
 // request pays one round trip per script, as without pipelining.
 //
+// The store reads large answers apart (idemstore.ResponseReader and
+// idemstore.HeadReader): with ReserveParams.InlineResponse, Reserve's
+// script reads an existing record's head and the lengths of its fields
+// (GETRANGE) and the answer's size (STRLEN; HSTRLEN for a hash of an
+// earlier version) and returns the record without an answer longer than
+// the limit, still in one round trip; GetHead does the same for Get.
+// ReadResponse then returns only the answer, in one script that checks
+// that the record is still completed under the token read and its
+// retention has not ended.
+//
 // # Listing and its cost
 //
 // A List without a search field, ListExpiredLeases and Purge SCAN every

@@ -71,22 +71,30 @@ const (
 
 var hashFields = [numFields]string{"s", "o", "k", "fp", "st", "tok", "lu", "resp", "rsn", "ca", "ea", "ua", "req"}
 
-// legacyLua defines legacy(key), which returns the hash at key in the
-// string layout of record.go, or an empty string when the hash has no
+// legacyLua defines legacy(key, limit), which returns the hash at key in
+// the string layout of record.go, or an empty string when the hash has no
 // state. The times are decimal strings in the hash; a missing one is 0,
-// except updated at, which is created at.
+// except updated at, which is created at. With limit positive, an answer
+// longer than limit bytes (HSTRLEN) is not read: the record then ends
+// without it, and legacy returns the answer's size second (0 when the
+// answer is there, or there is none).
 const legacyLua = `
-local function legacy(key)
-  local h = redis.call('HMGET', key, 's', 'o', 'k', 'fp', 'st', 'tok', 'lu', 'resp', 'rsn', 'ca', 'ea', 'ua', 'req', 'w')
+local function legacy(key, limit)
+  local rf, size = 'resp', 0
+  if limit and limit > 0 then
+    local n = redis.call('HSTRLEN', key, 'resp')
+    if n > limit then rf, size = '', n end
+  end
+  local h = redis.call('HMGET', key, 's', 'o', 'k', 'fp', 'st', 'tok', 'lu', rf, 'rsn', 'ca', 'ea', 'ua', 'req', 'w')
   local st = ({pending = 'p', completed = 'c', needs_review = 'r'})[h[5] or '']
-  if not st then return '' end
+  if not st then return '', 0 end
   local function f(i) return h[i] or '' end
   local function n(i) return tonumber(h[i] or '') or 0 end
   local ca = n(10)
   local ua = n(12)
   if ua == 0 then ua = ca end
   return struct.pack('>Bc1Bi8i8i8i8c16I4c0I4c0I4c0I4c0I4c0I4c0I4c0', 1, st, n(14), n(7), ca, n(11), ua, string.rep('\0', 16),
-    #f(6), f(6), #f(2), f(2), #f(1), f(1), #f(3), f(3), #f(4), f(4), #f(13), f(13), #f(9), f(9)) .. f(8)
+    #f(6), f(6), #f(2), f(2), #f(1), f(1), #f(3), f(3), #f(4), f(4), #f(13), f(13), #f(9), f(9)) .. f(8), size
 end
 `
 

@@ -188,6 +188,14 @@ func readHead(r *reader) (head, error) {
 
 // decodeRecord decodes a whole record read at readAt.
 func decodeRecord(b string, readAt time.Time) (*idemstore.Record, error) {
+	return decodeRecordInline(b, readAt, 0)
+}
+
+// decodeRecordInline decodes a record read at readAt whose answer, of
+// size bytes, was left out of b when size is positive (readInline in
+// scripts.go): b then ends where the answer would start, and the record
+// says the answer's size instead (idemstore.Record.ResponseSize).
+func decodeRecordInline(b string, readAt time.Time, size int64) (*idemstore.Record, error) {
 	r := &reader{b: b}
 	h, err := readHead(r)
 	if err != nil {
@@ -216,6 +224,13 @@ func decodeRecord(b string, readAt time.Time) (*idemstore.Record, error) {
 	}
 	if rec.Request, err = idemstore.DecodeRequest([]byte(req)); err != nil {
 		return nil, err
+	}
+	if size > 0 {
+		if rec.State != idemstore.StateCompleted || r.b != "" {
+			return nil, fmt.Errorf("%w: an answer of %d bytes left out of a %s record", errCorruptRecord, size, rec.State)
+		}
+		rec.ResponseSize = size
+		return rec, nil
 	}
 	if rec.Response, err = idemstore.DecodeResponse([]byte(r.b)); err != nil {
 		return nil, err
@@ -289,11 +304,16 @@ func (s *Store) ttlMillis(retention time.Duration) string {
 }
 
 // decodeRead decodes the reply of the get and reserve scripts: the server's
-// TIME in Unix microseconds, then the record (empty when there is none). It
-// returns (nil, nil) for a missing record.
+// TIME in Unix microseconds, then the record (empty when there is none),
+// then the size of an answer left out of it (0 when none was). It returns
+// (nil, nil) for a missing record.
 func decodeRead(vals []rueidis.RedisMessage) (*idemstore.Record, error) {
-	if len(vals) != 2 {
-		return nil, fmt.Errorf("idemredis: read returned %d values, want 2", len(vals))
+	if len(vals) != 3 {
+		return nil, fmt.Errorf("idemredis: read returned %d values, want 3", len(vals))
+	}
+	size, err := vals[2].AsInt64()
+	if err != nil || size < 0 {
+		return nil, fmt.Errorf("idemredis: bad size of an answer left out: %v", err)
 	}
 	now, _ := vals[0].ToString()
 	readAt, err := parseMicros(now)
@@ -304,5 +324,5 @@ func decodeRead(vals []rueidis.RedisMessage) (*idemstore.Record, error) {
 	if b == "" {
 		return nil, nil
 	}
-	return decodeRecord(b, readAt)
+	return decodeRecordInline(b, readAt, size)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/redis/rueidis"
 
@@ -25,6 +26,11 @@ import (
 // ctx's error, so that the caller's release of the token cannot overtake
 // the script (see abandon.go).
 //
+// With p.InlineResponse positive, an existing record's answer longer than
+// that many bytes as stored is left out of the record returned, which says
+// its size instead (Record.ResponseSize): the script reads the answer's
+// size, not the answer, and ReadResponse reads it later.
+//
 // While the last policy check found a node whose maxmemory-policy can evict
 // records, Reserve sends nothing and fails with ErrUnavailable (see
 // CheckPolicy).
@@ -36,7 +42,7 @@ func (s *Store) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemst
 	tail := pendingTail(key, token, fp, idemstore.EncodeRequest(p.Request), p.ScopeLabel)
 	names := s.keys(key)
 	keys := []string{names.record, names.ix.key, names.ix.all}
-	args := []string{durMicros(p.Lease), rueidis.BinaryString(tail), keyMember(key), ageMember(key)}
+	args := []string{durMicros(p.Lease), rueidis.BinaryString(tail), keyMember(key), ageMember(key), strconv.Itoa(max(p.InlineResponse, 0))}
 	if p.ScopeLabel != "" {
 		keys = append(keys, names.ix.label)
 		args = append(args, labelMember(idemstore.ScopeLabelIndex(p.ScopeLabel), key))
@@ -70,7 +76,20 @@ func (s *Store) reserveReply(key idemstore.Key, token, fp string, msg rueidis.Re
 // Get returns the record for key, read together with the server's TIME
 // (its ReadAt) in one script, or an error wrapping idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
-	msg, err := s.run(ctx, s.scripts().get, []string{s.recordKey(key)}, nil)
+	return s.GetHead(ctx, key, 0)
+}
+
+// GetHead is Get with an answer longer than inline bytes (when positive)
+// left out (see idemstore.HeadReader), read as Reserve reads it with
+// ReserveParams.InlineResponse: the script reads the record's head and
+// the answer's size (STRLEN, or HSTRLEN for a record of an earlier
+// version), not the answer.
+func (s *Store) GetHead(ctx context.Context, key idemstore.Key, inline int) (*idemstore.Record, error) {
+	var args []string
+	if inline > 0 {
+		args = []string{strconv.Itoa(inline)}
+	}
+	msg, err := s.run(ctx, s.scripts().get, []string{s.recordKey(key)}, args)
 	if err != nil {
 		return nil, err
 	}

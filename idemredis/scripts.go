@@ -39,6 +39,12 @@ import (
 // (SETRANGE, BITOP, RENAME, PEXPIRE) on it.
 const smallValue = "512"
 
+// inlinePrefix is how many bytes of a record readInline reads at once
+// (see record): enough for the head, key, fingerprint and a small request
+// and answer of most records, small enough that a large answer is not
+// read to be left out.
+const inlinePrefix = "4096"
+
 // clock starts every script that needs the time: now is the server's TIME
 // in Unix microseconds, and us formats such a number for a reply
 // (tostring would switch to exponent notation).
@@ -65,6 +71,17 @@ local function us(n) return string.format('%.0f', n) end
 //     layout, keeping its TTL; a script that changes a record calls it
 //     before its first write.
 //   - reasonAt(v) is the position of the review reason's length.
+//   - answerAt(v) is the position of the stored answer's first byte, for a
+//     record whose head v holds (head called on it); the lengths that v,
+//     a prefix of the record, does not hold are read with GETRANGE, so
+//     that neither a large request nor a large answer is read to find it.
+//   - readInline(limit) is read(), but with limit positive an answer
+//     longer than limit bytes is left out: it returns the record up to its
+//     answer and the answer's size second (0 when the answer is whole).
+//     The record's first inlinePrefix bytes are read at once, the rest
+//     only as needed (STRLEN for the size, GET for a kept answer past the
+//     prefix). A hash is read with legacy(key, limit), and not kept in
+//     old: a record read without its answer is never written back.
 //   - unindex(km, am) removes the record from the indexes KEYS[3] (key),
 //     KEYS[4] (by age) and KEYS[5] (in review), given its key member km
 //     and age member am (see index.go).
@@ -108,6 +125,35 @@ local function reasonAt(v)
   for _ = 1, 5 + lay do p = p + 4 + struct.unpack('>I4', v, p) end
   return p
 end
+local function lenAt(v, p)
+  if p + 3 <= #v then return (struct.unpack('>I4', v, p)) end
+  return (struct.unpack('>I4', redis.call('GETRANGE', KEYS[1], p - 1, p + 2)))
+end
+local function answerAt(v)
+  local p = 52
+  for _ = 1, 6 + lay do p = p + 4 + lenAt(v, p) end
+  return p
+end
+local function readInline(limit)
+  if not limit or limit <= 0 then return read(), 0 end
+  local v = redis.pcall('GETRANGE', KEYS[1], 0, ` + inlinePrefix + ` - 1)
+  if type(v) ~= 'string' then
+    if not string.find(v.err or '', 'WRONGTYPE', 1, true) then error(v) end
+    return legacy(KEYS[1], limit)
+  end
+  if v == '' then return '', 0 end
+  head(v)
+  local a = answerAt(v)
+  local total = #v
+  if total >= ` + inlinePrefix + ` then total = redis.call('STRLEN', KEYS[1]) end
+  local size = total - a + 1
+  if size <= limit then
+    if total == #v then return v, 0 end
+    return redis.call('GET', KEYS[1]), 0
+  end
+  if a - 1 <= #v then return string.sub(v, 1, a - 1), size end
+  return redis.call('GETRANGE', KEYS[1], 0, a - 2), size
+end
 local function unindex(km, am)
   redis.call('ZREM', KEYS[3], km)
   redis.call('ZREM', KEYS[4], am)
@@ -120,7 +166,7 @@ local function notify(fl, event) if fl % 2 == 1 then publish(event) end end
 
 // scripts are the store's scripts for one publish command.
 type scripts struct {
-	get, reserve, watch                           *rueidis.Lua
+	get, reserve, watch, response                 *rueidis.Lua
 	complete, release, escalate, extend, takeover *rueidis.Lua
 	resolve, delete, purge                        *rueidis.Lua
 	fix, index                                    *rueidis.Lua
@@ -148,6 +194,7 @@ func newScripts(pub string) *scripts {
 		get:      lua(getScript),
 		reserve:  lua(reserveScript),
 		watch:    lua(watchScript),
+		response: lua(responseScript),
 		complete: lua(completeScript),
 		release:  lua(releaseScript),
 		escalate: lua(escalateScript),
@@ -163,9 +210,34 @@ func newScripts(pub string) *scripts {
 
 // getScript reads the record together with the server's TIME, so the
 // record's ReadAt comes from the clock that wrote its deadlines. It returns
-// the time and the record (empty when there is none).
+// the time, the record (empty when there is none) and the size of an
+// answer left out of it (0 when none was). ARGV[1], optional, is the
+// limit of readInline (GetHead); without it the record is read whole.
 const getScript = clock + record + `
-return {us(now), read()}
+local v, size = readInline(tonumber(ARGV[1] or '0'))
+return {us(now), v, size}
+`
+
+// responseScript returns the answer stored in the record while it is
+// completed under the token ARGV[1] and its retention has not ended by the
+// server's TIME, and an empty string otherwise (ReadResponse). It reads the record's head and the lengths before the
+// answer, and then only the answer (GETRANGE to the end).
+const responseScript = clock + record + `
+local n = math.max(` + inlinePrefix + `, 55 + #ARGV[1])
+local v = redis.pcall('GETRANGE', KEYS[1], 0, n - 1)
+if type(v) ~= 'string' then
+  if not string.find(v.err or '', 'WRONGTYPE', 1, true) then error(v) end
+  local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ea')
+  local hea = tonumber(h[3] or '') or 0
+  if h[1] ~= 'completed' or h[2] ~= ARGV[1] or (hea ~= 0 and hea <= now) then return '' end
+  return redis.call('HGET', KEYS[1], 'resp') or ''
+end
+if v == '' then return '' end
+local st, fl, lu, ca, ea, ua, lc, tl = head(v)
+if st ~= 'c' or tl ~= #ARGV[1] or token(v, tl) ~= ARGV[1] or (ea ~= 0 and ea <= now) then return '' end
+local a = answerAt(v)
+if #v < n then return string.sub(v, a) end
+return redis.call('GETRANGE', KEYS[1], a - 1, -1)
 `
 
 // reserveScript creates the record only if the key is absent (SET NX), with
@@ -188,28 +260,40 @@ return {us(now), read()}
 // id, token, key, fingerprint, request, label with one, reason), the key
 // member, the age member, and, only for a record with a scope label, its
 // label member; a record with a label is in layout 2.
+//
+// ARGV[5] is the limit of readInline for the record it returns
+// (ReserveParams.InlineResponse, 0 for none), and the label member, with a
+// label, is ARGV[6]. The reply that returns a record has a third element,
+// the size of an answer left out of it (0 when none was).
 const reserveScript = clock + record + `
 local layout = 1
-if ARGV[5] then layout = 2 end
+if ARGV[6] then layout = 2 end
+local limit = tonumber(ARGV[5])
 local h = struct.pack('>Bc1Bi8i8i8i8', layout, 'p', 0, now + tonumber(ARGV[1]), now, 0, now)
 local function index()
   redis.call('ZADD', KEYS[2], 0, ARGV[3])
   redis.call('ZADD', KEYS[3], now - SHIFT, ARGV[4])
-  if ARGV[5] then redis.call('ZADD', KEYS[4], 0, ARGV[5]) end
+  if ARGV[6] then redis.call('ZADD', KEYS[4], 0, ARGV[6]) end
 end
 if #ARGV[2] > ` + smallValue + ` then
-  if redis.call('EXISTS', KEYS[1]) == 1 then return {us(now), read()} end
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    local v, size = readInline(limit)
+    return {us(now), v, size}
+  end
   redis.call('SETRANGE', KEYS[1], #h, ARGV[2])
   redis.call('SETRANGE', KEYS[1], 0, h)
   index()
   return 1
 end
 local created = redis.pcall('SET', KEYS[1], h .. ARGV[2], 'NX')
-if not created then return {us(now), read()} end
+if not created then
+  local v, size = readInline(limit)
+  return {us(now), v, size}
+end
 if created.err then
-  local v = read()
+  local v, size = readInline(limit)
   if v == '' then return created end
-  return {us(now), v}
+  return {us(now), v, size}
 end
 index()
 return 1
