@@ -164,6 +164,15 @@ func TestFullUnderNoEviction(t *testing.T) {
 	if rec := post(h, "first"); rec.Code != 201 || rec.Header().Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("retry of first on the full server: %d, replayed %q", rec.Code, rec.Header().Get("Idempotent-Replayed"))
 	}
+	// Its answer read apart, as idem serve reads it: both scripts only
+	// read, which a full server allows.
+	first := recordOf(t, s, "first")
+	if rec, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: first.Key, Fingerprint: first.Fingerprint, Token: "retry", Lease: time.Minute, InlineResponse: 1024}); err != nil || created || rec.Response != nil || rec.ResponseSize == 0 {
+		t.Fatalf("Reserve of first with InlineResponse on the full server: %+v, %v, %v", rec, created, err)
+	}
+	if resp, err := s.ReadResponse(ctx, first.Key, first.Token); err != nil || string(resp.Body) != string(answer16k.Body) {
+		t.Fatalf("ReadResponse of first on the full server: %v", err)
+	}
 	rec := post(h, "new")
 	if rec.Code != 503 || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/problem+json") || !strings.Contains(rec.Body.String(), idem.ProblemUnavailable) {
 		t.Fatalf("POST new on the full server: %d %q %s", rec.Code, rec.Header().Get("Content-Type"), rec.Body)

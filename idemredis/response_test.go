@@ -178,6 +178,17 @@ func TestReadResponseFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	notFound("a record in review", review, "tok")
+	// Resolved with an answer: the record keeps its reason, before the
+	// answer.
+	if err := s.Resolve(ctx, idemstore.ResolveParams{Key: review, Action: idemstore.ResolveComplete, Token: "tok", Response: answer, Reason: "settled by hand", Retention: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := s.GetHead(ctx, review, 1); err != nil || rec.Reason != "settled by hand" || rec.ResponseSize != int64(len(idemstore.EncodeResponse(answer))) {
+		t.Fatalf("GetHead of a resolved record: %+v, %v", rec, err)
+	}
+	if got, err := s.ReadResponse(ctx, review, "tok"); err != nil || !bytes.Equal(got.Body, answer.Body) {
+		t.Fatalf("ReadResponse of a resolved record: %v", err)
+	}
 
 	done := key("done")
 	reserve(done, "tok")
