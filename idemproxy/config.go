@@ -147,7 +147,7 @@ type Config struct {
 	// (and 128 KiB more when it is decoded for a client that does not
 	// accept its Content-Encoding) until the client has taken it or was
 	// cut off (ClientWriteTimeout), and, with a store that reads answers
-	// apart from their records (all but Redis), an answer over 8 KiB
+	// apart from their records (every store of idem), an answer over 8 KiB
 	// counts for twice its stored size while it is read, before it is
 	// read. A replay that would go over gets 503 with Retry-After (busy),
 	// unwritten and, on such a store, unread; its key is untouched. It
