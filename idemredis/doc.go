@@ -146,8 +146,9 @@
 // earlier version) and returns the record without an answer longer than
 // the limit, still in one round trip; GetHead does the same for Get.
 // ReadResponse then returns only the answer, in one script that checks
-// that the record is still completed under the token read and its
-// retention has not ended.
+// that the record is still completed under the token read (a record whose
+// retention is over is read as long as it is there, as Reserve returns
+// it).
 //
 // # Listing and its cost
 //

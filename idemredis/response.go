@@ -13,13 +13,13 @@ var (
 )
 
 // ReadResponse returns the answer of the record for key while it is
-// completed under token and its retention has not ended by the server's
-// TIME, or an error wrapping idemstore.ErrNotFound (see
-// idemstore.ResponseReader): one script checks the record's state, token
-// and expiry and returns only the answer, so that the answer cannot be
+// completed under token, or an error wrapping idemstore.ErrNotFound (see
+// idemstore.ResponseReader): one script checks the record's state and
+// token and returns only the answer, so that the answer cannot be
 // another record's, stored for the key after the one read was deleted or
-// purged. A record of an earlier version (a hash, see legacy.go) is read
-// too.
+// purged. A record past its expires-at is read while its key lasts
+// (Config.RetentionGrace), as Reserve and Get return it. A record of an
+// earlier version (a hash, see legacy.go) is read too.
 func (s *Store) ReadResponse(ctx context.Context, key idemstore.Key, token string) (*idemstore.Response, error) {
 	if token == "" {
 		return nil, fmt.Errorf("%w: no token", idemstore.ErrNotFound)

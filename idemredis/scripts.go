@@ -219,22 +219,23 @@ return {us(now), v, size}
 `
 
 // responseScript returns the answer stored in the record while it is
-// completed under the token ARGV[1] and its retention has not ended by the
-// server's TIME, and an empty string otherwise (ReadResponse). It reads the record's head and the lengths before the
-// answer, and then only the answer (GETRANGE to the end).
-const responseScript = clock + record + `
+// completed under the token ARGV[1], and an empty string otherwise
+// (ReadResponse). It reads the record's head and the lengths before the
+// answer, and then only the answer (GETRANGE to the end). A record past its
+// expires-at is still read while its key lasts (Config.RetentionGrace), as
+// Reserve and Get still return it.
+const responseScript = record + `
 local n = math.max(` + inlinePrefix + `, 55 + #ARGV[1])
 local v = redis.pcall('GETRANGE', KEYS[1], 0, n - 1)
 if type(v) ~= 'string' then
   if not string.find(v.err or '', 'WRONGTYPE', 1, true) then error(v) end
-  local h = redis.call('HMGET', KEYS[1], 'st', 'tok', 'ea')
-  local hea = tonumber(h[3] or '') or 0
-  if h[1] ~= 'completed' or h[2] ~= ARGV[1] or (hea ~= 0 and hea <= now) then return '' end
+  local h = redis.call('HMGET', KEYS[1], 'st', 'tok')
+  if h[1] ~= 'completed' or h[2] ~= ARGV[1] then return '' end
   return redis.call('HGET', KEYS[1], 'resp') or ''
 end
 if v == '' then return '' end
 local st, fl, lu, ca, ea, ua, lc, tl = head(v)
-if st ~= 'c' or tl ~= #ARGV[1] or token(v, tl) ~= ARGV[1] or (ea ~= 0 and ea <= now) then return '' end
+if st ~= 'c' or tl ~= #ARGV[1] or token(v, tl) ~= ARGV[1] then return '' end
 local a = answerAt(v)
 if #v < n then return string.sub(v, a) end
 return redis.call('GETRANGE', KEYS[1], a - 1, -1)
