@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/rueidis"
+
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemseal"
 	"github.com/idem-dev/idem/idemstore"
@@ -90,10 +92,22 @@ func TestReplayApartInRetentionGrace(t *testing.T) {
 // before, across and after that boundary, with and without a scope label
 // and a review reason, and reads each apart (Reserve with InlineResponse,
 // GetHead, then ReadResponse) and whole: the answer read apart is the
-// one Get returns, byte for byte, and the rest of the record is the same.
+// one Get returns, byte for byte, and the rest of the record is the same,
+// standalone and on a Cluster.
 func TestInlineResponseStraddle(t *testing.T) {
 	t.Parallel()
-	s := newTestStore(t, standaloneClient(t))
+	for _, topo := range []struct {
+		name   string
+		client func(testing.TB) rueidis.Client
+	}{{"Standalone", standaloneClient}, {"Cluster", clusterClient}} {
+		t.Run(topo.name, func(t *testing.T) {
+			t.Parallel()
+			testInlineResponseStraddle(t, newTestStore(t, topo.client(t)))
+		})
+	}
+}
+
+func testInlineResponseStraddle(t *testing.T, s *Store) {
 	ctx := t.Context()
 	answer := &idemstore.Response{Status: 200, Header: map[string][]string{"X-A": {"1"}}, Body: bytes.Repeat([]byte("0123456789"), 700)}
 	enc := idemstore.EncodeResponse(answer)
