@@ -312,3 +312,43 @@ func TestReadApartUnknownLayout(t *testing.T) {
 		t.Fatalf("ReadResponse of a later layout: %v, %v", resp != nil, err)
 	}
 }
+
+// TestReadApartLongToken reads apart answers of records whose token ends
+// before, at and after the bytes ReadResponse reads at once (the token is
+// the first field, fenced before the answer is read) and one whose token
+// is longer than those bytes: each reads apart as Get reads it, and a
+// token one byte shorter or longer reads nothing.
+func TestReadApartLongToken(t *testing.T) {
+	t.Parallel()
+	s := newTestStore(t, standaloneClient(t))
+	ctx := t.Context()
+	answer := &idemstore.Response{Status: 200, Body: bytes.Repeat([]byte("y"), 9000)}
+	for _, l := range []int{4096 - 56, 4096 - 55, 4096 - 54, 4096 - 53, 4096 - 52, 5000} {
+		tok := strings.Repeat("T", l-1) + "!"
+		k := idemstore.Key{Scope: "tenant", Operation: "POST /x", Key: fmt.Sprintf("token of %d bytes", l)}
+		if _, created, err := s.Reserve(ctx, idemstore.ReserveParams{Key: k, Fingerprint: "fp", Token: tok, Lease: time.Minute}); err != nil || !created {
+			t.Fatalf("Reserve: %v, %v", created, err)
+		}
+		if err := s.Complete(ctx, idemstore.CompleteParams{Key: k, Token: tok, Response: answer, Retention: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		whole, err := s.Get(ctx, k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := s.GetHead(ctx, k, 1024)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInline(t, fmt.Sprintf("GetHead with a token of %d bytes", l), head, whole, answer, len(idemstore.EncodeResponse(answer)), 1024)
+		got, err := s.ReadResponse(ctx, k, head.Token)
+		if err != nil || !bytes.Equal(idemstore.EncodeResponse(got), idemstore.EncodeResponse(whole.Response)) {
+			t.Fatalf("ReadResponse with a token of %d bytes: %v", l, err)
+		}
+		for _, other := range []string{tok[:l-1], tok + "!", strings.Repeat("T", l)} {
+			if _, err := s.ReadResponse(ctx, k, other); !errors.Is(err, idemstore.ErrNotFound) {
+				t.Fatalf("ReadResponse with a token of %d bytes under one of %d: %v; want ErrNotFound", l, len(other), err)
+			}
+		}
+	}
+}
