@@ -84,7 +84,7 @@ func (g GRPCStreams) validate() error {
 // its whole answer (headers, message, trailers) stored and replayed; a
 // streaming call passes through, unbuffered, or is refused.
 func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) {
-	arrived := time.Now()
+	arrived := rr.p.opts.Now()
 	method := r.URL.Path
 	keys := r.Header.Values(rpccore.MetadataKey)
 	md := rr.p.rpcDesc.method(method)
@@ -219,7 +219,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		if hasTimeout {
 			// The upstream gets what is left of the caller's deadline:
 			// reading the call and reserving its key took some of it.
-			timeout = max(timeout-time.Since(arrived), time.Millisecond)
+			timeout = max(timeout-rr.p.opts.Now().Sub(arrived), time.Millisecond)
 		}
 		rr.run(w, r, c, res.Lease, body, timeout, hasTimeout, md, counted)
 		return

@@ -163,7 +163,8 @@ func TestGRPCTimeoutBoundsTheLease(t *testing.T) {
 
 // TestGRPCTimeoutLessTheTimeSpent: the upstream gets what is left of the
 // caller's grpc-timeout once idem has read the call and reserved its key
-// (here a store that takes 300 ms), not the whole of it.
+// (here a store whose Reserve moves the proxy's clock 300 ms), not the
+// whole of it.
 func TestGRPCTimeoutLessTheTimeSpent(t *testing.T) {
 	t.Parallel()
 	env := startRPC(t, "")

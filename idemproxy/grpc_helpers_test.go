@@ -206,7 +206,7 @@ type rpcEnv struct {
 	srv    *idemproxy.Server
 	store  idemstore.Store
 	down   *atomic.Bool
-	slow   *atomic.Int64 // how long each Reserve takes, in nanoseconds
+	slow   *atomic.Int64 // how far each Reserve moves the proxy's clock, in nanoseconds
 	lease  *atomic.Int64 // of the last reservation
 	cancel context.CancelFunc
 }
@@ -228,7 +228,8 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 	t.Cleanup(func() { mem.Close() })
 	env.lease = new(atomic.Int64)
 	env.slow = new(atomic.Int64)
-	env.store = downStore{Store: mem, down: env.down, slow: env.slow, lease: env.lease}
+	ahead := new(atomic.Int64) // how far the proxy's clock is ahead of time.Now
+	env.store = downStore{Store: mem, down: env.down, slow: env.slow, ahead: ahead, lease: env.lease}
 	if !strings.Contains(yaml, "wait:") {
 		yaml += "wait: 5s\n"
 	}
@@ -240,7 +241,8 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 	if os.Getenv("IDEM_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	env.srv = &idemproxy.Server{Config: cfg, Store: env.store, Logger: log}
+	env.srv = &idemproxy.Server{Config: cfg, Store: env.store, Logger: log,
+		Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }}
 	type addrs struct{ proxy, admin net.Addr }
 	ready := make(chan addrs, 1)
 	env.srv.Ready = func(p, a net.Addr) { ready <- addrs{p, a} }
@@ -258,19 +260,19 @@ func (env *rpcEnv) start(t *testing.T, yaml string) *rpcEnv {
 	return env
 }
 
-// downStore fails every Reserve while down is set, takes slow for each,
-// and notes the lease of the last one once it is done.
+// downStore fails every Reserve while down is set, moves the proxy's
+// clock (ahead) by slow for each, as a store far away would take, and notes
+// the lease of the last one once it is done.
 type downStore struct {
 	idemstore.Store
 	down  *atomic.Bool
 	slow  *atomic.Int64
+	ahead *atomic.Int64
 	lease *atomic.Int64
 }
 
 func (s downStore) Reserve(ctx context.Context, p idemstore.ReserveParams) (*idemstore.Record, bool, error) {
-	if d := time.Duration(s.slow.Load()); d > 0 {
-		time.Sleep(d) // a store far away: time passes, nothing waits on it
-	}
+	s.ahead.Add(s.slow.Load())
 	if s.down.Load() {
 		s.lease.Store(int64(p.Lease))
 		return nil, false, fmt.Errorf("down: %w", idemstore.ErrUnavailable)

@@ -45,7 +45,9 @@ type Options struct {
 	// Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
 	// Now is the clock of the new-key caps' intervals
-	// (Settings.NewKeysPerScope). Defaults to time.Now.
+	// (Settings.NewKeysPerScope) and of the time a gRPC call spends in
+	// idem before it is forwarded (taken off its grpc-timeout). Defaults
+	// to time.Now.
 	Now func() time.Time
 }
 

@@ -47,6 +47,8 @@ type Server struct {
 	// upstream calls (see Options.TracerProvider). idem serve sets it from
 	// the OTEL_* environment variables. Defaults to nil: no spans.
 	TracerProvider trace.TracerProvider
+	// Now is the proxy's clock (see Options.Now). Defaults to time.Now.
+	Now func() time.Time
 
 	running reloadState // for Reload
 	// EncryptionKeys seal stored answers, when Config.EncryptionKeyFile
@@ -115,7 +117,7 @@ func (s *Server) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	proxy, err := New(engine, cfg, Options{Logger: log, Metrics: metrics, Transport: s.Transport, OnOutcome: s.OnOutcome, ScopeSecret: secret, TracerProvider: s.TracerProvider})
+	proxy, err := New(engine, cfg, Options{Logger: log, Metrics: metrics, Transport: s.Transport, OnOutcome: s.OnOutcome, ScopeSecret: secret, TracerProvider: s.TracerProvider, Now: s.Now})
 	if err != nil {
 		return err
 	}
