@@ -46,6 +46,16 @@ func newRouter(t *testing.T, mws func(*gochannel.GoChannel) []message.HandlerMid
 	return rig
 }
 
+// keepOpen is a publisher the router cannot close. Watermill's router
+// closes a handler's publisher when the handler stops, without waiting for
+// the handler's deliveries still publishing what they produced, and a
+// GoChannel shared by several handlers would be closed under the others.
+// Whoever made the publisher closes it, after the router has stopped.
+type keepOpen struct{ message.Publisher }
+
+// Close leaves the publisher open.
+func (keepOpen) Close() error { return nil }
+
 // newRouterOn is a rig on pub and sub, whose handler consumes in and
 // publishes to out, through mws.
 func newRouterOn(t *testing.T, pub message.Publisher, sub message.Subscriber, in, out string, mws []message.HandlerMiddleware, h message.HandlerFunc) *routerRig {
@@ -66,7 +76,7 @@ func newRouterOn(t *testing.T, pub message.Publisher, sub message.Subscriber, in
 		}
 	})
 	router.AddMiddleware(mws...)
-	router.AddHandler("ledger", in, sub, out, pub, h)
+	router.AddHandler("ledger", in, sub, out, keepOpen{pub}, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -264,7 +274,7 @@ func TestTwoHandlersOneUUID(t *testing.T) {
 	router.AddMiddleware(idemwatermill.Middleware(e, idemwatermill.Config{HandlerScope: true}))
 	ran := make(chan string, 4)
 	for _, name := range []string{"billing", "shipping"} {
-		router.AddHandler(name, "orders", ps, name+".out", ps, func(m *message.Message) ([]*message.Message, error) {
+		router.AddHandler(name, "orders", ps, name+".out", keepOpen{ps}, func(m *message.Message) ([]*message.Message, error) {
 			ran <- name
 			return []*message.Message{message.NewMessage(name+"-receipt", nil)}, nil
 		})
