@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/idem-dev/idem"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/internal/bodyread"
 	"github.com/idem-dev/idem/internal/rpccore"
 )
 
@@ -334,32 +334,26 @@ func (rr *rpcRoute) stream(w http.ResponseWriter, r *http.Request, c rpcCall, me
 }
 
 // readBody reads the call's body within the route's max_body and the
-// proxy's body budget, charged by the bytes that arrive: each read takes
-// room for a chunk first and gives back what it did not fill.
+// proxy's body budget, with the middleware's reader: the buffer grows with
+// what arrives, and each step of it is charged before it is read into.
 func (rr *rpcRoute) readBody(r *http.Request, c rpcCall) (body []byte, held int64, st *spb.Status, outcome string) {
 	var buf bytes.Buffer
-	chunk := make([]byte, 16<<10)
-	for {
-		if int64(buf.Len()) > rr.maxBody {
-			return nil, held, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBodyTooLarge.Name),
-				Message: "The request message is larger than this route's max_body (" + strconv.FormatInt(rr.maxBody, 10) + " bytes); it was not forwarded."}.Status(), idem.SituationBodyTooLarge.Name
-		}
-		step := int64(len(chunk))
-		if !rr.p.bodies.TryAcquire(step) {
-			return nil, held, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBusy.Name), RetryAfter: time.Second,
-				Message: "The proxy holds as many request bodies as max_body_memory allows; retry the call as it is."}.Status(), idem.SituationBusy.Name
-		}
-		n, err := r.Body.Read(chunk)
-		rr.p.bodies.Release(step - int64(n))
-		held += int64(n)
-		buf.Write(chunk[:n])
-		if err == io.EOF {
-			return buf.Bytes(), held, nil, ""
-		}
-		if err != nil {
-			return nil, held, &spb.Status{Code: int32(code.Code_CANCELLED), Message: "the request body could not be read: " + err.Error()}, idem.SituationBodyUnreadable.Name
-		}
+	var budget bodyread.Budget
+	if rr.p.bodies != nil {
+		budget = rr.p.bodies
 	}
+	over, held, err := bodyread.Read(&buf, r.Body, r.ContentLength, rr.maxBody, budget)
+	switch {
+	case err == bodyread.ErrNoRoom:
+		return nil, held, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBusy.Name), RetryAfter: time.Second,
+			Message: "The proxy holds as many request bodies as max_body_memory allows; retry the call as it is."}.Status(), idem.SituationBusy.Name
+	case err != nil:
+		return nil, held, &spb.Status{Code: int32(code.Code_CANCELLED), Message: "the request body could not be read: " + err.Error()}, idem.SituationBodyUnreadable.Name
+	case over:
+		return nil, held, rpccore.Refusal{Row: rpccore.RowOf(idem.SituationBodyTooLarge.Name),
+			Message: "The request message is larger than this route's max_body (" + strconv.FormatInt(rr.maxBody, 10) + " bytes); it was not forwarded."}.Status(), idem.SituationBodyTooLarge.Name
+	}
+	return buf.Bytes(), held, nil, ""
 }
 
 // decode reads the call's request message: decoded with the descriptors

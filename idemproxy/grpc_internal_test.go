@@ -1,6 +1,7 @@
 package idemproxy
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -97,18 +98,67 @@ func TestRPCStoredFormRoundTrip(t *testing.T) {
 }
 
 // TestRPCBodyBudgetChargedByBytes: a call's body holds the body budget
-// for the bytes it sent, not for the read buffer, and gives them back.
+// for the room its buffer grew to as the bytes arrived (its announced
+// length and a byte to see the end, or 512 bytes then doubling when no
+// length is announced), not for a fixed read buffer, and gives it back.
 func TestRPCBodyBudgetChargedByBytes(t *testing.T) {
 	t.Parallel()
-	p := &Proxy{bodies: idem.NewBodyBudget(1 << 20)}
-	rr := &rpcRoute{p: p, maxBody: 1 << 20}
-	r := httptest.NewRequest(http.MethodPost, "/pkg.S/M", strings.NewReader("0123456789"))
-	body, held, st, _ := rr.readBody(r, rpcCall{kind: rpcGRPC})
-	if st != nil || string(body) != "0123456789" || held != 10 || p.bodies.Used() != 10 {
-		t.Errorf("body %q, held %d, budget used %d, status %v", body, held, p.bodies.Used(), st)
+	for _, tc := range []struct {
+		name      string
+		body      io.Reader
+		length    int64
+		wantBytes string
+		wantHeld  int64
+	}{
+		{"announced", strings.NewReader("0123456789"), 10, "0123456789", 11},
+		{"unannounced", io.MultiReader(strings.NewReader("0123456789")), -1, "0123456789", 512},
+		{"unannounced, past the first room", io.MultiReader(strings.NewReader(strings.Repeat("x", 600))), -1, strings.Repeat("x", 600), 512 + 512},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Proxy{bodies: idem.NewBodyBudget(1 << 20)}
+			rr := &rpcRoute{p: p, maxBody: 1 << 20}
+			r := httptest.NewRequest(http.MethodPost, "/pkg.S/M", tc.body)
+			r.ContentLength = tc.length
+			body, held, st, _ := rr.readBody(r, rpcCall{kind: rpcGRPC})
+			if st != nil || string(body) != tc.wantBytes || held != tc.wantHeld || p.bodies.Used() != held {
+				t.Errorf("body of %d bytes, held %d (want %d), budget used %d, status %v", len(body), held, tc.wantHeld, p.bodies.Used(), st)
+			}
+			p.bodies.Release(held)
+			if p.bodies.Used() != 0 {
+				t.Errorf("budget used %d after", p.bodies.Used())
+			}
+		})
 	}
-	p.bodies.Release(held)
-	if p.bodies.Used() != 0 {
-		t.Errorf("budget used %d after", p.bodies.Used())
+}
+
+// TestRPCBodyRefusals: a body past max_body is refused as too large, and
+// one the budget has no room for as busy, each giving back what it held.
+func TestRPCBodyRefusals(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		budget  int64
+		maxBody int64
+		body    string
+		want    string
+	}{
+		{"over max_body", 1 << 20, 100, strings.Repeat("x", 101), idem.SituationBodyTooLarge.Name},
+		{"at max_body", 1 << 20, 100, strings.Repeat("x", 100), ""},
+		{"no room", 256, 1 << 20, strings.Repeat("x", 1000), idem.SituationBusy.Name},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Proxy{bodies: idem.NewBodyBudget(tc.budget)}
+			rr := &rpcRoute{p: p, maxBody: tc.maxBody}
+			r := httptest.NewRequest(http.MethodPost, "/pkg.S/M", io.MultiReader(strings.NewReader(tc.body)))
+			r.ContentLength = -1
+			_, held, st, outcome := rr.readBody(r, rpcCall{kind: rpcGRPC})
+			if outcome != tc.want || (st == nil) != (tc.want == "") {
+				t.Errorf("outcome %q, status %v; want %q", outcome, st, tc.want)
+			}
+			p.bodies.Release(held)
+			if p.bodies.Used() != 0 {
+				t.Errorf("budget used %d after", p.bodies.Used())
+			}
+		})
 	}
 }
