@@ -56,12 +56,5 @@ func (s *Store) ReadResponse(ctx context.Context, key idemstore.Key, token strin
 	if err != nil {
 		return nil, interpretError(ctx, err)
 	}
-	resp, err := idemstore.DecodeResponse(b)
-	if err != nil {
-		return nil, err
-	}
-	if resp == nil {
-		return nil, idemstore.ErrNotFound
-	}
-	return resp, nil
+	return idemstore.DecodeReadResponse(b)
 }

@@ -83,15 +83,5 @@ func (s *Store) ReadResponse(ctx context.Context, key idemstore.Key, token strin
 	if err := rows.Scan(&raw); err != nil {
 		return nil, interpretError(ctx, err)
 	}
-	resp, err := idemstore.DecodeResponse(raw)
-	if err != nil {
-		return nil, err
-	}
-	if resp == nil {
-		return nil, idemstore.ErrNotFound // completed without an answer: not one to read apart
-	}
-	if resp.Body == nil {
-		resp.Body = []byte{}
-	}
-	return resp, nil
+	return idemstore.DecodeReadResponse(raw)
 }

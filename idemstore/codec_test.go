@@ -133,3 +133,21 @@ func FuzzDecodeResponse(f *testing.F) {
 		}
 	})
 }
+
+// TestDecodeReadResponse: what a store's ReadResponse read decodes as the
+// answer, with an empty body as an empty slice; a record completed without
+// an answer is not found, and corrupt bytes are an error.
+func TestDecodeReadResponse(t *testing.T) {
+	t.Parallel()
+	b := idemstore.EncodeResponse(&idemstore.Response{Status: 204, Header: http.Header{"X-A": {"1"}}})
+	resp, err := idemstore.DecodeReadResponse(b)
+	if err != nil || resp.Status != 204 || resp.Header.Get("X-A") != "1" || resp.Body == nil || len(resp.Body) != 0 {
+		t.Errorf("DecodeReadResponse = %+v, %v; want 204 with X-A and an empty, non-nil body", resp, err)
+	}
+	if resp, err := idemstore.DecodeReadResponse(nil); !errors.Is(err, idemstore.ErrNotFound) {
+		t.Errorf("no answer: %+v, %v; want ErrNotFound", resp, err)
+	}
+	if _, err := idemstore.DecodeReadResponse([]byte{0xff, 1}); !errors.Is(err, idemstore.ErrCorruptResponse) {
+		t.Errorf("corrupt bytes: %v; want ErrCorruptResponse", err)
+	}
+}

@@ -73,3 +73,21 @@ func GetHead(ctx context.Context, s Store, key Key, inline int) (*Record, error)
 	}
 	return s.Get(ctx, key)
 }
+
+// DecodeReadResponse decodes the bytes a store's ReadResponse read, as
+// DecodeResponse does, except that a record completed without an answer
+// is ErrNotFound (it has none to read apart), and that an empty body is
+// an empty slice, not nil.
+func DecodeReadResponse(b []byte) (*Response, error) {
+	resp, err := DecodeResponse(b)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		return nil, ErrNotFound
+	}
+	if resp.Body == nil {
+		resp.Body = []byte{}
+	}
+	return resp, nil
+}
