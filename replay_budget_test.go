@@ -608,3 +608,51 @@ func TestWaiterDoesNotReadTheAnswer(t *testing.T) {
 	}
 	rg.wantEmpty(t)
 }
+
+// While a large answer is read apart, the replay budget holds twice its
+// stored size (the driver's bytes and the decoded answer), and four times
+// when the engine seals (the sealed answer, and the opened bytes and their
+// decoded answer, too); once it is read, the answer's own length alone.
+func TestReplayReadChargesWhatTheReadHolds(t *testing.T) {
+	t.Parallel()
+	const size = 64 << 10
+	for _, tc := range []struct {
+		name string
+		cfg  func(t *testing.T) idem.EngineConfig
+		want int64
+	}{
+		{"clear", func(*testing.T) idem.EngineConfig { return idem.EngineConfig{} }, 2},
+		{"sealed", func(t *testing.T) idem.EngineConfig { return idem.EngineConfig{Sealer: keyring(t, "k1")} }, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rg := newBudgetRig(t, size, 1<<20, tc.cfg(t))
+			rg.ask(t, "k")
+			var during atomic.Int64
+			rg.store.beforeRead = func(context.Context, idemstore.Key, string) error {
+				during.Store(rg.gate.Used())
+				return nil
+			}
+			w := newStallWriter()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				rg.h.ServeHTTP(w, rg.request(t.Context(), "k"))
+			}()
+			<-w.wrote // the answer is read and being written
+			held := rg.gate.Used()
+			close(w.release)
+			<-done
+			if got := during.Load(); got < tc.want*size || got >= (tc.want+1)*size {
+				t.Errorf("the budget held %d bytes while an answer of %d was read; want %d× its stored size", got, size, tc.want)
+			}
+			if held != size {
+				t.Errorf("the budget held %d bytes while the answer was written; want its length, %d", held, size)
+			}
+			if w.status != http.StatusCreated || !bytes.Equal(w.body.Bytes(), rg.answer(1)) {
+				t.Errorf("replay %d of %d bytes; want the stored answer", w.status, w.body.Len())
+			}
+			rg.wantEmpty(t)
+		})
+	}
+}

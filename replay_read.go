@@ -30,9 +30,14 @@ import (
 const inlineResponse = 8 << 10
 
 // readCharge is how many times its stored size a large answer is charged
-// while it is read and opened: the bytes the store's driver hands over and
-// the decoded (or opened) copy, before the first is dropped.
-const readCharge = 2
+// while it is read: the bytes the store's driver hands over and the
+// decoded copy, before the first is dropped. sealedReadCharge is the same
+// for an engine that seals: the driver's bytes, the sealed answer they
+// decode to, the opened bytes, and the answer those decode to.
+const (
+	readCharge       = 2
+	sealedReadCharge = 4
+)
 
 // errReplayBusy is Begin's error for a replay its request's gate had no
 // room for (the middleware answers 503 busy).
@@ -63,7 +68,11 @@ func (e *Engine) readReplay(ctx context.Context, req Request, res Result) (_ Res
 		// A store that left the answer out unasked for.
 		return Result{}, false, errors.New("idem: the store left an answer out of a record unasked")
 	}
-	took, ok := replaygate.Take(req.replays, readCharge*rec.ResponseSize)
+	charge := int64(readCharge)
+	if e.cfg.Sealer != nil {
+		charge = sealedReadCharge
+	}
+	took, ok := replaygate.Take(req.replays, charge*rec.ResponseSize)
 	if !ok {
 		return Result{}, false, errReplayBusy
 	}

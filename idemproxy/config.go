@@ -148,8 +148,8 @@ type Config struct {
 	// accept its Content-Encoding) until the client has taken it or was
 	// cut off (ClientWriteTimeout), and, with a store that reads answers
 	// apart from their records (every store of idem), an answer over 8 KiB
-	// counts for twice its stored size while it is read, before it is
-	// read. A replay that would go over gets 503 with Retry-After (busy),
+	// counts for twice its stored size while it is read (four times with
+	// EncryptionKeyFile: sealed, then opened), before it is read. A replay that would go over gets 503 with Retry-After (busy),
 	// unwritten and, on such a store, unread; its key is untouched. It
 	// must be at least 2 MiB (the largest stored answer, 1 MiB, decoded).
 	// Defaults to 64 MiB.
