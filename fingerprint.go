@@ -192,7 +192,7 @@ func (st *fpState) finish(version string, key []byte) string {
 		st.canon = nil // do not pin huge buffers in the pool
 	}
 	st.h.Sum(st.digest[:0])
-	n := copy(st.out[:], version+":")
+	n := copy(st.out[:], version)
 	if len(key) > 0 {
 		if st.mac == nil || !bytes.Equal(st.macKey, key) {
 			st.macKey = append(st.macKey[:0], key...)
@@ -201,8 +201,11 @@ func (st *fpState) finish(version string, key []byte) string {
 		st.mac.Reset()
 		st.mac.Write(st.digest[:])
 		st.mac.Sum(st.digest[:0])
-		n = copy(st.out[:], version+"k:")
+		st.out[n] = 'k'
+		n++
 	}
+	st.out[n] = ':'
+	n++
 	n += hex.Encode(st.out[n:], st.digest[:])
 	return string(st.out[:n])
 }
