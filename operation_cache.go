@@ -3,6 +3,7 @@ package idem
 import (
 	"hash/maphash"
 	"net/http"
+	"strings"
 	"sync/atomic"
 )
 
@@ -12,7 +13,8 @@ import (
 // shares it. A slot is filled once and never replaced, so a server whose
 // paths are all different (no route patterns) costs at most opCacheSlots
 // entries and otherwise what DefaultOperation costs; a lookup that misses
-// calls DefaultOperation.
+// calls DefaultOperation. Paths longer than an operation may be (refused
+// by Begin) are not remembered.
 type opCache struct {
 	seed  maphash.Seed
 	slots [opCacheSlots]atomic.Pointer[opEntry]
@@ -49,6 +51,10 @@ func (c *opCache) operation(r *http.Request) string {
 		return DefaultOperation(r)
 	}
 	op := DefaultOperation(r)
-	slot.CompareAndSwap(nil, &opEntry{method: r.Method, src: src, pattern: pattern, op: op})
+	if len(src) <= MaxOperationLength {
+		// Copies: r's strings may be parts of its whole request line,
+		// which a slot would otherwise keep for the middleware's life.
+		slot.CompareAndSwap(nil, &opEntry{method: strings.Clone(r.Method), src: strings.Clone(src), pattern: pattern, op: strings.Clone(op)})
+	}
 	return op
 }

@@ -3,6 +3,7 @@ package idem
 import (
 	"fmt"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -42,5 +43,32 @@ func TestOpCacheNamesAsDefaultOperation(t *testing.T) {
 		if got, want := c.operation(r), DefaultOperation(r); got != want {
 			t.Fatalf("pattern %v: cache says %q, DefaultOperation %q", pattern, got, want)
 		}
+	}
+}
+
+// A path longer than an operation may be is named but not remembered: a
+// slot would keep it (and the request line it may be part of) for the
+// middleware's life.
+func TestOpCacheSkipsLongPaths(t *testing.T) {
+	c := newOpCache()
+	r := httptest.NewRequest("POST", "/"+strings.Repeat("a", MaxOperationLength), nil)
+	if got, want := c.operation(r), DefaultOperation(r); got != want {
+		t.Fatalf("cache says %q, DefaultOperation %q", got, want)
+	}
+	for i := range c.slots {
+		if e := c.slots[i].Load(); e != nil {
+			t.Fatalf("slot %d remembers a %d-byte path", i, len(e.src))
+		}
+	}
+	r = httptest.NewRequest("POST", "/payments", nil)
+	c.operation(r)
+	n := 0
+	for i := range c.slots {
+		if c.slots[i].Load() != nil {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d slots filled after one short path, want 1", n)
 	}
 }
