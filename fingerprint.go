@@ -5,7 +5,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"hash"
 	"sync"
 )
@@ -192,7 +191,7 @@ func (st *fpState) finish(version string, key []byte) string {
 		st.canon = nil // do not pin huge buffers in the pool
 	}
 	st.h.Sum(st.digest[:0])
-	n := copy(st.out[:], version+":")
+	n := copy(st.out[:], version)
 	if len(key) > 0 {
 		if st.mac == nil || !bytes.Equal(st.macKey, key) {
 			st.macKey = append(st.macKey[:0], key...)
@@ -201,10 +200,32 @@ func (st *fpState) finish(version string, key []byte) string {
 		st.mac.Reset()
 		st.mac.Write(st.digest[:])
 		st.mac.Sum(st.digest[:0])
-		n = copy(st.out[:], version+"k:")
+		st.out[n] = 'k'
+		n++
 	}
-	n += hex.Encode(st.out[n:], st.digest[:])
+	st.out[n] = ':'
+	n++
+	hexDigest((*[2 * sha256.Size]byte)(st.out[n:]), &st.digest)
+	n += 2 * sha256.Size
 	return string(st.out[:n])
+}
+
+// hexPairs holds the two lower-case hex digits of every byte.
+var hexPairs = func() (t [256][2]byte) {
+	const digits = "0123456789abcdef"
+	for i := range t {
+		t[i] = [2]byte{digits[i>>4], digits[i&0xf]}
+	}
+	return t
+}()
+
+// hexDigest writes d in lower-case hex, as hex.Encode does, a table
+// look-up per byte.
+func hexDigest(dst *[2 * sha256.Size]byte, d *[sha256.Size]byte) {
+	for i, v := range d {
+		p := hexPairs[v]
+		dst[2*i], dst[2*i+1] = p[0], p[1]
+	}
 }
 
 // canonicalJSONWith is canonicalJSON on a reusable canonicalizer, set up

@@ -301,7 +301,7 @@ func NewMiddleware(e *Engine, cfg Config) (func(http.Handler) http.Handler, erro
 		return nil, err
 	}
 	if cfg.Operation == nil {
-		cfg.Operation = DefaultOperation
+		cfg.Operation = newOpCache().operation // DefaultOperation
 	}
 	cfg.FingerprintKey = bytes.Clone(cfg.FingerprintKey)
 	if err := checkProblemBase(cfg.ProblemBaseURL); err != nil {

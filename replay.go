@@ -109,7 +109,7 @@ func (m *middleware) varyDigest(name string, r *http.Request) string {
 // header map is copied when changed: it is also the answer the client is
 // about to get.
 func (m *middleware) withVaryDigests(resp *Response, r *http.Request) *Response {
-	if resp.NotReplayable != "" || len(resp.Header) == 0 {
+	if resp.NotReplayable != "" || !hasVaryHeaders(resp.Header) {
 		return resp
 	}
 	var (
@@ -142,6 +142,22 @@ func (m *middleware) withVaryDigests(resp *Response, r *http.Request) *Response 
 	out := *resp
 	out.Header = h
 	return &out
+}
+
+// hasVaryHeaders reports whether h has a Vary or an Idem-Request-Vary
+// header, under any spelling of its name: one pass over h, where looking
+// each up with headerValues costs a look-up and a pass each when, as
+// usually, neither is there.
+func hasVaryHeaders(h http.Header) bool {
+	for name := range h {
+		if len(name) != len("Vary") && len(name) != len(varyDigestHeader) {
+			continue
+		}
+		if n := textproto.CanonicalMIMEHeaderKey(name); n == "Vary" || n == varyDigestHeader {
+			return true
+		}
+	}
+	return false
 }
 
 // varyDiffers returns the headers whose value in r differs from the first

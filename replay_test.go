@@ -45,3 +45,47 @@ func TestMiddlewareReplayNegotiates(t *testing.T) {
 		t.Errorf("the handler ran %d times, want 1", n)
 	}
 }
+
+// A Vary header set under a name that is not in canonical form is read as
+// Vary, and a handler's own Idem-Request-Vary, in any spelling, is never
+// stored: only the digests the middleware takes decide a replay.
+func TestMiddlewareReplayVaryAnySpelling(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, idem.Config{}, idem.EngineConfig{},
+		func(_ *fixture, w http.ResponseWriter, r *http.Request) {
+			w.Header()["vary"] = []string{"Accept"}
+			w.Header()["idem-request-vary"] = []string{"Accept=forged"}
+			w.WriteHeader(http.StatusCreated)
+		})
+	spoofOnly := newFixture(t, idem.Config{}, idem.EngineConfig{},
+		func(_ *fixture, w http.ResponseWriter, r *http.Request) {
+			w.Header()["IDEM-REQUEST-VARY"] = []string{"Accept=forged"}
+			w.WriteHeader(http.StatusCreated)
+		})
+	ask := func(f *fixture, accept string) *http.Response {
+		r := f.request(call{key: "k"})
+		r.Header.Set("Accept", accept)
+		w := httptest.NewRecorder()
+		f.h.ServeHTTP(w, r)
+		return w.Result()
+	}
+	if got := ask(f, "a"); got.StatusCode != http.StatusCreated {
+		t.Fatalf("first answer %d", got.StatusCode)
+	}
+	if got := ask(f, "a"); got.StatusCode != http.StatusCreated {
+		t.Errorf("same Accept: %d, want the 201 replayed", got.StatusCode)
+	}
+	if got := ask(f, "b"); got.StatusCode != http.StatusNotAcceptable {
+		t.Errorf("another Accept: %d, want 406", got.StatusCode)
+	}
+	for _, accept := range []string{"a", "b"} {
+		if got := ask(spoofOnly, accept); got.StatusCode != http.StatusCreated {
+			t.Errorf("handler's own Idem-Request-Vary, Accept %q: %d, want 201", accept, got.StatusCode)
+		}
+		for name := range ask(spoofOnly, accept).Header {
+			if http.CanonicalHeaderKey(name) == "Idem-Request-Vary" {
+				t.Errorf("the replay carries the handler's %s", name)
+			}
+		}
+	}
+}

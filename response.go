@@ -20,17 +20,38 @@ const (
 	NotReplayableHijacked = "hijacked"
 )
 
-// unstored reports the headers never kept in a stored response: cookies
+// unstoredNames are the headers never kept in a stored response: cookies
 // belong to the first answer only, hop-by-hop headers to one connection,
 // Date to one moment, and Content-Length to the body as it is written.
-// Credentials are never stored either. (A switch: cheaper than a map on
-// every stored answer.)
+// Credentials are never stored either.
+var unstoredNames = [...]string{"Set-Cookie", "Date", "Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding",
+	"Upgrade", "Authorization", "Cookie", "Content-Length"}
+
+// unstoredLengths has bit n set when a name in unstoredNames is n bytes
+// long (all are shorter than 64): a name of another length is stored
+// without being canonicalised or compared.
+var unstoredLengths = func() (m uint64) {
+	for _, n := range unstoredNames {
+		m |= 1 << len(n)
+	}
+	return m
+}()
+
+// mayBeUnstored reports whether a header name n bytes long, in any case,
+// may be one of unstoredNames (canonicalising keeps a name's length).
+func mayBeUnstored(n int) bool { return n < 64 && unstoredLengths&(1<<n) != 0 }
+
+// unstored reports whether name, in canonical form, is one of
+// unstoredNames.
 func unstored(name string) bool {
-	switch name {
-	case "Set-Cookie", "Date", "Connection", "Keep-Alive", "Proxy-Authenticate",
-		"Proxy-Authorization", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding",
-		"Upgrade", "Authorization", "Cookie", "Content-Length":
-		return true
+	if !mayBeUnstored(len(name)) {
+		return false
+	}
+	for _, n := range unstoredNames {
+		if n == name {
+			return true
+		}
 	}
 	return false
 }
@@ -46,7 +67,7 @@ func storableHeader(h http.Header) http.Header {
 	}
 	drop := false
 	for name := range h {
-		if unstored(textproto.CanonicalMIMEHeaderKey(name)) {
+		if mayBeUnstored(len(name)) && unstored(textproto.CanonicalMIMEHeaderKey(name)) {
 			drop = true
 			break
 		}

@@ -28,7 +28,8 @@ func EncodeResponse(r *Response) []byte {
 	names := make([]string, 0, 16)
 	// The exact size: a store that keeps the bytes (the memory store) keeps
 	// their capacity too.
-	size := 1 + uvarintLen(uint64(r.Status)) + stringLen(r.NotReplayable) + stringLen(string(r.Body))
+	size := 1 + uvarintLen(uint64(r.Status)) + stringLen(r.NotReplayable) +
+		uvarintLen(uint64(len(r.Body))) + len(r.Body) // not stringLen(string(r.Body)): that copies the body
 	for name, values := range r.Header {
 		names = append(names, name)
 		size += stringLen(name) + uvarintLen(uint64(len(values)))
