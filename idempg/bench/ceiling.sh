@@ -43,6 +43,12 @@
 # blocks hit and dirtied, the WAL records and bytes and full-page images.
 # The times are the executor's (waits for locks and for the WAL flush of a
 # COMMIT included), not CPU; they say where, the CPU line says how much.
+# They are wall times, not to be compared across lines: pgbench's
+# connections share the machine's cores and count, inside the executor,
+# the time they wait for one, where the store runs its batches one at a
+# time in one backend. BenchmarkStatementCPU (idempg) compares what the
+# statements themselves cost PostgreSQL, in one backend and no
+# concurrency.
 #
 #   eval "$(scripts/services.sh)"; idempg/bench/ceiling.sh
 #   STATEMENTS=1 ROUNDS=2 idempg/bench/ceiling.sh
