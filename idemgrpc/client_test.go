@@ -82,11 +82,16 @@ func TestClientInFlight(t *testing.T) {
 	t.Parallel()
 	entered, release := make(chan struct{}), make(chan struct{})
 	f := &fakeSleep{clock: testenv.NewClock(time.Unix(0, 0))}
-	// The first wait lets the first call finish. The retry after it can
-	// still find the key in flight, if the first call has not stored its
-	// answer yet, and wait again.
+	// The first wait lets the first call finish, and every wait lasts
+	// until it has: the retry after it finds the answer stored (the fake
+	// sleep returns at once, so without that the client could spend its
+	// attempts before the first call stored its answer).
 	var once sync.Once
-	f.each = func(time.Duration) { once.Do(func() { close(release) }) }
+	firstDone := make(chan struct{})
+	f.each = func(time.Duration) {
+		once.Do(func() { close(release) })
+		<-firstDone
+	}
 	ev := newEnv(t, idemgrpc.Config{}, envOptions{client: []grpc.DialOption{clientWith(idemgrpc.ClientConfig{}, f)}})
 	ev.svc.charge = func(_ context.Context, _ *testpb.ChargeRequest, run int64) (*testpb.Payment, error) {
 		close(entered)
@@ -96,12 +101,13 @@ func TestClientInFlight(t *testing.T) {
 	first := make(chan error)
 	go func() {
 		_, err := ev.client.Charge(as("alice"), &testpb.ChargeRequest{RequestId: uuid(1)})
+		close(firstDone)
 		first <- err
 	}()
 	<-entered
 	var info idemgrpc.CallInfo
 	p, err := ev.client.Charge(as("alice"), &testpb.ChargeRequest{RequestId: uuid(1)}, idemgrpc.WithCallInfo(&info))
-	if err != nil || p.Run != 1 || !info.Replayed || info.Attempts < 2 {
+	if err != nil || p.Run != 1 || !info.Replayed || info.Attempts != 2 {
 		t.Fatalf("duplicate: %v %v %+v", p, err, info)
 	}
 	if err := <-first; err != nil {
