@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 )
 
 // Budget is the memory a body's buffer is charged to: TryAcquire takes n
@@ -34,8 +35,10 @@ const FirstRoom = 512
 // step of room is taken from budget, if there is one, before it is read
 // into; held is what was taken, for the caller to give back, also when err
 // is ErrNoRoom (the budget had no room for the next step). A nil budget
-// charges nothing; the buffer may then fill what it already has.
+// charges nothing; the buffer may then fill what it already has. A limit
+// of math.MaxInt64 is no limit.
 func Read(buf *bytes.Buffer, body io.Reader, size, limit int64, budget Budget) (over bool, held int64, err error) {
+	limit = min(limit, math.MaxInt64-1) // limit+1 must not wrap
 	end := limit + 1
 	if size > 0 && size <= limit {
 		end = size + 1
