@@ -25,6 +25,7 @@ func (b *budget) TryAcquire(n int64) bool {
 	return true
 }
 
+func (b *budget) Release(n int64) { b.used.Add(-n) }
 
 // A limit of math.MaxInt64 (no limit in practice) reads a body of unknown
 // length whole, charging only what its buffer grew to.
@@ -38,6 +39,36 @@ func TestReadUnboundedLimit(t *testing.T) {
 	}
 	if held <= 0 || held != b.used.Load() || held > 2*int64(len(body)) {
 		t.Fatalf("held %d, budget used %d, for a %d-byte body", held, b.used.Load(), len(body))
+	}
+}
+
+// panicky sends n bytes, then panics.
+type panicky struct{ n int }
+
+func (p *panicky) Read(b []byte) (int, error) {
+	if p.n == 0 {
+		panic("body read failed")
+	}
+	m := min(len(b), p.n)
+	p.n -= m
+	return m, nil
+}
+
+// A body whose Read panics after some bytes leaves nothing taken from the
+// budget: Read's caller never learns what it held.
+func TestReadGivesBackOnPanic(t *testing.T) {
+	b := &budget{max: 1 << 20}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("the body's panic did not reach Read's caller")
+			}
+		}()
+		var buf bytes.Buffer
+		Read(&buf, &panicky{n: 5000}, -1, 1<<20, b)
+	}()
+	if used := b.used.Load(); used != 0 {
+		t.Fatalf("%d bytes of the budget still held after the body panicked", used)
 	}
 }
 
