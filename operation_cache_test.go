@@ -72,3 +72,20 @@ func TestOpCacheSkipsLongPaths(t *testing.T) {
 		t.Fatalf("%d slots filled after one short path, want 1", n)
 	}
 }
+
+// A request whose method is longer than an operation may be (one that is
+// not a token reaches the cache, to be refused as an invalid method, and
+// HTTP/2 servers do not check it) is named but not remembered either.
+func TestOpCacheSkipsLongMethods(t *testing.T) {
+	c := newOpCache()
+	r := httptest.NewRequest("POST", "/payments", nil)
+	r.Method = "POST/" + strings.Repeat("a", 64<<10)
+	if got, want := c.operation(r), DefaultOperation(r); got != want {
+		t.Fatalf("cache says %q, DefaultOperation %q", got, want)
+	}
+	for i := range c.slots {
+		if e := c.slots[i].Load(); e != nil {
+			t.Fatalf("slot %d remembers a %d-byte method", i, len(e.method))
+		}
+	}
+}
