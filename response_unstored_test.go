@@ -61,3 +61,35 @@ func TestStorableHeaderDropsEveryCaseVariant(t *testing.T) {
 		t.Fatalf("tried %d spellings; Proxy-Authorization alone has %d", n, 1<<18)
 	}
 }
+
+// A trailer set under http.TrailerPrefix is sent as the field it names: a
+// Set-Cookie, credential or hop-by-hop trailer, or one Connection names, is
+// not stored either, and other trailers are.
+func TestStorableHeaderDropsUnstoredTrailers(t *testing.T) {
+	h := http.Header{
+		"Trailer:Set-Cookie":        {"session=secret"},
+		"Trailer:set-cookie":        {"other=secret"},
+		"Trailer:Authorization":     {"Bearer secret"},
+		"Trailer:Transfer-Encoding": {"chunked"},
+		"Connection":                {"X-Hop"},
+		"Trailer:X-Hop":             {"one connection only"},
+		"Trailer:X-Checksum":        {"abc"},
+		"Content-Type":              {"application/json"},
+	}
+	got := storableHeader(h)
+	for name := range got {
+		switch name {
+		case "Trailer:X-Checksum", "Content-Type":
+		default:
+			t.Errorf("stored %s: %q", name, got[name])
+		}
+	}
+	if got["Trailer:X-Checksum"] == nil || got["Content-Type"] == nil {
+		t.Errorf("kept headers dropped: %v", got)
+	}
+	for _, name := range []string{"Trailer:Set-Cookie", "Trailer:Authorization"} {
+		if got := storableHeader(http.Header{name: {"secret"}}); got[name] != nil {
+			t.Errorf("%s alone was stored", name)
+		}
+	}
+}
