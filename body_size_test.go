@@ -86,10 +86,15 @@ type errReader struct{ err error }
 
 func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
+// panicReader is a body whose Read panics.
+type panicReader struct{}
+
+func (panicReader) Read([]byte) (int, error) { panic("body read failed") }
+
 // TestBodyBudgetGivenBackOnEveryPath: the middleware gives a body's share
 // of Config.BodyBudget back once the request is done, however it ends: an
-// answer, a replay, a body that cannot be read, a body over the limit, a
-// handler that panics; and one that finds no room gets 503 busy with
+// answer, a replay, a body that cannot be read or whose Read panics, a
+// body over the limit, a handler that panics; and one that finds no room gets 503 busy with
 // Retry-After, unrun, and closes the connection.
 func TestBodyBudgetGivenBackOnEveryPath(t *testing.T) {
 	t.Parallel()
@@ -129,6 +134,13 @@ func TestBodyBudgetGivenBackOnEveryPath(t *testing.T) {
 		f.do(call{key: "d", path: "/panic"})
 	}()
 	wantZero("a handler that panicked")
+	r = f.request(call{key: "f"})
+	r.Body = io.NopCloser(io.MultiReader(strings.NewReader("{"), panicReader{}))
+	func() {
+		defer func() { recover() }()
+		f.h.ServeHTTP(httptest.NewRecorder(), r)
+	}()
+	wantZero("a body whose Read panicked")
 	// No room: a body is refused busy at once, unrun.
 	if !idem.AcquireBudget(b, 4<<10-10) {
 		t.Fatal("the budget refused its own size")

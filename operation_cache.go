@@ -13,8 +13,10 @@ import (
 // shares it. A slot is filled once and never replaced, so a server whose
 // paths are all different (no route patterns) costs at most opCacheSlots
 // entries and otherwise what DefaultOperation costs; a lookup that misses
-// calls DefaultOperation. Paths longer than an operation may be (refused
-// by Begin) are not remembered.
+// calls DefaultOperation. A method and path longer together than an
+// operation may be (refused by Begin) are not remembered: neither is
+// bounded otherwise (a method that is not a token reaches the middleware,
+// to be refused, and HTTP/2 servers do not check it).
 type opCache struct {
 	seed  maphash.Seed
 	slots [opCacheSlots]atomic.Pointer[opEntry]
@@ -51,7 +53,7 @@ func (c *opCache) operation(r *http.Request) string {
 		return DefaultOperation(r)
 	}
 	op := DefaultOperation(r)
-	if len(src) <= MaxOperationLength {
+	if len(r.Method)+len(src) <= MaxOperationLength {
 		// Copies: r's strings may be parts of its whole request line,
 		// which a slot would otherwise keep for the middleware's life.
 		slot.CompareAndSwap(nil, &opEntry{method: strings.Clone(r.Method), src: strings.Clone(src), pattern: pattern, op: strings.Clone(op)})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -70,5 +71,67 @@ func TestOpCacheSkipsLongPaths(t *testing.T) {
 	}
 	if n != 1 {
 		t.Fatalf("%d slots filled after one short path, want 1", n)
+	}
+}
+
+// A request whose method is longer than an operation may be (one that is
+// not a token reaches the cache, to be refused as an invalid method, and
+// HTTP/2 servers do not check it) is named but not remembered either.
+func TestOpCacheSkipsLongMethods(t *testing.T) {
+	c := newOpCache()
+	r := httptest.NewRequest("POST", "/payments", nil)
+	r.Method = "POST/" + strings.Repeat("a", 64<<10)
+	if got, want := c.operation(r), DefaultOperation(r); got != want {
+		t.Fatalf("cache says %q, DefaultOperation %q", got, want)
+	}
+	for i := range c.slots {
+		if e := c.slots[i].Load(); e != nil {
+			t.Fatalf("slot %d remembers a %d-byte method", i, len(e.method))
+		}
+	}
+}
+
+// Requests that differ only in what a server may normalise alike or not
+// (case of the method, %2F and '/', case of an escape, dot segments,
+// merged slashes, a trailing slash, a pattern spelled as a path), named
+// from many goroutines at once on one cache, each get DefaultOperation's
+// name for themselves, never another's: two routes never share an answer
+// through the cache.
+func TestOpCacheNeverLendsANameConcurrently(t *testing.T) {
+	methods := []string{"POST", "post", "Post", "PATCH", "PUT"}
+	paths := []string{"/a/b", "/a%2Fb", "/a%2fb", "/a//b", "/a/./b", "/a/c/../b", "/a/b/", "/%61/b", "/a/b%2F..%2Fc",
+		"/a/b/../../c", "/A/B", "/a/b?x=1", "/a%252Fb", "/" + strings.Repeat("p", MaxOperationLength-10)}
+	for i := 0; i < 3*opCacheSlots; i++ {
+		paths = append(paths, fmt.Sprintf("/r/%d", i))
+	}
+	c := newOpCache()
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for g := 0; g < 8; g++ {
+		wg.Go(func() {
+			for round := 0; round < 4; round++ {
+				for i, p := range paths {
+					for j, m := range methods {
+						r := httptest.NewRequest("POST", p, nil)
+						r.Method = m
+						if (i+j+g+round)%4 == 0 {
+							r.Pattern = r.URL.EscapedPath()
+						}
+						if got, want := c.operation(r), DefaultOperation(r); got != want {
+							select {
+							case errs <- fmt.Sprintf("%s %s (pattern %q): cache says %q, DefaultOperation %q", m, p, r.Pattern, got, want):
+							default:
+							}
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }

@@ -338,8 +338,10 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Respon
 	if decode && len(codings) <= maxReplayCodings {
 		cost += decodeCost * int64(len(codings))
 	}
-	if gate := replaygate.From(r.Context()); gate != nil && cost > held {
-		took, ok := replaygate.Take(gate, cost-held)
+	// A request holds at most the whole gate (replaygate.Take): an answer
+	// larger than it is replayed alone, on what the engine took to read it.
+	if gate := replaygate.From(r.Context()); gate != nil && min(cost, gate.Max()) > held {
+		took, ok := replaygate.Take(gate, min(cost, gate.Max())-held)
 		if !ok {
 			return m.replayBusy(w, key)
 		}

@@ -656,3 +656,62 @@ func TestReplayReadChargesWhatTheReadHolds(t *testing.T) {
 		})
 	}
 }
+
+// An answer larger than the whole replay budget, sealed or not, is still
+// replayed when the budget is free: it holds the whole budget (never more)
+// while it is read and written, a replay beside it gets 503 busy, and
+// everything is given back.
+func TestReplayOfAnAnswerLargerThanTheBudget(t *testing.T) {
+	t.Parallel()
+	const size, budget = 64 << 10, 16 << 10
+	for _, tc := range []struct {
+		name string
+		cfg  func(t *testing.T) idem.EngineConfig
+	}{
+		{"clear", func(*testing.T) idem.EngineConfig { return idem.EngineConfig{} }},
+		{"sealed", func(t *testing.T) idem.EngineConfig { return idem.EngineConfig{Sealer: keyring(t, "k1")} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			rg := newBudgetRig(t, size, budget, tc.cfg(t))
+			rg.ask(t, "k")
+			var during atomic.Int64
+			rg.store.beforeRead = func(context.Context, idemstore.Key, string) error {
+				during.Store(rg.gate.Used())
+				return nil
+			}
+			w := newStallWriter()
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				rg.h.ServeHTTP(w, rg.request(t.Context(), "k"))
+			}()
+			select {
+			case <-w.wrote: // the answer is read and being written
+			case <-done:
+				t.Fatalf("the replay was answered %d %v; want the stored answer", w.status, w.h)
+			}
+			held := rg.gate.Used()
+			beside := rg.ask(t, "k")
+			close(w.release)
+			<-done
+			if got := during.Load(); got != budget {
+				t.Errorf("the budget held %d bytes while the answer was read; want all of it, %d", got, budget)
+			}
+			if held != budget {
+				t.Errorf("the budget held %d bytes while the answer was written; want all of it, %d", held, budget)
+			}
+			if beside.Code != http.StatusServiceUnavailable || beside.Header().Get("Idempotency-Outcome") != "busy" {
+				t.Errorf("a replay beside it: %d %v; want 503 busy", beside.Code, beside.Header())
+			}
+			if w.status != http.StatusCreated || !bytes.Equal(w.body.Bytes(), rg.answer(1)) {
+				t.Errorf("replay %d of %d bytes; want the stored answer", w.status, w.body.Len())
+			}
+			rg.wantEmpty(t)
+			if again := rg.ask(t, "k"); again.Code != http.StatusCreated || !bytes.Equal(again.Body.Bytes(), rg.answer(1)) {
+				t.Errorf("a replay once the budget is free: %d", again.Code)
+			}
+			rg.wantEmpty(t)
+		})
+	}
+}

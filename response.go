@@ -3,6 +3,7 @@ package idem
 import (
 	"net/http"
 	"net/textproto"
+	"strings"
 
 	"github.com/idem-dev/idem/idemstore"
 )
@@ -59,14 +60,16 @@ func unstored(name string) bool {
 // storableHeader returns h without the headers that must not be stored
 // (Set-Cookie, hop-by-hop headers, Date, credentials, and headers named in
 // Connection). Names are compared in canonical form, so a handler that set
-// w.Header()["set-cookie"] directly is filtered too. It returns h itself
-// when nothing needs removing.
+// w.Header()["set-cookie"] directly is filtered too, and a trailer set
+// under http.TrailerPrefix ("Trailer:Set-Cookie") as the field it sends.
+// It returns h itself when nothing needs removing.
 func storableHeader(h http.Header) http.Header {
 	if len(h) == 0 {
 		return nil
 	}
 	drop := false
 	for name := range h {
+		name = strings.TrimPrefix(name, http.TrailerPrefix) // the field a trailer is sent as
 		if mayBeUnstored(len(name)) && unstored(textproto.CanonicalMIMEHeaderKey(name)) {
 			drop = true
 			break
@@ -78,7 +81,7 @@ func storableHeader(h http.Header) http.Header {
 	out := make(http.Header, len(h))
 	var named []string // header names listed in Connection
 	for name, v := range h {
-		cn := textproto.CanonicalMIMEHeaderKey(name)
+		cn := textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(name, http.TrailerPrefix))
 		if cn == "Connection" {
 			for _, c := range v {
 				named = append(named, splitComma(c)...)
@@ -91,7 +94,7 @@ func storableHeader(h http.Header) http.Header {
 	for _, n := range named {
 		cn := textproto.CanonicalMIMEHeaderKey(n)
 		for name := range out {
-			if textproto.CanonicalMIMEHeaderKey(name) == cn {
+			if textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(name, http.TrailerPrefix)) == cn {
 				delete(out, name)
 			}
 		}

@@ -2,6 +2,7 @@ package idemproxy
 
 import (
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -145,6 +146,7 @@ func TestRPCBodyRefusals(t *testing.T) {
 		{"over max_body", 1 << 20, 100, strings.Repeat("x", 101), idem.SituationBodyTooLarge.Name},
 		{"at max_body", 1 << 20, 100, strings.Repeat("x", 100), ""},
 		{"no room", 256, 1 << 20, strings.Repeat("x", 1000), idem.SituationBusy.Name},
+		{"max_body of math.MaxInt64", 1 << 20, math.MaxInt64, strings.Repeat("x", 1000), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Proxy{bodies: idem.NewBodyBudget(tc.budget)}

@@ -27,6 +27,11 @@ func TestResponseCodecRoundTrip(t *testing.T) {
 		{"many headers", &idemstore.Response{Status: 500, Header: http.Header{"A": {"1", "2"}, "B": {""}, "X-Long": {string(bytes.Repeat([]byte("v"), 70000))}}}},
 		{"not replayable", &idemstore.Response{Status: 200, NotReplayable: "body_too_large"}},
 		{"200 headers", &idemstore.Response{Status: 99999, Header: manyHeaders(200)}},
+		{"body of 127", &idemstore.Response{Status: 200, Body: bytes.Repeat([]byte("b"), 127)}},
+		{"body of 128", &idemstore.Response{Status: 200, Body: bytes.Repeat([]byte("b"), 128)}},
+		{"body of 16383", &idemstore.Response{Status: 200, Body: bytes.Repeat([]byte("b"), 16383)}},
+		{"body of 16384", &idemstore.Response{Status: 200, Body: bytes.Repeat([]byte("b"), 16384)}},
+		{"body of 2 MiB", &idemstore.Response{Status: 200, Body: bytes.Repeat([]byte("b"), 2<<20)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

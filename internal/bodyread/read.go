@@ -8,12 +8,15 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 )
 
 // Budget is the memory a body's buffer is charged to: TryAcquire takes n
-// bytes if there is room, else takes nothing and reports false.
+// bytes if there is room, else takes nothing and reports false; Release
+// gives back n bytes TryAcquire took.
 type Budget interface {
 	TryAcquire(n int64) bool
+	Release(n int64)
 }
 
 // ErrNoRoom is Read's error for a body that found no room left in its
@@ -33,9 +36,18 @@ const FirstRoom = 512
 // length announced by a client that then sends nothing holds nothing. Each
 // step of room is taken from budget, if there is one, before it is read
 // into; held is what was taken, for the caller to give back, also when err
-// is ErrNoRoom (the budget had no room for the next step). A nil budget
-// charges nothing; the buffer may then fill what it already has.
+// is ErrNoRoom (the budget had no room for the next step). If body.Read
+// panics, Read gives back what it took before the panic goes on: its
+// caller never learns held. A nil budget charges nothing; the buffer may
+// then fill what it already has. A limit of math.MaxInt64 is no limit.
 func Read(buf *bytes.Buffer, body io.Reader, size, limit int64, budget Budget) (over bool, held int64, err error) {
+	limit = min(limit, math.MaxInt64-1) // limit+1 must not wrap
+	reading := false                    // body.Read is running
+	defer func() {
+		if reading && budget != nil {
+			budget.Release(held)
+		}
+	}()
 	end := limit + 1
 	if size > 0 && size <= limit {
 		end = size + 1
@@ -69,7 +81,9 @@ func Read(buf *bytes.Buffer, body io.Reader, size, limit int64, budget Budget) (
 		}
 		b := buf.AvailableBuffer()
 		b = b[:min(int64(cap(b)), room-n, end-n)]
+		reading = true
 		m, err := body.Read(b)
+		reading = false
 		buf.Write(b[:m])
 		if err == io.EOF {
 			return int64(buf.Len()) > limit, held, nil
