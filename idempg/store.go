@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -113,6 +114,11 @@ type Store struct {
 	l     *listener
 	batch *groupcommit.Batcher // nil with Config.DisableBatch
 
+	// awaited is whether the schema has migration 006 (idem_awaited), as
+	// first read: awaitedUnknown until a batch with completions reads it
+	// (or New migrated). See completeManySQL.
+	awaited atomic.Int32
+
 	statementBytes int // maxStatementBytes if 0; tests set it lower
 }
 
@@ -138,6 +144,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		pool: pool,
 		cfg:  cfg,
 		q:    buildQueries(cfg.Schema, !cfg.DisableNotify),
+	}
+	if cfg.Migrate {
+		s.awaited.Store(awaitedYes)
 	}
 	s.l = newListener(pool, cfg.Channel, cfg.ListenerRetry)
 	if !cfg.DisableBatch {
