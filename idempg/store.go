@@ -27,13 +27,20 @@ const maxChannelLen = 63
 type Config struct {
 	// Schema is the PostgreSQL schema that holds the store's tables
 	// (idem_records, its side tables idem_leases and idem_waiters, and
-	// idem_schema_migrations) and its idem_wake function. Defaults to
-	// "public".
+	// idem_schema_migrations) and its idem_wake and idem_awaited
+	// functions. Defaults to "public".
 	Schema string
 
 	// Migrate makes New run Migrate before returning (with a one-minute
 	// timeout). Production deployments usually migrate once, from a deploy
 	// step (the idem migrate command), and leave this off. Defaults to false.
+	//
+	// A store also runs against a schema that lacks the latest migration,
+	// as during a rolling upgrade. Without migration 006, a batch's
+	// completions check for waiters once per record instead of once per
+	// statement (see the package documentation); a store keeps what it
+	// found at its first batch of completions, so one made before
+	// migration 006 was applied does so until it is made again.
 	Migrate bool
 
 	// Channel is the LISTEN/NOTIFY channel on which state changes are
