@@ -101,7 +101,7 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 			steps = append(steps, []*groupcommit.Op{op})
 		}
 		for _, part := range s.parts(completes) {
-			b.Queue(s.q.completeMany, s.completeArrays(part)...)
+			b.Queue(s.completeManySQL(ctx, conn), s.completeArrays(part)...)
 			steps = append(steps, part)
 		}
 	}
@@ -133,6 +133,53 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 	}
 	return nil
 }
+
+// The states of Store.awaited.
+const (
+	awaitedUnknown = iota
+	awaitedYes
+	awaitedNo
+)
+
+// completeManySQL returns the statement that completes a round's records:
+// completeManyAwaited, which checks for waiters once, if the schema has
+// migration 006 (which adds idem_awaited), completeMany, which checks per
+// record, if not. The store reads the schema's migrations once, on conn,
+// the first time a batch completes records (unless New migrated), and
+// keeps the answer: a store started before migration 006 was applied
+// keeps the per-record check until it is made again. A rolling upgrade
+// thus runs new stores against the old schema, and old stores against
+// the new one, unchanged. If the read fails, this batch uses completeMany
+// and the next one reads again.
+func (s *Store) completeManySQL(ctx context.Context, conn interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) string {
+	if s.cfg.DisableNotify {
+		return s.q.completeMany // the same statement: no waiter to check
+	}
+	switch s.awaited.Load() {
+	case awaitedYes:
+		return s.q.completeManyAwaited
+	case awaitedNo:
+		return s.q.completeMany
+	}
+	var has bool
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM `+pgx.Identifier{s.cfg.Schema, "idem_schema_migrations"}.Sanitize()+
+		` WHERE version = $1)`, awaitedMigration).Scan(&has)
+	switch {
+	case err != nil:
+		return s.q.completeMany
+	case has:
+		s.awaited.Store(awaitedYes)
+		return s.q.completeManyAwaited
+	default:
+		s.awaited.Store(awaitedNo)
+		return s.q.completeMany
+	}
+}
+
+// awaitedMigration is the version of the migration that adds idem_awaited.
+const awaitedMigration = 6
 
 // maxStatementBytes is, unless a test sets Store.statementBytes, how many
 // bytes of values (keys, tokens, bodies) one multi-row statement carries at

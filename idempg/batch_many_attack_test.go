@@ -631,7 +631,7 @@ SELECT 'tenant', 'POST /charges', 'k' || g, 'fp', CASE WHEN g % 2 = 0 THEN 'pend
 	if _, err := pool.Exec(ctx, "ANALYZE "+table); err != nil {
 		t.Fatal(err)
 	}
-	reserveMany, completeMany := s.BatchSQL()
+	reserveMany, completeMany, perRow := s.BatchSQL()
 	tx, err := pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -643,8 +643,9 @@ SELECT 'tenant', 'POST /charges', 'k' || g, 'fp', CASE WHEN g % 2 = 0 THEN 'pend
 	for _, q := range []struct{ name, sql, args string }{
 		{"reserveMany", reserveMany, `'{tenant,tenant}', '{POST /charges,POST /charges}', '{k2,new}', '{fp,fp}', '{t,u}', '{1 minute,1 minute}', '{NULL,NULL}', '{"",acct}', '{"",acct}', '{8192,0}'`},
 		{"completeMany", completeMany, `'{tenant,tenant}', '{POST /charges,POST /charges}', '{k2,k4}', '{t2,t4}', '{NULL,NULL}', '{1 hour,1 hour}', 'idem', '{p,q}'`},
+		{"completeMany per row", perRow, `'{tenant,tenant}', '{POST /charges,POST /charges}', '{k2,k4}', '{t2,t4}', '{NULL,NULL}', '{1 hour,1 hour}', 'idem', '{p,q}'`},
 	} {
-		name := "idem_attack_" + q.name + "_" + randomHex(4)
+		name := "idem_attack_" + strings.ReplaceAll(q.name, " ", "_") + "_" + randomHex(4)
 		if _, err := tx.Exec(ctx, "PREPARE "+name+" AS "+q.sql); err != nil {
 			t.Fatal(err)
 		}
@@ -668,8 +669,10 @@ SELECT 'tenant', 'POST /charges', 'k' || g, 'fp', CASE WHEN g % 2 = 0 THEN 'pend
 
 // TestBatchManyWaiterSubscribedWhileCompleting: a waiter subscribes to b
 // after the batch's completeMany took its snapshot but before it locked b's
-// row. The statement must still see the waiter, as idem_wake's fresh
-// snapshot does, and announce b; its own snapshot would miss the waiter.
+// row. The statement must still see the waiter, as idem_awaited's and
+// idem_wake's fresh snapshots do, and announce b; its own snapshot would
+// miss the waiter. The schema has migration 006: the statement checks for
+// waiters once, after its update.
 func TestBatchManyWaiterSubscribedWhileCompleting(t *testing.T) {
 	t.Parallel()
 	pool := testPool(t, "")
@@ -696,4 +699,7 @@ func TestBatchManyWaiterSubscribedWhileCompleting(t *testing.T) {
 		}
 	}
 	waitWake(t, woken, "the waiter that subscribed while the batch waited for the row")
+	if !s.ChecksWaitersOnce() {
+		t.Fatal("the store checked for waiters per record on a schema with migration 006")
+	}
 }

@@ -79,6 +79,18 @@
 // record settled. A CompleteTx at REPEATABLE READ or SERIALIZABLE cannot see
 // a waiter that subscribed after its snapshot, so it always notifies.
 //
+// A batch completes a round's records in one statement. On a schema with
+// migration 006 that statement first asks, once, whether any key is
+// awaited at all (the schema's idem_awaited function, VOLATILE too, called
+// after the statement has locked every row it completes), and calls
+// idem_wake for each record only if so; on a schema at 005 it calls
+// idem_wake for each record. The store reads which migrations the schema
+// has the first time a batch completes records (New with Config.Migrate
+// knows) and keeps the answer: a store started before migration 006 was
+// applied keeps the per-record check, as correct and dearer, until it is
+// made again. Stores of this version and of the previous one can thus
+// share a schema during a rolling upgrade, before or after the migration.
+//
 // # Group commit
 //
 // Every request is two writes (reserve, then complete), each with its own

@@ -22,6 +22,11 @@ var migrationFS embed.FS
 // one transaction. A transaction-scoped advisory lock per schema serialises
 // concurrent migrators, so several processes may call Migrate at start-up.
 // It is what the idem migrate command runs.
+//
+// Stores of this version run against a schema at migration 005 too, and
+// stores of the previous version against one at 006: migration 006 only
+// adds a function (idem_awaited), which a store uses once it has seen the
+// migration recorded (see Config.Migrate).
 func Migrate(ctx context.Context, pool *pgxpool.Pool, cfg Config) error {
 	cfg = cfg.withDefaults()
 	if err := cfg.validate(); err != nil {

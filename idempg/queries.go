@@ -66,6 +66,7 @@ type queries struct {
 	reserve, reserveMany, get, getInline, pending    string
 	state, readResponse                              string
 	complete, completeTx, completeMany               string
+	completeManyAwaited                              string
 	release, escalate, extend                        string
 	lock, releaseExpired, escalateExpired, takeover  string
 	resolveComplete, resolveRelease, deleteCompleted string
@@ -113,9 +114,19 @@ func buildQueries(schema string, notify bool) queries {
 	// statement's snapshot, which misses a waiter that subscribed after it
 	// and before the update got the row's lock; idem_wake, VOLATILE, reads
 	// them afresh (TestBatchManyWaiterSubscribedWhileCompleting).
-	manyTail := ` FROM u`
+	manyWake := wake + `($7::text, ($8::text[])[u.n], u.scope, u.operation, u.key, false, false)`
+	manyTail := ` SELECT u.n FROM u`
+	// awaitedTail ends completeManyAwaited: idem_awaited (migration 006)
+	// checks once, with a fresh snapshot, whether any key is awaited, and
+	// idem_wake runs per record only if so. Its argument, the count of u,
+	// makes it run after the update has locked every row; the CTE a,
+	// VOLATILE, is evaluated once.
+	awaitedTail := manyTail
 	if notify {
-		manyTail = `, ` + wake + `($7::text, ($8::text[])[u.n], u.scope, u.operation, u.key, false, false) FROM u`
+		manyTail = ` SELECT u.n, ` + manyWake + ` FROM u`
+		awaitedTail = `,
+a AS (SELECT ` + id("idem_awaited") + `(count(*)) AS w FROM u)
+SELECT u.n, CASE WHEN a.w THEN ` + manyWake + ` END FROM u, a`
 	}
 	const returning = ` RETURNING r.scope, r.operation, r.key)`
 	complete := `WITH u AS (UPDATE {t} r SET state = 'completed', response = $5,
@@ -124,6 +135,11 @@ WHERE {fence}` + returning
 	release := `WITH u AS (DELETE FROM {t} r WHERE {fence}%s` + returning
 	escalate := `WITH u AS (UPDATE {t} r SET state = 'needs_review', reason = $5, updated_at = {now}
 WHERE {fence}%s` + returning
+	completeMany := `WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::interval[])
+    WITH ORDINALITY AS i(scope, operation, key, token, response, retention, n)),
+u AS (UPDATE {t} r SET state = 'completed', response = i.response, expires_at = {now} + i.retention, updated_at = {now}
+    FROM i WHERE r.scope = i.scope AND r.operation = i.operation AND r.key = i.key AND r.state = 'pending' AND r.token = i.token
+    RETURNING i.n, r.scope, r.operation, r.key)`
 	cond := func(sql, extra string) string { return strings.Replace(sql, "%s", extra, 1) }
 	return queries{
 		reserve: r.Replace(`INSERT INTO {t} (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request, scope_label, label_index)
@@ -163,12 +179,10 @@ ORDER BY i.n`), "{inline}", "i.inline", -1),
 		// call whose record it completed; the others lost their lease.
 		// With notify, $7 is the channel and $8 the payloads, in the
 		// arrays' order.
-		completeMany: r.Replace(`WITH i AS (SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::interval[])
-    WITH ORDINALITY AS i(scope, operation, key, token, response, retention, n)),
-u AS (UPDATE {t} r SET state = 'completed', response = i.response, expires_at = {now} + i.retention, updated_at = {now}
-    FROM i WHERE r.scope = i.scope AND r.operation = i.operation AND r.key = i.key AND r.state = 'pending' AND r.token = i.token
-    RETURNING i.n, r.scope, r.operation, r.key)
-SELECT u.n`) + manyTail,
+		completeMany: r.Replace(completeMany) + manyTail,
+		// completeManyAwaited is completeMany for a schema that has
+		// migration 006: it checks for waiters once, not once per record.
+		completeManyAwaited: r.Replace(completeMany) + awaitedTail,
 		// In the caller's transaction at REPEATABLE READ or SERIALIZABLE,
 		// the snapshot may predate a waiter's subscription: notify anyway.
 		completeTx: r.Replace(complete) + tail(7, "current_setting('transaction_isolation') <> 'read committed'", false),

@@ -30,8 +30,13 @@ import (
 //	store/rows=N            the store's batch: BEGIN, reserveMany for N new
 //	                        keys, completeMany for the previous batch's N
 //	                        keys, in one pipeline; then COMMIT
+//	                        (completeMany checks for waiters once: the
+//	                        schema has migration 006)
+//	store/per-row/rows=N    the same with the statement of a schema at
+//	                        migration 005 (idem_wake for every completed
+//	                        row)
 //	store/notify=off/rows=N the same with Config.DisableNotify (completeMany
-//	                        calls no idem_wake)
+//	                        calls neither idem_awaited nor idem_wake)
 //	plain/rows=N            the same writes, protocol and parameters without
 //	                        what the store reads back: an INSERT … ON
 //	                        CONFLICT DO NOTHING and an UPDATE from the
@@ -45,7 +50,7 @@ import (
 // Each runs on a fresh schema of its own.
 func BenchmarkStatementCPU(b *testing.B) {
 	for _, rows := range []int{16, 32} {
-		for _, v := range []string{"store", "store/notify=off", "plain", "pgbench"} {
+		for _, v := range []string{"store", "store/per-row", "store/notify=off", "plain", "pgbench"} {
 			b.Run(fmt.Sprintf("%s/rows=%d", v, rows), func(b *testing.B) { benchStatementCPU(b, v, rows) })
 		}
 	}
@@ -82,7 +87,10 @@ func benchStatementCPU(b *testing.B, variant string, rows int) {
 		b.Skipf("the server's backend is not on this machine: %v", err)
 	}
 	table := pgx.Identifier{cfg.Schema, "idem_records"}.Sanitize()
-	reserveSQL, completeSQL := s.q.reserveMany, s.q.completeMany
+	reserveSQL, completeSQL := s.q.reserveMany, s.completeManySQL(ctx, conn)
+	if variant == "store/per-row" {
+		completeSQL = s.q.completeMany
+	}
 	if variant == "plain" {
 		reserveSQL = `INSERT INTO ` + table + ` (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request, scope_label, label_index)
 SELECT scope, operation, key, fingerprint, 'pending', token, statement_timestamp() + lease, statement_timestamp(), statement_timestamp(), request, NULLIF(scope_label, ''), NULLIF(label_index, '')

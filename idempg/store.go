@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -26,13 +27,20 @@ const maxChannelLen = 63
 type Config struct {
 	// Schema is the PostgreSQL schema that holds the store's tables
 	// (idem_records, its side tables idem_leases and idem_waiters, and
-	// idem_schema_migrations) and its idem_wake function. Defaults to
-	// "public".
+	// idem_schema_migrations) and its idem_wake and idem_awaited
+	// functions. Defaults to "public".
 	Schema string
 
 	// Migrate makes New run Migrate before returning (with a one-minute
 	// timeout). Production deployments usually migrate once, from a deploy
 	// step (the idem migrate command), and leave this off. Defaults to false.
+	//
+	// A store also runs against a schema that lacks the latest migration,
+	// as during a rolling upgrade. Without migration 006, a batch's
+	// completions check for waiters once per record instead of once per
+	// statement (see the package documentation); a store keeps what it
+	// found at its first batch of completions, so one made before
+	// migration 006 was applied does so until it is made again.
 	Migrate bool
 
 	// Channel is the LISTEN/NOTIFY channel on which state changes are
@@ -113,6 +121,11 @@ type Store struct {
 	l     *listener
 	batch *groupcommit.Batcher // nil with Config.DisableBatch
 
+	// awaited is whether the schema has migration 006 (idem_awaited), as
+	// first read: awaitedUnknown until a batch with completions reads it
+	// (or New migrated). See completeManySQL.
+	awaited atomic.Int32
+
 	statementBytes int // maxStatementBytes if 0; tests set it lower
 }
 
@@ -138,6 +151,9 @@ func New(pool *pgxpool.Pool, cfg Config) (*Store, error) {
 		pool: pool,
 		cfg:  cfg,
 		q:    buildQueries(cfg.Schema, !cfg.DisableNotify),
+	}
+	if cfg.Migrate {
+		s.awaited.Store(awaitedYes)
 	}
 	s.l = newListener(pool, cfg.Channel, cfg.ListenerRetry)
 	if !cfg.DisableBatch {
