@@ -278,6 +278,15 @@ func (l *Load) answeredKey(s int) (ExecKey, bool) {
 	return ExecKey{}, false
 }
 
+// storedStatus reports whether idem serve keeps an upstream's answer of
+// status for its key, so that a probe goes only to a key whose answer is
+// stored. 429 and 503 (its default release_statuses) release the key, and
+// other 5xx release it or send it to review: on a released key a request
+// with another body rightly runs.
+func storedStatus(status int) bool {
+	return status < 500 && status != http.StatusTooManyRequests
+}
+
 // Send sends one POST with key and body to a random proxy and records the
 // attempt.
 func (l *Load) Send(ctx context.Context, op int64, client int, key ExecKey, body []byte, verify bool) Attempt {
@@ -294,7 +303,7 @@ func (l *Load) send(ctx context.Context, op int64, client int, key ExecKey, body
 		a.Hangup = hangup && a.Err != "" && ctx.Err() != nil
 		l.mu.Lock()
 		l.attempts = append(l.attempts, a)
-		if a.Exec != 0 && !a.Probe && a.Status < 500 {
+		if a.Exec != 0 && !a.Probe && storedStatus(a.Status) {
 			l.answered[key] = true
 		}
 		l.mu.Unlock()
