@@ -365,17 +365,7 @@ func (sh *shard) keepRequest(q *idemstore.Request) *idemstore.Request {
 
 // Get returns a copy of the record for key, or idemstore.ErrNotFound.
 func (s *Store) Get(ctx context.Context, key idemstore.Key) (*idemstore.Record, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	sh, h := s.locate(key)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	e := sh.lookup(h, key)
-	if e == nil {
-		return nil, idemstore.ErrNotFound
-	}
-	return copyRecord(e, s.now()), nil
+	return s.GetHead(ctx, key, 0)
 }
 
 // GetHead is Get with an answer longer than inline bytes (when positive)

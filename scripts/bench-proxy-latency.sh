@@ -39,66 +39,7 @@ RATE=${RATE:-}
 ensure_wrk bench-proxy-latency
 mkdir -p .tmp/bin
 [ -x .tmp/bin/vegeta ] || GOBIN=$PWD/.tmp/bin GOWORK=off GOFLAGS=-mod=mod go install github.com/tsenart/vegeta/v12@v12.13.0
-go build -o .tmp/idem ./cmd/idem
-go build -o .tmp/benchserver ./internal/tools/benchserver
-go build -o .tmp/plainproxy ./internal/tools/plainproxy
-tmp=$(mktemp -d)
-run=bl$$-$(date +%s)
-pgschema=idem_bench_latency_$$
-pids=()
-cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-	wait 2>/dev/null || true
-	if [ -n "${IDEM_TEST_POSTGRES_URL:-}" ]; then
-		psql -X -q "$IDEM_TEST_POSTGRES_URL" -c "DROP SCHEMA IF EXISTS $pgschema CASCADE" >/dev/null 2>&1 || true
-	fi
-	if [ -n "${IDEM_TEST_REDIS_URL:-}" ]; then
-		redis-cli -u "$IDEM_TEST_REDIS_URL" --scan --pattern "$run*" 2>/dev/null |
-			xargs -r -n 500 redis-cli -u "$IDEM_TEST_REDIS_URL" unlink >/dev/null 2>&1 || true
-	fi
-	rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-store_url() {
-	local sep
-	case $1 in
-	memory) echo "memory://" ;;
-	sqlite) echo "sqlite://$tmp/idem.db" ;;
-	postgres)
-		[ -n "${IDEM_TEST_POSTGRES_URL:-}" ] || return 0
-		case $IDEM_TEST_POSTGRES_URL in *\?*) sep='&' ;; *) sep='?' ;; esac
-		echo "${IDEM_TEST_POSTGRES_URL}${sep}schema=${pgschema}"
-		;;
-	redis)
-		[ -n "${IDEM_TEST_REDIS_URL:-}" ] || return 0
-		case $IDEM_TEST_REDIS_URL in *\?*) sep='&' ;; *) sep='?' ;; esac
-		echo "${IDEM_TEST_REDIS_URL}${sep}prefix=${run}"
-		;;
-	esac
-}
-
-port=18500
-# start NAME CMD... starts a server on $port and waits until it answers.
-start() {
-	local name=$1
-	shift
-	"$@" 2>"$tmp/$name.log" &
-	pids+=($!)
-	for _ in $(seq 200); do
-		curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
-		sleep 0.05
-	done
-	echo "$name did not start:" >&2
-	cat "$tmp/$name.log" >&2
-	exit 1
-}
-
-up=127.0.0.1:$port
-start upstream .tmp/benchserver -addr $up -mode bare
-port=$((port + 1))
-plainport=$port
-start plain .tmp/plainproxy -listen 127.0.0.1:$plainport -upstream "http://$up"
+proxy_rig bl bench_latency 18500
 
 if [ -z "$RATE" ]; then
 	max=$(wrk -t2 -c"$CONNS" -d"$MAXDUR" -s scripts/wrk-idempotency.lua "http://127.0.0.1:$plainport/payments" -- "$run-max" |
@@ -129,17 +70,12 @@ attack() {
 
 median() { printf '%s\n' "$@" | sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 for s in $STORES; do
-	url=$(store_url "$s")
-	if [ -z "$url" ]; then
-		echo "bench-proxy-latency: skipping $s: its server variable is not set (eval \"\$(scripts/services.sh)\")" >&2
-		continue
-	fi
-	port=$((port + 1))
-	start "idem-$s" .tmp/idem serve --upstream "http://$up" --listen "127.0.0.1:$port" --store "$url" --log-level error
+	serve "$s" on
+	[ -n "$sport" ] || continue
 	d50=() d99=() d999=()
 	for round in $(seq "$ROUNDS"); do
 		read -r a50 a99 a999 aok < <(attack "$plainport" plain)
-		read -r b50 b99 b999 bok < <(attack "$port" "$s")
+		read -r b50 b99 b999 bok < <(attack "$sport" "$s")
 		echo "round $round plain: p50 ${a50}µs p99 ${a99}µs p99.9 ${a999}µs success $aok"
 		echo "round $round $s: p50 ${b50}µs p99 ${b99}µs p99.9 ${b999}µs success $bok (load $(cut -d' ' -f1 /proc/loadavg))"
 		d50+=($((b50 - a50))) d99+=($((b99 - a99))) d999+=($((b999 - a999)))

@@ -107,3 +107,120 @@ pgcpu_stop() {
 		END { for (p in last) s += last[p] - base[p]; print (s > total ? s : total) }' "$pgcpu_file"
 	rm -f "$pgcpu_file"
 }
+
+# proxy_rig RUN NAME PORT sets up what the proxy load scripts
+# (bench-proxy.sh, bench-proxy-latency.sh) share: it builds idem, the bare
+# upstream and the stock proxy, starts the upstream on PORT and the stock
+# proxy on PORT+1 (up, plainport), and defines store_url NAME BATCH,
+# prepare, start NAME CMD... and serve NAME BATCH (which starts idem serve
+# on a store once and sets sport). RUN prefixes the Redis keys, NAME the
+# PostgreSQL schema and the MySQL database; all are removed at exit.
+proxy_rig() {
+	go build -o .tmp/idem ./cmd/idem
+	go build -o .tmp/benchserver ./internal/tools/benchserver
+	go build -o .tmp/plainproxy ./internal/tools/plainproxy
+	tmp=$(mktemp -d)
+	run=$1$$-$(date +%s)
+	pids=()
+	pgschema=idem_$2_$$
+	mydb=idem_$2_$$
+	cleanup() {
+		for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+		wait 2>/dev/null || true
+		if [ -n "${IDEM_TEST_POSTGRES_URL:-}" ]; then
+			psql -X -q "$IDEM_TEST_POSTGRES_URL" -c "DROP SCHEMA IF EXISTS ${pgschema}_on, ${pgschema}_off CASCADE" >/dev/null 2>&1 || true
+		fi
+		if [ -n "${IDEM_TEST_MYSQL_DSN:-}" ]; then
+			mysql -uroot -h127.0.0.1 -e "DROP DATABASE IF EXISTS ${mydb}_on; DROP DATABASE IF EXISTS ${mydb}_off" >/dev/null 2>&1 || true
+		fi
+		if [ -n "${IDEM_TEST_REDIS_URL:-}" ]; then
+			redis-cli -u "$IDEM_TEST_REDIS_URL" --scan --pattern "$run*" 2>/dev/null |
+				xargs -r -n 500 redis-cli -u "$IDEM_TEST_REDIS_URL" unlink >/dev/null 2>&1 || true
+		fi
+		rm -rf "$tmp"
+	}
+	trap cleanup EXIT
+
+	# store_url NAME BATCH prints the --store URL of a store, or nothing when
+	# its server is not configured.
+	store_url() {
+		local sep q=""
+		[ "$2" = off ] && q="batch=off"
+		case $1 in
+		memory) echo "memory://" ;;
+		sqlite) echo "sqlite://$tmp/idem-$2.db${q:+?$q}" ;;
+		postgres)
+			[ -n "${IDEM_TEST_POSTGRES_URL:-}" ] || return 0
+			case $IDEM_TEST_POSTGRES_URL in *\?*) sep='&' ;; *) sep='?' ;; esac
+			echo "${IDEM_TEST_POSTGRES_URL}${sep}schema=${pgschema}_$2${q:+&$q}"
+			;;
+		mysql)
+			[ -n "${IDEM_TEST_MYSQL_DSN:-}" ] || return 0
+			# The DSN's database is replaced with this run's own.
+			local dsn
+			dsn=$(sed -E "s#\)/[^?]*#)/${mydb}_$2#" <<<"$IDEM_TEST_MYSQL_DSN")
+			case $dsn in *\?*) sep='&' ;; *) sep='?' ;; esac
+			echo "mysql://${dsn}${sep}interpolateParams=true${q:+&$q}"
+			;;
+		redis)
+			[ -n "${IDEM_TEST_REDIS_URL:-}" ] || return 0
+			case $IDEM_TEST_REDIS_URL in *\?*) sep='&' ;; *) sep='?' ;; esac
+			echo "${IDEM_TEST_REDIS_URL}${sep}prefix=${run}"
+			;;
+		esac
+	}
+
+	# prepare NAME BATCH creates what the store needs before idem serve
+	# migrates it.
+	prepare() {
+		case $1 in
+		mysql) mysql -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS ${mydb}_$2" ;;
+		postgres) psql -X -q "$IDEM_TEST_POSTGRES_URL" -c "DROP SCHEMA IF EXISTS ${pgschema}_$2 CASCADE" >/dev/null ;;
+		esac
+	}
+
+	port=$3
+	declare -gA portpid=()
+	# start NAME CMD... starts a server on $port and waits until it answers.
+	start() {
+		local name=$1
+		shift
+		"$@" 2>"$tmp/$name.log" &
+		pids+=($!)
+		portpid[$port]=$!
+		for _ in $(seq 200); do
+			curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
+			sleep 0.05
+		done
+		echo "$name did not start:" >&2
+		cat "$tmp/$name.log" >&2
+		exit 1
+	}
+
+	up=127.0.0.1:$port
+	start upstream .tmp/benchserver -addr $up -mode bare
+
+	port=$((port + 1))
+	plainport=$port
+	start plain .tmp/plainproxy -listen 127.0.0.1:$plainport -upstream http://$up
+
+	# serve NAME BATCH starts idem serve on the store, once, and sets sport to
+	# its port, or to nothing when the store is skipped.
+	declare -gA served=()
+	serve() {
+		local url
+		sport=
+		url=$(store_url "$1" "$2")
+		if [ -z "$url" ]; then
+			echo "$(basename "$0" .sh): skipping $1: its server variable is not set (eval \"\$(scripts/services.sh)\")" >&2
+			return 0
+		fi
+		if [ -z "${served[$1-$2]:-}" ]; then
+			prepare "$1" "$2"
+			port=$((port + 1))
+			start "$1-$2" .tmp/idem serve --upstream "http://$up" --listen "127.0.0.1:$port" --store "$url" --log-level error
+			served[$1-$2]=$port
+		fi
+		sport=${served[$1-$2]}
+	}
+}
