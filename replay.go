@@ -338,10 +338,10 @@ func (m *middleware) replay(w http.ResponseWriter, r *http.Request, resp *Respon
 	if decode && len(codings) <= maxReplayCodings {
 		cost += decodeCost * int64(len(codings))
 	}
-	// A request holds at most the whole gate (replaygate.Take): an answer
-	// larger than it is replayed alone, on what the engine took to read it.
-	if gate := replaygate.From(r.Context()); gate != nil && min(cost, gate.Max()) > held {
-		took, ok := replaygate.Take(gate, min(cost, gate.Max())-held)
+	// A request holds at most the whole gate: an answer larger than it is
+	// replayed alone, on what the engine took to read it.
+	if gate := replaygate.From(r.Context()); gate != nil {
+		took, ok := replaygate.Raise(gate, held, cost)
 		if !ok {
 			return m.replayBusy(w, key)
 		}

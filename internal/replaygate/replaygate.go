@@ -20,8 +20,16 @@ type Gate interface {
 // Take takes n bytes of g, or all of g when n is more than g holds, so
 // that a replay larger than the whole budget is written when it is alone
 // rather than never. It returns what it took, for Release.
-func Take(g Gate, n int64) (took int64, ok bool) {
-	n = min(n, g.Max())
+func Take(g Gate, n int64) (took int64, ok bool) { return Raise(g, 0, n) }
+
+// Raise takes what a request that already holds held bytes of g needs to
+// hold total, a request holding at most all of g (as Take): it takes
+// nothing when held covers it. It returns what it took, for Release.
+func Raise(g Gate, held, total int64) (took int64, ok bool) {
+	n := min(total, g.Max()) - held
+	if n <= 0 {
+		return 0, true
+	}
 	return n, g.TryAcquire(n)
 }
 
