@@ -150,6 +150,16 @@ func (rg *budgetRig) ask(t *testing.T, key string) *httptest.ResponseRecorder {
 	return w
 }
 
+// wantRanOnceAndEmpty requires that the handler ran once in all and that
+// nothing is left held of the gate.
+func (rg *budgetRig) wantRanOnceAndEmpty(t *testing.T) {
+	t.Helper()
+	if n := rg.runs.Load(); n != 1 {
+		t.Errorf("the handler ran %d times, want 1", n)
+	}
+	rg.wantEmpty(t)
+}
+
 // wantEmpty requires that nothing is left held of the gate.
 func (rg *budgetRig) wantEmpty(t *testing.T) {
 	t.Helper()
@@ -229,10 +239,7 @@ func TestReplayReadsLargeAnswersWithinTheBudget(t *testing.T) {
 			t.Errorf("a replay wrote %d bytes that are not the stored answer", w.body.Len())
 		}
 	}
-	if n := rg.runs.Load(); n != 1 {
-		t.Errorf("the handler ran %d times, want 1", n)
-	}
-	rg.wantEmpty(t)
+	rg.wantRanOnceAndEmpty(t)
 }
 
 // A record deleted (or purged) between the read that found it completed
@@ -289,10 +296,7 @@ func TestReplayOfARecordGoneBeforeItsAnswerIsRead(t *testing.T) {
 		if w.Code != http.StatusConflict || w.Header().Get("Idempotency-Outcome") != idem.SituationInFlight.Name {
 			t.Fatalf("retry of a record reserved again before its answer was read: %d %q; want 409 in flight", w.Code, w.Header().Get("Idempotency-Outcome"))
 		}
-		if n := rg.runs.Load(); n != 1 {
-			t.Errorf("the handler ran %d times, want 1", n)
-		}
-		rg.wantEmpty(t)
+		rg.wantRanOnceAndEmpty(t)
 	})
 	t.Run("StoredAgain", func(t *testing.T) {
 		t.Parallel()
@@ -360,10 +364,7 @@ func TestReplayReadFailsAfterTheRecordWasFound(t *testing.T) {
 		if w := rg.ask(t, "k"); w.Code != http.StatusCreated || !bytes.Equal(w.Body.Bytes(), rg.answer(1)) {
 			t.Errorf("the retry after the blip: %d; want the stored answer", w.Code)
 		}
-		if n := rg.runs.Load(); n != 1 {
-			t.Errorf("the handler ran %d times, want 1", n)
-		}
-		rg.wantEmpty(t)
+		rg.wantRanOnceAndEmpty(t)
 	})
 	t.Run("ClientGone", func(t *testing.T) {
 		t.Parallel()
@@ -438,10 +439,7 @@ func TestReplayBudgetIsGivenBackOnEveryPath(t *testing.T) {
 	if n := rg.store.reads.Load(); n == 0 {
 		t.Error("no answer was read apart from its record")
 	}
-	if n := rg.runs.Load(); n != 1 {
-		t.Errorf("the handler ran %d times, want 1", n)
-	}
-	rg.wantEmpty(t)
+	rg.wantRanOnceAndEmpty(t)
 }
 
 // A large answer stored coded and replayed decoded to a retry that does
@@ -603,10 +601,7 @@ func TestWaiterDoesNotReadTheAnswer(t *testing.T) {
 	if n := store.got.Load(); n != 0 {
 		t.Errorf("the duplicate's wait read %d bytes of the answer outside the replay budget; want none", n)
 	}
-	if n := rg.runs.Load(); n != 1 {
-		t.Errorf("the handler ran %d times, want 1", n)
-	}
-	rg.wantEmpty(t)
+	rg.wantRanOnceAndEmpty(t)
 }
 
 // While a large answer is read apart, the replay budget holds twice its
