@@ -66,21 +66,31 @@ type edgeRig struct {
 // without credentials share one scope unless cfg says otherwise.
 func newEdgeRig(t *testing.T, cfg idemproxy.Config) *edgeRig {
 	t.Helper()
-	e := &edgeRig{up: &recordingUpstream{}}
+	mem := idemmem.MustNew(idemmem.Config{})
+	t.Cleanup(func() { mem.Close() })
+	e, _ := startEdgeRig(t, cfg, mem, mem, idemproxy.Options{})
+	return e
+}
+
+// startEdgeRig is newEdgeRig with the engine on st, a store over mem (the
+// rig's store), and the proxy given opts (its logger set here). It also
+// returns the upstream's address.
+func startEdgeRig(t *testing.T, cfg idemproxy.Config, mem *idemmem.Store, st idemstore.Store, opts idemproxy.Options) (*edgeRig, string) {
+	t.Helper()
+	e := &edgeRig{up: &recordingUpstream{}, store: mem}
 	up := httptest.NewServer(e.up)
 	t.Cleanup(up.Close)
 	cfg.Upstream = up.URL
 	if cfg.Anonymous == "" {
 		cfg.Anonymous = idemproxy.AnonymousShared
 	}
-	e.store = idemmem.MustNew(idemmem.Config{})
-	t.Cleanup(func() { e.store.Close() })
 	quiet := slog.New(slog.DiscardHandler)
-	engine, err := idem.NewEngine(e.store, idem.EngineConfig{Logger: quiet})
+	engine, err := idem.NewEngine(st, idem.EngineConfig{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := idemproxy.New(engine, cfg, idemproxy.Options{Logger: quiet})
+	opts.Logger = quiet
+	p, err := idemproxy.New(engine, cfg, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +99,7 @@ func newEdgeRig(t *testing.T, cfg idemproxy.Config) *edgeRig {
 	e.front.Config.ErrorLog = slog.NewLogLogger(quiet.Handler(), slog.LevelError)
 	e.front.Start()
 	t.Cleanup(e.front.Close)
-	return e
+	return e, strings.TrimPrefix(up.URL, "http://")
 }
 
 // answer is one response read off a raw connection, its body read whole.

@@ -63,27 +63,9 @@ func (s *legacyGets) read(ctx context.Context, k idemstore.Key, get func() (*ide
 // and the operation name of this version of POST /orders at host.
 func legacyRig(t *testing.T, st *legacyGets, cfg idemproxy.Config, onOutcome func(idem.Event)) (*edgeRig, func(host string) string) {
 	t.Helper()
-	e := &edgeRig{up: &recordingUpstream{}, store: st.Store}
-	up := httptest.NewServer(e.up)
-	t.Cleanup(up.Close)
-	cfg.Upstream = up.URL
-	cfg.Anonymous = idemproxy.AnonymousShared
-	quiet := slog.New(slog.DiscardHandler)
-	engine, err := idem.NewEngine(st, idem.EngineConfig{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := idemproxy.New(engine, cfg, idemproxy.Options{Logger: quiet, OnOutcome: onOutcome})
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.proxy = p
-	e.front = httptest.NewUnstartedServer(p)
-	e.front.Config.ErrorLog = slog.NewLogLogger(quiet.Handler(), slog.LevelError)
-	e.front.Start()
-	t.Cleanup(e.front.Close)
+	e, up := startEdgeRig(t, cfg, st.Store, st, idemproxy.Options{OnOutcome: onOutcome})
 	name := func(host string) string {
-		return "POST /orders host=" + host + " upstream=" + strings.TrimPrefix(up.URL, "http://")
+		return "POST /orders host=" + host + " upstream=" + up
 	}
 	return e, name
 }
