@@ -131,7 +131,7 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 	if retention <= 0 {
 		retention = rr.p.engine.Config().Retention
 	}
-	k, missing, refused := rpccore.FindCallKey(keys, m, fields, false, time.Now(), retention, rpccore.DefaultMaxClockSkew)
+	k, missing, refused := rpccore.FindCallKey(keys, m, fields, false, arrived, retention, rpccore.DefaultMaxClockSkew)
 	switch {
 	case refused != nil:
 		refused.Method = method
