@@ -46,14 +46,25 @@ type rpcRoute struct {
 	ambiguousRelease bool
 	// refuseStreams: streaming calls are refused instead of passed on.
 	refuseStreams bool
-	policy        rpccore.Policy
+	// releaseStatuses are the route's release_statuses: an upstream (or a
+	// gateway before it) that answers a call with one of these HTTP
+	// statuses releases its key, as it does an HTTP request's.
+	releaseStatuses []int
+	policy          rpccore.Policy
 }
+
+// defaultReleaseStatuses are release_statuses when a route sets none.
+var defaultReleaseStatuses = []int{http.StatusTooManyRequests, http.StatusServiceUnavailable}
 
 func (p *Proxy) newRPCRoute(label string, s Settings, fwd *forwarder, scope idem.ScopeFunc, op func(*http.Request) string) *rpcRoute {
 	pol := s.policy()
+	release := pol.ReleaseStatuses
+	if release == nil {
+		release = defaultReleaseStatuses
+	}
 	return &rpcRoute{p: p, fwd: fwd, label: label, scope: scope, operation: op, optional: pol.KeyOptional,
 		observe: s.Mode == ModeObserve, maxBody: pol.MaxRequestBody, wait: pol.Wait, lease: pol.Lease, retention: pol.Retention,
-		ambiguousRelease: s.Ambiguous == AmbiguousRelease, refuseStreams: s.GRPCStreams == GRPCStreamsRefuse}
+		ambiguousRelease: s.Ambiguous == AmbiguousRelease, refuseStreams: s.GRPCStreams == GRPCStreamsRefuse, releaseStatuses: release}
 }
 
 // GRPCStreams is what a route does with streaming gRPC calls

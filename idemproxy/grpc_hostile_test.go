@@ -762,3 +762,40 @@ func appendPrefix(msg []byte) []byte {
 	binary.BigEndian.PutUint32(b[1:], uint32(len(msg)))
 	return append(b, msg...)
 }
+
+// TestRPCReleaseStatusesAreTheRoutes: a call answered by a gateway with
+// one of the route's own release_statuses releases its key, as an HTTP
+// request's does, so the retry reaches the upstream; the defaults (429,
+// 503) are only the defaults.
+func TestRPCReleaseStatusesAreTheRoutes(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) == 1 {
+			w.Header().Set("Content-Type", "text/html")
+			w.WriteHeader(http.StatusTeapot)
+			io.WriteString(w, "<html>busy</html>")
+			return
+		}
+		w.Header().Set("Content-Type", "application/proto")
+		msg, _ := proto.Marshal(&testpb.Payment{Id: "after-418"})
+		w.Write(msg)
+	}))
+	t.Cleanup(up.Close)
+	env := (&rpcEnv{pay: newPayments()}).start(t, "upstream: "+up.URL+"\nrelease_statuses: [418]\n")
+	c := env.connectClient(t)
+	call := func() (*connect.Response[testpb.Payment], error) {
+		req := connect.NewRequest(&testpb.ChargeRequest{Account: "gw"})
+		req.Header().Set("Idempotency-Key", "gw-418")
+		return c.Charge(context.Background(), req)
+	}
+	if _, err := call(); err == nil {
+		t.Fatal("the gateway's 418 was answered as a success")
+	}
+	if res, err := call(); err != nil || res.Msg.GetId() != "after-418" {
+		t.Errorf("the retry after a released 418: %v %v; want the upstream's answer", res, err)
+	}
+	if n := calls.Load(); n != 2 {
+		t.Errorf("the upstream had %d calls, want 2", n)
+	}
+}

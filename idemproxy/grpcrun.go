@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -109,11 +110,11 @@ func (rr *rpcRoute) run(w http.ResponseWriter, r *http.Request, c rpcCall, lease
 	cd := code.Code(a.st.GetCode())
 	settlement := ""
 	how := rr.policy.Settle(cd)
-	switch a.httpStatus {
-	case 0:
-	case http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		how = rpccore.Release // as release_statuses reads them
-	case http.StatusBadGateway, http.StatusGatewayTimeout:
+	switch {
+	case a.httpStatus == 0:
+	case slices.Contains(rr.releaseStatuses, a.httpStatus):
+		how = rpccore.Release // the route's release_statuses
+	case a.httpStatus == http.StatusBadGateway || a.httpStatus == http.StatusGatewayTimeout:
 		how = rpccore.Ambiguous // a gateway's failure: the call may have run
 	default:
 		how = rpccore.Store
