@@ -310,3 +310,26 @@ func TestGRPCTimeoutSpentBeforeForwarding(t *testing.T) {
 		t.Errorf("the retry ran as run %d, %d runs in all; want one", got.GetRun(), n)
 	}
 }
+
+// TestGRPCTimeoutClockGoneBack: a proxy's clock that goes back while the
+// key is reserved (here two minutes) gives the upstream no more than the
+// caller's grpc-timeout.
+func TestGRPCTimeoutClockGoneBack(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	env.slow.Store(int64(-2 * time.Minute))
+	c := env.grpcClient(t)
+	ctx, cancel := context.WithTimeout(keyed("back"), time.Minute)
+	defer cancel()
+	if _, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "back"}); err != nil {
+		t.Fatal(err)
+	}
+	sent, _ := env.pay.timeout.Load().(string)
+	got, err := time.ParseDuration(strings.NewReplacer("H", "h", "M", "m", "S", "s", "m", "ms", "u", "us", "n", "ns").Replace(sent))
+	if err != nil {
+		t.Fatalf("the upstream's grpc-timeout %q: %v", sent, err)
+	}
+	if got <= 0 || got > time.Minute {
+		t.Errorf("the upstream got grpc-timeout %q (%v), want at most the caller's minute", sent, got)
+	}
+}
