@@ -253,7 +253,7 @@ func (rr *rpcRoute) spent(w http.ResponseWriter, r *http.Request, c rpcCall, lea
 		rr.fwd.refund(counted)
 	}
 	rr.answer(w, r, c, &spb.Status{Code: int32(code.Code_DEADLINE_EXCEEDED),
-		Message: "The call's deadline ran out before it could be forwarded; it was not sent, and its key was released."},
+		Message: "The call's deadline ran out before it could be forwarded; it was not sent. Retry it as it is."},
 		idem.SituationCanceled.Name, settlement)
 	rr.p.log.LogAttrs(r.Context(), slog.LevelDebug, "rpc deadline spent before forwarding", slog.String("method", method), slog.String("settlement", settlement))
 }
