@@ -193,3 +193,41 @@ FROM pg_stat_xact_user_functions WHERE schemaname = $1`
 		t.Errorf("per record: idem_awaited called %d times, idem_wake %d; want 0 and 3", aw, wk)
 	}
 }
+
+// TestAwaitedProbeFailsOnce: a store that cannot read the schema's
+// migrations at its first batch of completions (here the table is
+// renamed away for that batch) completes that batch with the per-record
+// check, wakes its waiter, and fails nothing; it reads again at the next
+// batch, which then checks once.
+func TestAwaitedProbeFailsOnce(t *testing.T) {
+	pool := oaPool(t, 8)
+	ctx := context.Background()
+	schema := oaSchemaAt(t, pool, 6)
+	s, err := New(pool, Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	table := pgx.Identifier{schema, "idem_schema_migrations"}.Sanitize()
+	moved := pgx.Identifier{schema, "idem_schema_migrations_away"}.Sanitize()
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+table+" RENAME TO idem_schema_migrations_away"); err != nil {
+		t.Fatal(err)
+	}
+	a, b := awReserve(t, s, "a"), awReserve(t, s, "b")
+	woken := awSubscribe(t, s, b)
+	awCompleteBatch(t, s, a, b)
+	awWoken(t, woken, "b's waiter, the migrations unreadable")
+	if got := s.awaited.Load(); got != awaitedUnknown {
+		t.Fatalf("awaited %d after a failed read of the migrations, want %d (read again)", got, awaitedUnknown)
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE "+moved+" RENAME TO idem_schema_migrations"); err != nil {
+		t.Fatal(err)
+	}
+	c, d := awReserve(t, s, "c"), awReserve(t, s, "d")
+	woken = awSubscribe(t, s, d)
+	awCompleteBatch(t, s, c, d)
+	awWoken(t, woken, "d's waiter, the migrations read")
+	if got := s.awaited.Load(); got != awaitedYes {
+		t.Fatalf("awaited %d once the migrations could be read, want %d", got, awaitedYes)
+	}
+}

@@ -229,8 +229,13 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 		}
 		if hasTimeout {
 			// The upstream gets what is left of the caller's deadline:
-			// reading the call and reserving its key took some of it.
-			timeout = max(timeout-rr.p.opts.Now().Sub(arrived), time.Millisecond)
+			// reading the call and reserving its key took some of it (none
+			// by a clock that went back: never more than the caller gave).
+			timeout -= max(rr.p.opts.Now().Sub(arrived), 0)
+			if timeout <= 0 {
+				rr.spent(w, r, c, res.Lease, method, counted)
+				return
+			}
 		}
 		rr.run(w, r, c, res.Lease, body, timeout, hasTimeout, md, counted)
 		return
@@ -247,6 +252,21 @@ func (rr *rpcRoute) serveRPC(w http.ResponseWriter, r *http.Request, c rpcCall) 
 			"An earlier call with this idempotency key ended with an unknown outcome and is being reviewed. It will not run again; retry later to get its answer."
 	}
 	rr.answer(w, r, c, ref.Status(), ref.Row.Situation.Name, "")
+}
+
+// spent answers a call whose deadline ran out before it was forwarded:
+// sent with what is left, a token deadline, a slow upstream would run it,
+// or not, while the proxy gave up on it and left its key for review.
+// Nothing reached the upstream, so its key is released and refunded.
+func (rr *rpcRoute) spent(w http.ResponseWriter, r *http.Request, c rpcCall, lease *idem.Lease, method string, counted *capWindow) {
+	settlement := rr.fwd.settle(r.Context(), lease, true, "")
+	if settlement == settledReleased {
+		rr.fwd.refund(counted)
+	}
+	rr.answer(w, r, c, &spb.Status{Code: int32(code.Code_DEADLINE_EXCEEDED),
+		Message: "The call's deadline ran out before it could be forwarded; it was not sent. Retry it as it is."},
+		idem.SituationCanceled.Name, settlement)
+	rr.p.log.LogAttrs(r.Context(), slog.LevelDebug, "rpc deadline spent before forwarding", slog.String("method", method), slog.String("settlement", settlement))
 }
 
 // overCap counts lease, a key just reserved, against its scope's

@@ -271,3 +271,65 @@ func TestGRPCHugeAnswerMetadataNotStored(t *testing.T) {
 		t.Errorf("the upstream ran %d times", n)
 	}
 }
+
+// TestGRPCTimeoutSpentBeforeForwarding: a call whose grpc-timeout was all
+// spent by the proxy's clock before it could be forwarded (here the clock
+// moves two minutes while the key is reserved, past the caller's one) is
+// not sent with a token deadline, under which a slow upstream runs, or
+// not, while the proxy gives up on it and leaves the key for review: it is
+// answered DEADLINE_EXCEEDED, its key released unsent, and a retry runs
+// it once.
+func TestGRPCTimeoutSpentBeforeForwarding(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	env.slow.Store(int64(2 * time.Minute))
+	c := env.grpcClient(t)
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(env.pay.release)
+		}
+	})
+	ctx, cancel := context.WithTimeout(keyed("spent"), time.Minute)
+	defer cancel()
+	_, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "block"})
+	if status.Code(err) != codes.DeadlineExceeded {
+		t.Errorf("a call whose deadline was spent before it was forwarded: %v, want DEADLINE_EXCEEDED", err)
+	}
+	if n := env.pay.runsOf("block"); n != 0 {
+		t.Errorf("the upstream got the call %d times with its deadline spent", n)
+	}
+	env.slow.Store(0)
+	close(env.pay.release)
+	released = true
+	got, err := c.Charge(keyed("spent"), &testpb.ChargeRequest{Account: "block"})
+	if err != nil {
+		t.Fatalf("the retry: %v (%s); want it run, the key released unsent", err, reasonOf(err))
+	}
+	if n := env.pay.runsOf("block"); got.GetRun() != 1 || n != 1 {
+		t.Errorf("the retry ran as run %d, %d runs in all; want one", got.GetRun(), n)
+	}
+}
+
+// TestGRPCTimeoutClockGoneBack: a proxy's clock that goes back while the
+// key is reserved (here two minutes) gives the upstream no more than the
+// caller's grpc-timeout.
+func TestGRPCTimeoutClockGoneBack(t *testing.T) {
+	t.Parallel()
+	env := startRPC(t, "")
+	env.slow.Store(int64(-2 * time.Minute))
+	c := env.grpcClient(t)
+	ctx, cancel := context.WithTimeout(keyed("back"), time.Minute)
+	defer cancel()
+	if _, err := c.Charge(ctx, &testpb.ChargeRequest{Account: "back"}); err != nil {
+		t.Fatal(err)
+	}
+	sent, _ := env.pay.timeout.Load().(string)
+	got, err := time.ParseDuration(strings.NewReplacer("H", "h", "M", "m", "S", "s", "m", "ms", "u", "us", "n", "ns").Replace(sent))
+	if err != nil {
+		t.Fatalf("the upstream's grpc-timeout %q: %v", sent, err)
+	}
+	if got <= 0 || got > time.Minute {
+		t.Errorf("the upstream got grpc-timeout %q (%v), want at most the caller's minute", sent, got)
+	}
+}

@@ -31,6 +31,9 @@ import (
 //
 //   - the upstream could not be reached, nothing sent: released,
 //     UNAVAILABLE (upstream_unreachable), retry as it is;
+//   - (before run, in spent) the caller's deadline ran out before the
+//     call was forwarded, nothing sent: released, DEADLINE_EXCEEDED
+//     (canceled);
 //   - sent, then the call failed (a reset stream, a GOAWAY, a lost
 //     connection, an answer cut short before its grpc-status): the
 //     outcome is unknown, the key goes to review (or is released by the
