@@ -63,12 +63,14 @@ func TestCeilingScript(t *testing.T) {
 		`(?m)^round 1 idem: \d+ pairs/s, HOT settles \d+%, PostgreSQL \d+ cpu-µs/pair, idle \d+%$`,
 		`(?m)^round 1 min: \d+ pairs/s, HOT settles \d+%, PostgreSQL \d+ cpu-µs/pair, idle \d+%$`,
 		`(?m)^round 1 hot: \d+ pairs/s, HOT settles \d+%, PostgreSQL \d+ cpu-µs/pair, idle \d+%$`,
-		`(?m)^round 1 idem-18: \d+ pairs/s, HOT settles \d+%, PostgreSQL \d+ cpu-µs/pair, idle \d+%$`,
-		`(?m)^round 1 store batch=on c=50: [\d.]+ pairs/s \([\d.]+ calls per batch\), PostgreSQL \d+ cpu-µs/pair`,
+		`(?m)^round 1 idem-16: \d+ pairs/s, HOT settles \d+%, PostgreSQL \d+ cpu-µs/pair, idle \d+%$`,
+		`(?m)^round 1 mixed-16: \d+ pairs/s, HOT settles \d+%, PostgreSQL \d+ cpu-µs/pair, idle \d+%$`,
+		`(?m)^round 1 store batch=on c=50: [\d.]+ pairs/s \([\d.]+ calls per batch\), PostgreSQL \d+ cpu-µs/pair, idle \d+% \(its set-up, \d+ ms of PostgreSQL CPU twice, taken out\)$`,
 		`(?m)^round 1 store / idem: pairs/s [\d.]+, PostgreSQL CPU per pair [\d.]+$`,
 		`(?m)^round 1 store / min: pairs/s [\d.]+, PostgreSQL CPU per pair [\d.]+$`,
 		`(?m)^round 1 store / hot: pairs/s [\d.]+, PostgreSQL CPU per pair [\d.]+$`,
-		`(?m)^round 1 store / idem-18: pairs/s [\d.]+, PostgreSQL CPU per pair [\d.]+$`,
+		`(?m)^round 1 store / idem-16: pairs/s [\d.]+, PostgreSQL CPU per pair [\d.]+$`,
+		`(?m)^round 1 store / mixed-16: pairs/s [\d.]+, PostgreSQL CPU per pair [\d.]+$`,
 	}
 	if statements {
 		want = append(want, `(?m)^ +\d+ \| +32\.0 \| .*INSERT INTO ceil_idem\.idem_records`,

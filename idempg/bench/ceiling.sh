@@ -19,10 +19,19 @@
 #                 recovery would need to find expired leases without those
 #                 indexes
 #      with the share of settle UPDATEs that were HOT (n_tup_hot_upd),
-#      and idem's schema again in batches of the store's size (idem-18);
+#      and idem's schema again in batches of the store's size (idem-16),
+#      and in the store's own transactions (mixed-16): each transaction
+#      of a connection inserts a batch's rows and settles the rows its
+#      previous transaction inserted, then commits once, as a batch of
+#      the store carries the reserves of some calls and the completions
+#      of others;
 #   2. the store, BenchmarkReserveComplete/batch=on/c=50 (idempg/bench_test.go),
 #      right after, and its ratio to each line: pairs/s, and PostgreSQL's
-#      CPU per pair (the store's over the line's).
+#      CPU per pair (the store's over the line's). The benchmark makes and
+#      drops its schema twice (Go runs a benchmark once with b.N = 1
+#      before the measured run): what that costs PostgreSQL, measured
+#      before the rounds (the median of three runs of one pair), is taken
+#      out of the store's CPU.
 #
 # Every line writes the same number of pairs (PAIRS) into empty tables (the
 # store's benchmark makes a schema of its own, the pgbench lines' tables
@@ -57,7 +66,9 @@
 # PAIRS (40000: the pairs each line writes; a count, so that the store's
 # CPU per pair counts one run of the benchmark, not its ramp-up too),
 # WARMUP (2: seconds of pgbench on each schema before the rounds; 0 for
-# none), STORE_ROWS (18: the batch of the idem-18 line), ROUNDS (1),
+# none), STORE_ROWS (16: the rows a statement of the idem-N and mixed-N
+# lines), ROUNDS (1), PROTOCOL (simple: pgbench's -M; prepared sends
+# the statements as the store does, parsed and planned once),
 # STORE_TEST (a compiled idempg test binary, from `go test -c ./idempg/`,
 # built when unset), STATEMENTS (0).
 #
@@ -71,7 +82,7 @@ cd "$(dirname "$0")/../.."
 . scripts/benchlib.sh
 url=${IDEM_TEST_POSTGRES_URL:?run: eval "\$(scripts/services.sh)"}
 clients=${CLIENTS:-8}; batch=${BATCH:-32}; pairs_per_line=${PAIRS:-40000}; rounds=${ROUNDS:-1}
-warmup=${WARMUP:-2}; statements=${STATEMENTS:-0}
+warmup=${WARMUP:-2}; statements=${STATEMENTS:-0}; protocol=${PROTOCOL:-simple}
 if [ "$statements" = 1 ]; then
 	case ",$(psql -X -At "$url" -c 'SHOW shared_preload_libraries' | tr -d ' ')," in
 	*,pg_stat_statements,*) psql -X -q "$url" -v ON_ERROR_STOP=1 -c 'CREATE EXTENSION IF NOT EXISTS pg_stat_statements' >/dev/null ;;
@@ -148,15 +159,45 @@ CREATE TABLE ceil_hot.idem_pending (scope text COLLATE "C" NOT NULL, operation t
 SQL
 # The lines: a name, its schema, its batch size. idem-N is idem's schema
 # in batches of the store's size: at 50 callers a batch of the store
-# carries about 36 calls, so each of its two statements about 18 rows
-# (STORE_ROWS), and what a statement and a commit cost is shared by that
-# many pairs, not 32.
-store_rows=${STORE_ROWS:-18}
-lines=(idem min hot "idem-$store_rows")
-declare -A line_schema=([idem]=ceil_idem [min]=ceil_min [hot]=ceil_hot ["idem-$store_rows"]=ceil_idem)
-declare -A line_batch=([idem]=$batch [min]=$batch [hot]=$batch ["idem-$store_rows"]=$store_rows)
+# carries 32-34 calls, so each of its two statements about 16 rows
+# (STORE_ROWS), and what a statement costs is shared by that many pairs,
+# not 32. mixed-N writes them in the store's transactions: one commit a
+# batch of N pairs, as the store's one commit a batch (idem and idem-N
+# commit twice a batch).
+store_rows=${STORE_ROWS:-16}
+mixed=mixed-$store_rows
+lines=(idem min hot "idem-$store_rows" "$mixed")
+declare -A line_schema=([idem]=ceil_idem [min]=ceil_min [hot]=ceil_hot ["idem-$store_rows"]=ceil_idem [$mixed]=ceil_idem)
+declare -A line_batch=([idem]=$batch [min]=$batch [hot]=$batch ["idem-$store_rows"]=$store_rows [$mixed]=$store_rows)
 for line in "${lines[@]}"; do
 	s=${line_schema[$line]} b=${line_batch[$line]}
+	if [ "$line" = "$mixed" ]; then
+		# pgbench keeps a client's variables from one run of the script to
+		# the next: prev is the batch the client's previous transaction
+		# inserted (0, no rows, before its first; -D sets it).
+		cat >"$tmp/$line.sql" <<SQL
+\\set n random(1, 1000000000000)
+BEGIN;
+INSERT INTO $s.idem_records (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
+SELECT 'bench', 'POST /orders', k, 'fp', 'pending', 'tok-' || k, statement_timestamp() + interval '30 seconds',
+    statement_timestamp(), statement_timestamp(), NULL
+FROM generate_series(1, $b) g, left(md5(:n || '-' || g), 26) k
+ON CONFLICT (scope, operation, key) DO NOTHING;
+UPDATE $s.idem_records r
+   SET state = 'completed', expires_at = statement_timestamp() + interval '24 hours', updated_at = statement_timestamp(),
+       response = '\\x01c9010000207b226964223a226f72645f313233222c22737461747573223a2270616964227d'::bytea
+  FROM generate_series(1, $b) g, left(md5(:prev || '-' || g), 26) k
+ WHERE r.scope = 'bench' AND r.operation = 'POST /orders' AND r.key = k
+   AND r.state = 'pending' AND r.token = 'tok-' || k;
+COMMIT;
+\\set prev :n
+SQL
+		if [ "$warmup" != 0 ]; then
+			pgbench -n -M "$protocol" -D prev=0 -c "$clients" -j 2 -T "$warmup" -f "$tmp/$line.sql" "$url" >/dev/null 2>&1
+		fi
+		psql -X -q "$url" -c "ANALYZE $s.idem_records" >/dev/null
+		continue
+	fi
 	ins="" del=""
 	if [ "$s" = ceil_hot ]; then
 		ins="INSERT INTO $s.idem_pending SELECT 'bench', 'POST /orders', left(md5(:n || '-' || g), 26), statement_timestamp() + interval '30 seconds' FROM generate_series(1, $b) g ON CONFLICT DO NOTHING;"
@@ -188,7 +229,7 @@ $del
 COMMIT;
 SQL
 	if [ "$warmup" != 0 ]; then
-		pgbench -n -c "$clients" -j 2 -T "$warmup" -f "$tmp/$line.sql" "$url" >/dev/null 2>&1
+		pgbench -n -M "$protocol" -c "$clients" -j 2 -T "$warmup" -f "$tmp/$line.sql" "$url" >/dev/null 2>&1
 	fi
 	psql -X -q "$url" -c "ANALYZE $s.idem_records" >/dev/null
 done
@@ -197,7 +238,15 @@ if [ -z "$store_test" ]; then
 	store_test=$tmp/idempg.test
 	go test -c -o "$store_test" ./idempg/ >/dev/null
 fi
-echo "# PostgreSQL $(psql -X -At "$url" -c 'SHOW server_version'); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); pgbench $clients clients x $batch-row batches (idem-$store_rows: $store_rows-row); $pairs_per_line pairs a line (pgbench: rounded up to whole batches)"
+# setup_ticks is what one run of the store's benchmark on one pair costs
+# PostgreSQL (making and dropping its schema): the mean of five, each
+# counted to the tick.
+setup_ticks=$(for i in 1 2 3 4 5; do
+	pgcpu_start
+	"$store_test" -test.run '^$' -test.bench 'BenchmarkReserveComplete/batch=on/c=50$' -test.benchtime 1x >/dev/null
+	pgcpu_stop
+done | awk '{ s += $1 } END { printf "%.1f", s / NR }')
+echo "# PostgreSQL $(psql -X -At "$url" -c 'SHOW server_version'); $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); pgbench $clients clients x $batch-row batches (idem-$store_rows, $mixed: $store_rows-row), pgbench -M $protocol; $pairs_per_line pairs a line (pgbench: rounded up to whole batches)"
 for round in $(seq "$rounds"); do
 	declare -A pairs=() cpu=()
 	for line in "${lines[@]}"; do
@@ -208,13 +257,28 @@ for round in $(seq "$rounds"); do
 		reset_statements
 		t0=0 c0=$(cpustat)
 		pgcpu_start
-		out=$(pgbench -n -c "$clients" -j 2 -t $(((pairs_per_line + clients * b - 1) / (clients * b))) -f "$tmp/$line.sql" "$url" 2>&1)
+		# A line's transactions: one batch of pairs each (two a batch but
+		# idem's and idem-N's scripts count them as one); mixed-N's first
+		# transaction of each client settles nothing, and its last leaves
+		# its batch pending, so it runs one more a client and counts one
+		# fewer.
+		txs=$(((pairs_per_line + clients * b - 1) / (clients * b))) extra=() spare=0
+		[ "$line" = "$mixed" ] && txs=$((txs + 1)) extra=(-D prev=0) spare=$clients
+		out=$(pgbench -n -M "$protocol" "${extra[@]}" -c "$clients" -j 2 -t "$txs" -f "$tmp/$line.sql" "$url" 2>&1)
 		t1=$(pgcpu_stop) c1=$(cpustat)
 		tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out")
-		done_pairs=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+		done_tx=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' <<<"$out")
+		done_pairs=$((done_tx - spare))
 		stats_settled
+		# Every pair counted must have been settled: a script whose settle
+		# matched no row would measure half the work.
+		settled=$(psql -X -At "$url" -c "SELECT count(*) FROM $s.idem_records WHERE state = 'completed'")
+		if [ "$settled" -lt $((done_pairs * b)) ]; then
+			echo "ceiling.sh: round $round $line settled $settled rows of the $((done_pairs * b)) it counts" >&2
+			exit 1
+		fi
 		after=$(psql -X -At "$url" -c "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE schemaname = '$s' AND relname = 'idem_records'")
-		pairs[$line]=$(awk -v t="$tps" -v b="$b" 'BEGIN { printf "%.0f", t * b }')
+		pairs[$line]=$(awk -v t="$tps" -v b="$b" -v d="$done_tx" -v p="$done_pairs" 'BEGIN { printf "%.0f", (d > 0 ? t * b * p / d : 0) }')
 		cpu[$line]=$(per $((done_pairs * b)) "$t0" "$t1")
 		hot=$(awk -F'|' -v b="$before" -v a="$after" 'BEGIN { split(b, x, "|"); split(a, y, "|"); u = y[1] - x[1]; h = y[2] - x[2]; printf "%.0f%%", (u > 0 ? 100 * h / u : 0) }')
 		echo "round $round $line: ${pairs[$line]} pairs/s, HOT settles $hot, $(usage $((done_pairs * b)) "$t0" "$t1" "$c0" "$c1")"
@@ -224,11 +288,11 @@ for round in $(seq "$rounds"); do
 	t0=0 c0=$(cpustat)
 	pgcpu_start
 	out=$("$store_test" -test.run '^$' -test.bench 'BenchmarkReserveComplete/batch=on/c=50$' -test.benchtime "${pairs_per_line}x")
-	t1=$(pgcpu_stop) c1=$(cpustat)
+	t1=$(awk -v t="$(pgcpu_stop)" -v s="$setup_ticks" 'BEGIN { print t - 2 * s }') c1=$(cpustat)
 	store=$(metric "$out" "ReserveComplete/batch=on/c=50" pairs/s)
 	calls=$(metric "$out" "ReserveComplete/batch=on/c=50" calls/batch)
 	n=$(awk -v o="$out" 'BEGIN { split(o, l, "\n"); for (i in l) if (l[i] ~ /ReserveComplete\/batch=on\/c=50/) { split(l[i], f, " "); print f[2] } }')
-	echo "round $round store batch=on c=50: ${store:-?} pairs/s (${calls:-?} calls per batch), $(usage "${n:-0}" "$t0" "$t1" "$c0" "$c1") (the test's set-up included)"
+	echo "round $round store batch=on c=50: ${store:-?} pairs/s (${calls:-?} calls per batch), $(usage "${n:-0}" "$t0" "$t1" "$c0" "$c1") (its set-up, $(awk -v s="$setup_ticks" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", s * 1000 / hz }') ms of PostgreSQL CPU twice, taken out)"
 	statements "${n:-0}"
 	for line in "${lines[@]}"; do
 		awk -v a="$store" -v b="${pairs[$line]}" -v c="$(per "${n:-0}" "$t0" "$t1")" -v d="${cpu[$line]}" -v s="$line" -v r="$round" 'BEGIN {
