@@ -15,7 +15,9 @@
 # default) or wrk (the Debian package, installed when missing, with
 # scripts/wrk-idempotency.lua: a fresh Idempotency-Key per POST).
 # MODES picks the servers (default: bare memory sqlite fiber
-# fiber-idempotency). READ_BODY=1 makes the handler read the request
+# fiber-idempotency; also floor: benchserver's measuring stick, the least
+# an idempotency middleware must do for a fresh key, see
+# internal/tools/benchserver/floor.go). READ_BODY=1 makes the handler read the request
 # body in every mode, as an API that decodes it does. Every run also prints
 # the server's CPU time per request (user + system, from /proc/PID/stat),
 # which the load of other processes on a shared machine changes far less
@@ -54,7 +56,7 @@ load() {
   fi
 }
 port=18080
-mem_ratios=() sql_ratios=() fiber_ratios=() mem_cpu=() fiber_cpu=()
+mem_ratios=() sql_ratios=() fiber_ratios=() floor_ratios=() mem_cpu=() fiber_cpu=() floor_cpu=()
 # ticks PID prints the CPU ticks (user + system) PID has used.
 ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 # ratio NUM DEN prints NUM/DEN with two decimals, or - when either is missing.
@@ -83,10 +85,12 @@ for round in $(seq "$RUNS"); do
   mem_ratios+=("$(ratio "${rps[memory]:-}" "${rps[bare]:-}")")
   sql_ratios+=("$(ratio "${rps[sqlite]:-}" "${rps[bare]:-}")")
   fiber_ratios+=("$(ratio "${rps[fiber-idempotency]:-}" "${rps[fiber]:-}")")
+  floor_ratios+=("$(ratio "${rps[floor]:-}" "${rps[bare]:-}")")
   mem_cpu+=("$(ratio "${cpu[bare]:-}" "${cpu[memory]:-}")")
   fiber_cpu+=("$(ratio "${cpu[fiber]:-}" "${cpu[fiber-idempotency]:-}")")
-  echo "round $round: memory/bare = ${mem_ratios[-1]}, sqlite/bare = ${sql_ratios[-1]}, fiber-idempotency/fiber = ${fiber_ratios[-1]}; server CPU per request bare/memory = ${mem_cpu[-1]}, fiber/fiber-idempotency = ${fiber_cpu[-1]} (load $(cut -d' ' -f1-3 /proc/loadavg))"
+  floor_cpu+=("$(ratio "${cpu[bare]:-}" "${cpu[floor]:-}")")
+  echo "round $round: memory/bare = ${mem_ratios[-1]}, sqlite/bare = ${sql_ratios[-1]}, fiber-idempotency/fiber = ${fiber_ratios[-1]}, floor/bare = ${floor_ratios[-1]}; server CPU per request bare/memory = ${mem_cpu[-1]}, fiber/fiber-idempotency = ${fiber_cpu[-1]}, bare/floor = ${floor_cpu[-1]} (load $(cut -d' ' -f1-3 /proc/loadavg))"
 done
 median() { printf '%s\n' "$@" | grep -v '^-$' | sort -n | awk '{ a[NR] = $1 } END { if (NR == 0) print "-"; else print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-echo "median of $RUNS rounds: memory/bare = $(median "${mem_ratios[@]}"), sqlite/bare = $(median "${sql_ratios[@]}"), fiber-idempotency/fiber = $(median "${fiber_ratios[@]}")"
-echo "median of $RUNS rounds, server CPU per request: bare/memory = $(median "${mem_cpu[@]}"), fiber/fiber-idempotency = $(median "${fiber_cpu[@]}")"
+echo "median of $RUNS rounds: memory/bare = $(median "${mem_ratios[@]}"), sqlite/bare = $(median "${sql_ratios[@]}"), fiber-idempotency/fiber = $(median "${fiber_ratios[@]}"), floor/bare = $(median "${floor_ratios[@]}")"
+echo "median of $RUNS rounds, server CPU per request: bare/memory = $(median "${mem_cpu[@]}"), fiber/fiber-idempotency = $(median "${fiber_cpu[@]}"), bare/floor = $(median "${floor_cpu[@]}")"

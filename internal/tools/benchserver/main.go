@@ -1,7 +1,10 @@
 // Command benchserver serves a small JSON handler on loopback, bare or
 // behind idem's middleware, for the HTTP load runs in BENCHMARKS.md.
 //
-//	go run ./internal/tools/benchserver -addr 127.0.0.1:18080 -mode bare|memory|sqlite [-read-body]
+//	go run ./internal/tools/benchserver -addr 127.0.0.1:18080 -mode bare|memory|sqlite|floor [-read-body]
+//
+// floor is not idem: it is the least an idempotency middleware must do for
+// a fresh key (see floor.go), to measure idem's middleware against.
 package main
 
 import (
@@ -24,7 +27,7 @@ import (
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:18080", "listen address")
-	mode := flag.String("mode", "bare", "bare, memory or sqlite")
+	mode := flag.String("mode", "bare", "bare, memory, sqlite or floor")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile here until SIGINT")
 	retention := flag.Duration("retention", 24*time.Hour, "how long completed keys are kept")
 	readBody := flag.Bool("read-body", false, "the handler reads the request body, as an API that decodes it does (net/http then watches the connection while it runs: a goroutine per request)")
@@ -56,7 +59,9 @@ func main() {
 		_, _ = w.Write([]byte(`{"id":"pay_1","amount":1000,"currency":"usd"}`))
 	})
 	var h http.Handler = handler
-	if *mode != "bare" {
+	if *mode == "floor" {
+		h = newFloor(handler)
+	} else if *mode != "bare" {
 		var store idemstore.Store
 		switch *mode {
 		case "memory":
