@@ -65,7 +65,12 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 		b     pgx.Batch
 		steps [][]*groupcommit.Op // what each queued statement is for, in order
 	)
-	b.Queue("BEGIN")
+	// READ COMMITTED whatever the database's default: the waiter checks
+	// (idem_awaited, idem_wake) need a fresh snapshot after the rows are
+	// locked, which REPEATABLE READ and SERIALIZABLE would not give them,
+	// and at SERIALIZABLE a waiter that subscribed meanwhile would fail
+	// the whole batch (TestBatchManyWaiterSubscribedWhileCompleting).
+	b.Queue(beginReadCommitted)
 	for _, round := range groupcommit.Rounds(ops) {
 		var reserves, others, completes []*groupcommit.Op
 		for _, op := range round {
@@ -133,6 +138,9 @@ func (s *Store) runBatch(ctx context.Context, ops []*groupcommit.Op) error {
 	}
 	return nil
 }
+
+// beginReadCommitted opens a batch's transaction, and a lone reserve's.
+const beginReadCommitted = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 // The states of Store.awaited.
 const (

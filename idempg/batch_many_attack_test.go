@@ -2,6 +2,7 @@ package idempg_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -486,11 +487,41 @@ func TestBatchManyPoisonRunsAlone(t *testing.T) {
 // finds the conflict but the statement's snapshot, older than that commit,
 // cannot read the record. The Reserve must not say created, and must come
 // back with the other's record after its retry; the other Reserve of the
-// batch is created.
+// batch is created. The same where the database's default isolation is
+// REPEATABLE READ or SERIALIZABLE.
 func TestBatchManyConflictAfterSnapshot(t *testing.T) {
 	t.Parallel()
-	pool := testPool(t, "")
-	s, schema := newStoreIn(t, pool, idempg.Config{})
+	for _, isolation := range []string{"", "repeatable read", "serializable"} {
+		t.Run("default="+cmp.Or(isolation, "read committed"), func(t *testing.T) {
+			t.Parallel()
+			testConflictAfterSnapshot(t, testPool(t, isolation), idempg.Config{})
+		})
+	}
+}
+
+// TestReserveAloneConflictAfterSnapshot is TestBatchManyConflictAfterSnapshot
+// for a Reserve without batching, one key.
+func TestReserveAloneConflictAfterSnapshot(t *testing.T) {
+	t.Parallel()
+	for _, isolation := range []string{"", "repeatable read", "serializable"} {
+		t.Run("default="+cmp.Or(isolation, "read committed"), func(t *testing.T) {
+			t.Parallel()
+			pool := testPool(t, isolation)
+			s, schema := newStoreIn(t, pool, idempg.Config{DisableBatch: true})
+			late := batchtest.Key("late")
+			pid, end := holdInsert(t, pool, schema, late, "theirs")
+			result := make(chan batchtest.Result, 1)
+			go func() { result <- batchtest.Reserve(t.Context(), s, late, "mine", time.Minute)() }()
+			blockedBy(t, pool, pid, nil)
+			end(true)
+			got := <-result
+			wantRecord(t, "Reserve of a key committed meanwhile", got, late, idemstore.StatePending, "theirs")
+		})
+	}
+}
+
+func testConflictAfterSnapshot(t *testing.T, pool *pgxpool.Pool, cfg idempg.Config) {
+	s, schema := newStoreIn(t, pool, cfg)
 	ctx := t.Context()
 	late := batchtest.Key("late")
 	pid, end := holdInsert(t, pool, schema, late, "theirs")
@@ -672,10 +703,21 @@ SELECT 'tenant', 'POST /charges', 'k' || g, 'fp', CASE WHEN g % 2 = 0 THEN 'pend
 // row. The statement must still see the waiter, as idem_awaited's and
 // idem_wake's fresh snapshots do, and announce b; its own snapshot would
 // miss the waiter. The schema has migration 006: the statement checks for
-// waiters once, after its update.
+// waiters once, after its update. The same holds where the database's
+// default isolation is REPEATABLE READ or SERIALIZABLE, under which every
+// statement of a transaction reads one snapshot: a batch is READ
+// COMMITTED whatever the default.
 func TestBatchManyWaiterSubscribedWhileCompleting(t *testing.T) {
 	t.Parallel()
-	pool := testPool(t, "")
+	for _, isolation := range []string{"", "repeatable read", "serializable"} {
+		t.Run("default="+cmp.Or(isolation, "read committed"), func(t *testing.T) {
+			t.Parallel()
+			testWaiterSubscribedWhileCompleting(t, testPool(t, isolation))
+		})
+	}
+}
+
+func testWaiterSubscribedWhileCompleting(t *testing.T, pool *pgxpool.Pool) {
 	s, schema := newStoreIn(t, pool, idempg.Config{})
 	ctx := t.Context()
 	a, b, c := reserveKey(t, s, "a"), reserveKey(t, s, "b"), reserveKey(t, s, "c")

@@ -79,6 +79,11 @@
 // record settled. A CompleteTx at REPEATABLE READ or SERIALIZABLE cannot see
 // a waiter that subscribed after its snapshot, so it always notifies.
 //
+// A batch runs at READ COMMITTED whatever the database's default
+// (default_transaction_isolation), so that these checks see such a waiter
+// there too; at SERIALIZABLE a waiter that subscribed while a batch ran
+// would otherwise fail the whole batch with a serialization error.
+//
 // A batch completes a round's records in one statement. On a schema with
 // migration 006 that statement first asks, once, whether any key is
 // awaited at all (the schema's idem_awaited function, VOLATILE too, called

@@ -56,7 +56,8 @@ func (s *Store) reserveOnce(ctx context.Context, p idemstore.ReserveParams) (*id
 	defer conn.Release() // destroys a connection left in a transaction
 	k := p.Key
 	var b pgx.Batch
-	b.Queue("BEGIN")
+	// READ COMMITTED whatever the database's default, as a batch.
+	b.Queue(beginReadCommitted)
 	b.Queue(s.q.reserve, k.Scope, k.Operation, k.Key, p.Fingerprint, p.Token, p.Lease, idemstore.EncodeRequest(p.Request),
 		p.ScopeLabel, idemstore.ScopeLabelIndex(p.ScopeLabel))
 	br := conn.SendBatch(ctx, &b)
