@@ -169,67 +169,69 @@ mixed=mixed-$store_rows
 lines=(idem min hot "idem-$store_rows" "$mixed")
 declare -A line_schema=([idem]=ceil_idem [min]=ceil_min [hot]=ceil_hot ["idem-$store_rows"]=ceil_idem [$mixed]=ceil_idem)
 declare -A line_batch=([idem]=$batch [min]=$batch [hot]=$batch ["idem-$store_rows"]=$store_rows [$mixed]=$store_rows)
+# insert_sql S B prints the reserve of batch n's B rows into schema S, and
+# settle_sql S B V the settle of batch V's rows. Row g of batch n has the
+# key left(md5(n-g), 26): random, as the store's benchmark's keys (26 bytes
+# of crypto/rand's rand.Text), yet the same in both statements. The answer
+# is the store's encoding of storebench.Response (TestCeilingScript checks
+# it).
+insert_sql() {
+	cat <<SQL
+INSERT INTO $1.idem_records (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
+SELECT 'bench', 'POST /orders', k, 'fp', 'pending', 'tok-' || k, statement_timestamp() + interval '30 seconds',
+    statement_timestamp(), statement_timestamp(), NULL
+FROM generate_series(1, $2) g, left(md5(:n || '-' || g), 26) k
+ON CONFLICT (scope, operation, key) DO NOTHING;
+SQL
+}
+settle_sql() {
+	cat <<SQL
+UPDATE $1.idem_records r
+   SET state = 'completed', expires_at = statement_timestamp() + interval '24 hours', updated_at = statement_timestamp(),
+       response = '\\x01c9010000207b226964223a226f72645f313233222c22737461747573223a2270616964227d'::bytea
+  FROM generate_series(1, $2) g, left(md5(:$3 || '-' || g), 26) k
+ WHERE r.scope = 'bench' AND r.operation = 'POST /orders' AND r.key = k
+   AND r.state = 'pending' AND r.token = 'tok-' || k;
+SQL
+}
 for line in "${lines[@]}"; do
-	s=${line_schema[$line]} b=${line_batch[$line]}
+	s=${line_schema[$line]} b=${line_batch[$line]} extra=()
 	if [ "$line" = "$mixed" ]; then
-		# pgbench keeps a client's variables from one run of the script to
-		# the next: prev is the batch the client's previous transaction
-		# inserted (0, no rows, before its first; -D sets it).
-		cat >"$tmp/$line.sql" <<SQL
-\\set n random(1, 1000000000000)
-BEGIN;
-INSERT INTO $s.idem_records (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
-SELECT 'bench', 'POST /orders', k, 'fp', 'pending', 'tok-' || k, statement_timestamp() + interval '30 seconds',
-    statement_timestamp(), statement_timestamp(), NULL
-FROM generate_series(1, $b) g, left(md5(:n || '-' || g), 26) k
-ON CONFLICT (scope, operation, key) DO NOTHING;
-UPDATE $s.idem_records r
-   SET state = 'completed', expires_at = statement_timestamp() + interval '24 hours', updated_at = statement_timestamp(),
-       response = '\\x01c9010000207b226964223a226f72645f313233222c22737461747573223a2270616964227d'::bytea
-  FROM generate_series(1, $b) g, left(md5(:prev || '-' || g), 26) k
- WHERE r.scope = 'bench' AND r.operation = 'POST /orders' AND r.key = k
-   AND r.state = 'pending' AND r.token = 'tok-' || k;
-COMMIT;
-\\set prev :n
-SQL
-		if [ "$warmup" != 0 ]; then
-			pgbench -n -M "$protocol" -D prev=0 -c "$clients" -j 2 -T "$warmup" -f "$tmp/$line.sql" "$url" >/dev/null 2>&1
+		# One transaction: this batch's reserves and the settles of the
+		# batch the client's previous transaction inserted. pgbench keeps a
+		# client's variables from one run of the script to the next: prev
+		# is that batch (0, no rows, before the first; -D sets it).
+		extra=(-D prev=0)
+		{
+			echo '\set n random(1, 1000000000000)'
+			echo 'BEGIN;'
+			insert_sql "$s" "$b"
+			settle_sql "$s" "$b" prev
+			echo 'COMMIT;'
+			echo '\set prev :n'
+		} >"$tmp/$line.sql"
+	else
+		# The two transactions of a batch, with the side table's writes for
+		# hot.
+		ins="" del=""
+		if [ "$s" = ceil_hot ]; then
+			ins="INSERT INTO $s.idem_pending SELECT 'bench', 'POST /orders', left(md5(:n || '-' || g), 26), statement_timestamp() + interval '30 seconds' FROM generate_series(1, $b) g ON CONFLICT DO NOTHING;"
+			del="DELETE FROM $s.idem_pending p USING generate_series(1, $b) g WHERE p.scope = 'bench' AND p.operation = 'POST /orders' AND p.key = left(md5(:n || '-' || g), 26);"
 		fi
-		psql -X -q "$url" -c "ANALYZE $s.idem_records" >/dev/null
-		continue
+		{
+			echo '\set n random(1, 1000000000000)'
+			echo 'BEGIN;'
+			insert_sql "$s" "$b"
+			echo "$ins"
+			echo 'COMMIT;'
+			echo 'BEGIN;'
+			settle_sql "$s" "$b" n
+			echo "$del"
+			echo 'COMMIT;'
+		} >"$tmp/$line.sql"
 	fi
-	ins="" del=""
-	if [ "$s" = ceil_hot ]; then
-		ins="INSERT INTO $s.idem_pending SELECT 'bench', 'POST /orders', left(md5(:n || '-' || g), 26), statement_timestamp() + interval '30 seconds' FROM generate_series(1, $b) g ON CONFLICT DO NOTHING;"
-		del="DELETE FROM $s.idem_pending p USING generate_series(1, $b) g WHERE p.scope = 'bench' AND p.operation = 'POST /orders' AND p.key = left(md5(:n || '-' || g), 26);"
-	fi
-	# The two transactions of a batch, with the side table's writes for hot.
-	# Row g of batch n has the key left(md5(n-g), 26): random, as the
-	# store's benchmark's keys (26 bytes of crypto/rand's rand.Text), yet
-	# the same in both transactions. The answer is the store's encoding of
-	# storebench.Response (TestCeilingScript checks it).
-	cat >"$tmp/$line.sql" <<SQL
-\\set n random(1, 1000000000000)
-BEGIN;
-INSERT INTO $s.idem_records (scope, operation, key, fingerprint, state, token, lease_until, created_at, updated_at, request)
-SELECT 'bench', 'POST /orders', k, 'fp', 'pending', 'tok-' || k, statement_timestamp() + interval '30 seconds',
-    statement_timestamp(), statement_timestamp(), NULL
-FROM generate_series(1, $b) g, left(md5(:n || '-' || g), 26) k
-ON CONFLICT (scope, operation, key) DO NOTHING;
-$ins
-COMMIT;
-BEGIN;
-UPDATE $s.idem_records r
-   SET state = 'completed', expires_at = statement_timestamp() + interval '24 hours', updated_at = statement_timestamp(),
-       response = '\\x01c9010000207b226964223a226f72645f313233222c22737461747573223a2270616964227d'::bytea
-  FROM generate_series(1, $b) g, left(md5(:n || '-' || g), 26) k
- WHERE r.scope = 'bench' AND r.operation = 'POST /orders' AND r.key = k
-   AND r.state = 'pending' AND r.token = 'tok-' || k;
-$del
-COMMIT;
-SQL
 	if [ "$warmup" != 0 ]; then
-		pgbench -n -M "$protocol" -c "$clients" -j 2 -T "$warmup" -f "$tmp/$line.sql" "$url" >/dev/null 2>&1
+		pgbench -n -M "$protocol" "${extra[@]}" -c "$clients" -j 2 -T "$warmup" -f "$tmp/$line.sql" "$url" >/dev/null 2>&1
 	fi
 	psql -X -q "$url" -c "ANALYZE $s.idem_records" >/dev/null
 done
