@@ -10,7 +10,39 @@ import (
 
 	"github.com/idem-dev/idem/idempg"
 	"github.com/idem-dev/idem/idemstore"
+	"github.com/idem-dev/idem/idemstore/idemstoretest"
 )
+
+// TestConformanceAtStricterDefaults runs the store conformance suite with
+// every session of the pool defaulting to REPEATABLE READ and to
+// SERIALIZABLE: the store's own transactions must not depend on the
+// database's default_transaction_isolation.
+func TestConformanceAtStricterDefaults(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"repeatable read", "serializable"} {
+		t.Run(level, func(t *testing.T) {
+			t.Parallel()
+			pool := testPool(t, level)
+			for _, mode := range batchModes {
+				t.Run(mode.name, func(t *testing.T) {
+					t.Parallel()
+					idemstoretest.Exercise(t, idemstoretest.Harness{
+						New: func(t *testing.T) idemstore.Store { return newStore(t, pool, mode.cfg) },
+						Unavailable: func(t *testing.T) idemstore.Store {
+							s, err := idempg.New(closedPortPool(t), mode.cfg)
+							if err != nil {
+								t.Fatal(err)
+							}
+							t.Cleanup(func() { _ = s.Close() })
+							return s
+						},
+						Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, pool, mode.cfg) },
+					})
+				})
+			}
+		})
+	}
+}
 
 // TestSettleAloneWaiterSubscribedAtStricterDefaults is
 // TestNotifyWaiterSubscribedWhileCompleting for every settling call of a
