@@ -28,7 +28,7 @@ func (s *Store) alone() groupcommit.Calls {
 	return groupcommit.Calls{
 		Reserve: s.reserveOnce,
 		Complete: func(ctx context.Context, p idemstore.CompleteParams) error {
-			return s.complete(ctx, s.pool, s.q.complete, p)
+			return s.complete(ctx, readCommitted{s}, s.q.complete, p)
 		},
 		Release:  s.release,
 		Escalate: s.escalate,

@@ -27,7 +27,7 @@ func (s *Store) Complete(ctx context.Context, p idemstore.CompleteParams) error 
 	if s.batch != nil && p.Response != nil {
 		return s.do(ctx, groupcommit.CompleteOp(p))
 	}
-	return s.complete(ctx, s.pool, s.q.complete, p)
+	return s.complete(ctx, readCommitted{s}, s.q.complete, p)
 }
 
 // CompleteTx stores the answer inside the caller's transaction tx, so that
@@ -121,10 +121,10 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 		if p.Response == nil {
 			return errors.New("idempg: resolve: ResolveComplete needs a Response")
 		}
-		err = s.fenced(ctx, s.pool, s.q.resolveComplete, k, k.Scope, k.Operation, k.Key,
+		err = s.fenced(ctx, readCommitted{s}, s.q.resolveComplete, k, k.Scope, k.Operation, k.Key,
 			idemstore.EncodeResponse(p.Response), p.Retention, p.Reason, p.Token)
 	case idemstore.ResolveRelease:
-		err = s.fenced(ctx, s.pool, s.q.resolveRelease, k, k.Scope, k.Operation, k.Key, p.Token)
+		err = s.fenced(ctx, readCommitted{s}, s.q.resolveRelease, k, k.Scope, k.Operation, k.Key, p.Token)
 	default:
 		return errors.New("idempg: resolve: unknown action")
 	}
@@ -142,7 +142,7 @@ func (s *Store) Resolve(ctx context.Context, p idemstore.ResolveParams) error {
 func (s *Store) Delete(ctx context.Context, p idemstore.DeleteParams) error {
 	k := p.Key
 	var n int
-	if err := s.pool.QueryRow(ctx, s.q.deleteCompleted, k.Scope, k.Operation, k.Key, p.Token).Scan(&n); err != nil {
+	if err := (readCommitted{s}).QueryRow(ctx, s.q.deleteCompleted, k.Scope, k.Operation, k.Key, p.Token).Scan(&n); err != nil {
 		return interpretError(ctx, err)
 	}
 	if n == 1 {

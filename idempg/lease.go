@@ -28,7 +28,7 @@ func (s *Store) Release(ctx context.Context, p idemstore.ReleaseParams) error {
 
 func (s *Store) release(ctx context.Context, p idemstore.ReleaseParams) error {
 	k := p.Key
-	return s.fenced(ctx, s.pool, s.q.release, k, k.Scope, k.Operation, k.Key, p.Token)
+	return s.fenced(ctx, readCommitted{s}, s.q.release, k, k.Scope, k.Operation, k.Key, p.Token)
 }
 
 // Escalate moves a pending record to needs_review with p.Reason, fenced by
@@ -47,7 +47,7 @@ func (s *Store) Escalate(ctx context.Context, p idemstore.EscalateParams) error 
 
 func (s *Store) escalate(ctx context.Context, p idemstore.EscalateParams) error {
 	k := p.Key
-	return s.fenced(ctx, s.pool, s.q.escalate, k, k.Scope, k.Operation, k.Key, p.Token, p.Reason)
+	return s.fenced(ctx, readCommitted{s}, s.q.escalate, k, k.Scope, k.Operation, k.Key, p.Token, p.Reason)
 }
 
 // Extend moves the lease deadline of a pending record to the server's now
@@ -63,7 +63,7 @@ func (s *Store) Extend(ctx context.Context, p idemstore.ExtendParams) error {
 
 func (s *Store) extend(ctx context.Context, p idemstore.ExtendParams) error {
 	k := p.Key
-	tag, err := s.pool.Exec(ctx, s.q.extend, k.Scope, k.Operation, k.Key, p.Token, p.Lease)
+	tag, err := readCommitted{s}.Exec(ctx, s.q.extend, k.Scope, k.Operation, k.Key, p.Token, p.Lease)
 	if err != nil {
 		return interpretError(ctx, err)
 	}

@@ -190,7 +190,7 @@ func (s *Store) Purge(ctx context.Context, p idemstore.PurgeParams) (int, error)
 	p = p.Normalize()
 	return idemstore.PurgeBatches(ctx, p, func() (int, error) {
 		var n int
-		if err := s.pool.QueryRow(ctx, s.q.purge, p.BatchSize).Scan(&n); err != nil {
+		if err := (readCommitted{s}).QueryRow(ctx, s.q.purge, p.BatchSize).Scan(&n); err != nil {
 			return 0, interpretError(ctx, err)
 		}
 		return n, nil

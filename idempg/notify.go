@@ -56,7 +56,7 @@ func (s *Store) Subscribe(ctx context.Context, key idemstore.Key) (<-chan struct
 		return nil, nil, err
 	}
 	var pending int
-	if err := s.pool.QueryRow(ctx, s.q.markWaiting, key.Scope, key.Operation, key.Key).Scan(&pending); err != nil {
+	if err := (readCommitted{s}).QueryRow(ctx, s.q.markWaiting, key.Scope, key.Operation, key.Key).Scan(&pending); err != nil {
 		cancel()
 		return nil, nil, interpretError(ctx, err)
 	}

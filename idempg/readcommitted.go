@@ -1,0 +1,85 @@
+package idempg
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// readCommitted runs each statement the store makes alone (a lone
+// Complete, Release, Escalate, Extend, Resolve or Delete, Subscribe's
+// listing of a waiter, a Purge batch) in a READ COMMITTED transaction of its
+// own, whatever the database's default (default_transaction_isolation):
+// BEGIN, the statement and COMMIT go in one pipeline, one round trip, as
+// the implicit transaction of a plain statement did. At REPEATABLE READ
+// the waiter check (idem_wake) would read the statement's first snapshot
+// and miss a waiter that subscribed while the statement waited for the
+// record's row, so that waiter would never be woken; and a statement that
+// waited for a row another transaction changed would fail with a
+// serialization error where READ COMMITTED rechecks the row and answers
+// (ErrLeaseLost, not pending). At SERIALIZABLE, a waiter that subscribed
+// meanwhile, or any concurrent write near the rows read, fails the
+// statement.
+type readCommitted struct{ s *Store }
+
+func (d readCommitted) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return readCommittedRow{d.s, ctx, sql, args}
+}
+
+// Exec runs sql in its own READ COMMITTED transaction.
+func (d readCommitted) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	var tag pgconn.CommandTag
+	err := d.s.inReadCommitted(ctx, sql, args, func(br pgx.BatchResults) error {
+		var err error
+		tag, err = br.Exec()
+		return err
+	})
+	return tag, err
+}
+
+type readCommittedRow struct {
+	s    *Store
+	ctx  context.Context
+	sql  string
+	args []any
+}
+
+func (r readCommittedRow) Scan(dest ...any) error {
+	return r.s.inReadCommitted(r.ctx, r.sql, r.args, func(br pgx.BatchResults) error {
+		return br.QueryRow().Scan(dest...)
+	})
+}
+
+// inReadCommitted sends BEGIN ISOLATION LEVEL READ COMMITTED, sql and
+// COMMIT as one pipeline, read reading sql's result. Errors are returned
+// as pgx gives them (pgx.ErrNoRows included), for the caller to interpret.
+func (s *Store) inReadCommitted(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release() // destroys a connection left in a transaction
+	var b pgx.Batch
+	b.Queue(beginReadCommitted)
+	b.Queue(sql, args...)
+	b.Queue("COMMIT")
+	br := conn.SendBatch(ctx, &b)
+	_, err = br.Exec() // BEGIN
+	if err == nil {
+		err = read(br)
+	}
+	if err == nil || errors.Is(err, pgx.ErrNoRows) {
+		if _, cerr := br.Exec(); cerr != nil { // COMMIT
+			err = cerr
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		s.rollback(ctx, conn)
+	}
+	return err
+}
