@@ -85,8 +85,10 @@
 // would otherwise fail the whole batch with a serialization error. So does
 // every statement the store makes alone (a lone Reserve, Complete,
 // Release, Escalate, Extend, Resolve or Delete, Subscribe's listing, a
-// Purge batch): BEGIN ISOLATION LEVEL READ COMMITTED, the statement and
-// COMMIT go in one round trip. Only CompleteTx runs at the caller's level.
+// Purge batch): on a connection whose default is not READ COMMITTED
+// (asked once per connection), BEGIN ISOLATION LEVEL READ COMMITTED, the
+// statement and COMMIT go in one round trip. Only CompleteTx runs at the
+// caller's level.
 //
 // A batch completes a round's records in one statement. On a schema with
 // migration 006 that statement first asks, once, whether any key is

@@ -6,14 +6,16 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // readCommitted runs each statement the store makes alone (a lone
 // Complete, Release, Escalate, Extend, Resolve or Delete, Subscribe's
 // listing of a waiter, a Purge batch) in a READ COMMITTED transaction of its
 // own, whatever the database's default (default_transaction_isolation):
-// BEGIN, the statement and COMMIT go in one pipeline, one round trip, as
-// the implicit transaction of a plain statement did. At REPEATABLE READ
+// where the connection's default is not READ COMMITTED, BEGIN, the
+// statement and COMMIT go in one pipeline, one round trip, as the implicit
+// transaction of a plain statement did (see inReadCommitted). At REPEATABLE READ
 // the waiter check (idem_wake) would read the statement's first snapshot
 // and miss a waiter that subscribed while the statement waited for the
 // record's row, so that waiter would never be woken; and a statement that
@@ -52,9 +54,13 @@ func (r readCommittedRow) Scan(dest ...any) error {
 	})
 }
 
-// inReadCommitted sends BEGIN ISOLATION LEVEL READ COMMITTED, sql and
-// COMMIT as one pipeline, read reading sql's result. Errors are returned
-// as pgx gives them (pgx.ErrNoRows included), for the caller to interpret.
+// inReadCommitted runs sql, read reading its result, at READ COMMITTED.
+// On a connection whose default is READ COMMITTED (PostgreSQL's, read once
+// per connection: readCommittedByDefault) it sends sql alone, an implicit
+// transaction of its own, as before there was a choice; elsewhere it sends
+// BEGIN ISOLATION LEVEL READ COMMITTED, sql and COMMIT as one pipeline.
+// Errors are returned as pgx gives them (pgx.ErrNoRows included), for the
+// caller to interpret.
 func (s *Store) inReadCommitted(ctx context.Context, sql string, args []any, read func(pgx.BatchResults) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -62,6 +68,15 @@ func (s *Store) inReadCommitted(ctx context.Context, sql string, args []any, rea
 	}
 	defer conn.Release() // destroys a connection left in a transaction
 	var b pgx.Batch
+	if readCommittedByDefault(ctx, conn) {
+		b.Queue(sql, args...)
+		br := conn.SendBatch(ctx, &b)
+		err = read(br)
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		return err
+	}
 	b.Queue(beginReadCommitted)
 	b.Queue(sql, args...)
 	b.Queue("COMMIT")
@@ -82,4 +97,28 @@ func (s *Store) inReadCommitted(ctx context.Context, sql string, args []any, rea
 		s.rollback(ctx, conn)
 	}
 	return err
+}
+
+// isolationKey is where a connection's CustomData keeps whether its
+// default_transaction_isolation is READ COMMITTED.
+const isolationKey = "idempg.readCommittedByDefault"
+
+// readCommittedByDefault reports whether conn's statements run at READ
+// COMMITTED unless told otherwise. It asks the server the first time a
+// connection is used for a lone statement and keeps the answer with the
+// connection (its default is fixed when it connects, unless someone runs
+// SET default_transaction_isolation on it). If the question fails it
+// answers false, which is always correct, only dearer, and asks again next
+// time.
+func readCommittedByDefault(ctx context.Context, conn *pgxpool.Conn) bool {
+	data := conn.Conn().PgConn().CustomData()
+	if rc, ok := data[isolationKey].(bool); ok {
+		return rc
+	}
+	var rc bool
+	if err := conn.QueryRow(ctx, "SELECT current_setting('default_transaction_isolation') = 'read committed'").Scan(&rc); err != nil {
+		return false
+	}
+	data[isolationKey] = rc
+	return rc
 }
