@@ -29,20 +29,25 @@ func TestConformance(t *testing.T) {
 	for _, mode := range batchModes {
 		t.Run(mode.name, func(t *testing.T) {
 			t.Parallel()
-			idemstoretest.Exercise(t, idemstoretest.Harness{
-				New: func(t *testing.T) idemstore.Store { return newStore(t, pool, mode.cfg) },
-				Unavailable: func(t *testing.T) idemstore.Store {
-					s, err := idempg.New(closedPortPool(t), mode.cfg)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { _ = s.Close() })
-					return s
-				},
-				Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, pool, mode.cfg) },
-			})
+			exercise(t, pool, mode.cfg)
 		})
 	}
+}
+
+// exercise runs the store conformance suite on stores of cfg in pool.
+func exercise(t *testing.T, pool *pgxpool.Pool, cfg idempg.Config) {
+	idemstoretest.Exercise(t, idemstoretest.Harness{
+		New: func(t *testing.T) idemstore.Store { return newStore(t, pool, cfg) },
+		Unavailable: func(t *testing.T) idemstore.Store {
+			s, err := idempg.New(closedPortPool(t), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = s.Close() })
+			return s
+		},
+		Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, pool, cfg) },
+	})
 }
 
 // txHarness runs the suite's business transactions on pool: a table of

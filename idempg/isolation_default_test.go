@@ -10,7 +10,6 @@ import (
 
 	"github.com/idem-dev/idem/idempg"
 	"github.com/idem-dev/idem/idemstore"
-	"github.com/idem-dev/idem/idemstore/idemstoretest"
 )
 
 // TestConformanceAtStricterDefaults runs the store conformance suite with
@@ -26,18 +25,7 @@ func TestConformanceAtStricterDefaults(t *testing.T) {
 			for _, mode := range batchModes {
 				t.Run(mode.name, func(t *testing.T) {
 					t.Parallel()
-					idemstoretest.Exercise(t, idemstoretest.Harness{
-						New: func(t *testing.T) idemstore.Store { return newStore(t, pool, mode.cfg) },
-						Unavailable: func(t *testing.T) idemstore.Store {
-							s, err := idempg.New(closedPortPool(t), mode.cfg)
-							if err != nil {
-								t.Fatal(err)
-							}
-							t.Cleanup(func() { _ = s.Close() })
-							return s
-						},
-						Tx: func(t *testing.T) idemstoretest.TxHarness { return txHarness(t, pool, mode.cfg) },
-					})
+					exercise(t, pool, mode.cfg)
 				})
 			}
 		})
