@@ -161,6 +161,24 @@ func (rg *budgetRig) wantRanOnceAndEmpty(t *testing.T) {
 }
 
 // wantEmpty requires that nothing is left held of the gate.
+// stallReplay starts a replay of key into a writer that stalls once
+// written to, and records in during what the budget held when the stored
+// answer was read; done is closed once the replay has answered.
+func (rg *budgetRig) stallReplay(t *testing.T, key string) (w *stallWriter, during *atomic.Int64, done chan struct{}) {
+	during = new(atomic.Int64)
+	rg.store.beforeRead = func(context.Context, idemstore.Key, string) error {
+		during.Store(rg.gate.Used())
+		return nil
+	}
+	w = newStallWriter()
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		rg.h.ServeHTTP(w, rg.request(t.Context(), key))
+	}()
+	return w, during, done
+}
+
 func (rg *budgetRig) wantEmpty(t *testing.T) {
 	t.Helper()
 	if used := rg.gate.Used(); used != 0 {
@@ -623,17 +641,7 @@ func TestReplayReadChargesWhatTheReadHolds(t *testing.T) {
 			t.Parallel()
 			rg := newBudgetRig(t, size, 1<<20, tc.cfg(t))
 			rg.ask(t, "k")
-			var during atomic.Int64
-			rg.store.beforeRead = func(context.Context, idemstore.Key, string) error {
-				during.Store(rg.gate.Used())
-				return nil
-			}
-			w := newStallWriter()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				rg.h.ServeHTTP(w, rg.request(t.Context(), "k"))
-			}()
+			w, during, done := rg.stallReplay(t, "k")
 			<-w.wrote // the answer is read and being written
 			held := rg.gate.Used()
 			close(w.release)
@@ -670,17 +678,7 @@ func TestReplayOfAnAnswerLargerThanTheBudget(t *testing.T) {
 			t.Parallel()
 			rg := newBudgetRig(t, size, budget, tc.cfg(t))
 			rg.ask(t, "k")
-			var during atomic.Int64
-			rg.store.beforeRead = func(context.Context, idemstore.Key, string) error {
-				during.Store(rg.gate.Used())
-				return nil
-			}
-			w := newStallWriter()
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				rg.h.ServeHTTP(w, rg.request(t.Context(), "k"))
-			}()
+			w, during, done := rg.stallReplay(t, "k")
 			select {
 			case <-w.wrote: // the answer is read and being written
 			case <-done:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/idem-dev/idem/idemstore"
 	"github.com/idem-dev/idem/internal/groupcommit"
@@ -57,6 +58,20 @@ func awSubscribe(t *testing.T, s *Store, k idemstore.Key) <-chan struct{} {
 }
 
 // awWoken fails t unless ch fires (a generous bound, for a hang only).
+// awStore returns a pool, a schema migrated up to version and a store on
+// it, closed when the test ends.
+func awStore(t *testing.T, version int) (*pgxpool.Pool, string, *Store) {
+	t.Helper()
+	pool := oaPool(t, 8)
+	schema := oaSchemaAt(t, pool, version)
+	s, err := New(pool, Config{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	return pool, schema, s
+}
+
 func awWoken(t *testing.T, ch <-chan struct{}, what string) {
 	t.Helper()
 	select {
@@ -71,14 +86,8 @@ func awWoken(t *testing.T, ch <-chan struct{}, what string) {
 // wakes their waiters; migrated to 006 meanwhile, it keeps doing so, and a
 // store made after the migration checks once.
 func TestAwaitedSchemaAt005(t *testing.T) {
-	pool := oaPool(t, 8)
+	pool, schema, s := awStore(t, 5)
 	ctx := context.Background()
-	schema := oaSchemaAt(t, pool, 5)
-	s, err := New(pool, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	a, b, c := awReserve(t, s, "a"), awReserve(t, s, "b"), awReserve(t, s, "c")
 	woken := awSubscribe(t, s, b)
 	awCompleteBatch(t, s, a, b, c)
@@ -121,14 +130,8 @@ func TestAwaitedSchemaAt005(t *testing.T) {
 // awaited, one idem_awaited and an idem_wake per record once one is; the
 // per-record statement calls idem_wake per record.
 func TestAwaitedOncePerStatement(t *testing.T) {
-	pool := oaPool(t, 8)
+	pool, schema, s := awStore(t, 1<<30)
 	ctx := context.Background()
-	schema := oaSchemaAt(t, pool, 1<<30)
-	s, err := New(pool, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -200,14 +203,8 @@ FROM pg_stat_xact_user_functions WHERE schemaname = $1`
 // check, wakes its waiter, and fails nothing; it reads again at the next
 // batch, which then checks once.
 func TestAwaitedProbeFailsOnce(t *testing.T) {
-	pool := oaPool(t, 8)
+	pool, schema, s := awStore(t, 6)
 	ctx := context.Background()
-	schema := oaSchemaAt(t, pool, 6)
-	s, err := New(pool, Config{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	table := pgx.Identifier{schema, "idem_schema_migrations"}.Sanitize()
 	moved := pgx.Identifier{schema, "idem_schema_migrations_away"}.Sanitize()
 	if _, err := pool.Exec(ctx, "ALTER TABLE "+table+" RENAME TO idem_schema_migrations_away"); err != nil {

@@ -155,13 +155,7 @@ start() {
 	"${@//@PORT@/$port}" 2>"$tmp/$name.log" &
 	pids+=($!)
 	portpid[$port]=$!
-	for _ in $(seq 200); do
-		curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
-		sleep 0.05
-	done
-	echo "$name did not start:" >&2
-	cat "$tmp/$name.log" >&2
-	exit 1
+	answers "$name" "$port" "$tmp/$name.log"
 }
 
 if has scale || has latency; then

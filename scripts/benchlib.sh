@@ -2,6 +2,18 @@
 # Helpers sourced by the store benchmark scripts (scripts/bench-sqlite.sh,
 # idempg/bench/run.sh, idemmysql/bench/run.sh).
 
+# answers NAME PORT LOG waits (10 s at most) until the server NAME answers
+# HTTP on PORT; if it does not, it prints LOG, its stderr, and exits.
+answers() {
+	for _ in $(seq 200); do
+		curl -s -o /dev/null "http://127.0.0.1:$2/" && return 0
+		sleep 0.05
+	done
+	echo "$1 did not start:" >&2
+	cat "$3" >&2
+	exit 1
+}
+
 # metric OUTPUT NAME METRIC prints the value of METRIC (pairs/s, p50-µs, …)
 # on the line of benchmark NAME (what follows "Benchmark", without the
 # -GOMAXPROCS suffix) in go test's OUTPUT.
@@ -188,13 +200,7 @@ proxy_rig() {
 		"$@" 2>"$tmp/$name.log" &
 		pids+=($!)
 		portpid[$port]=$!
-		for _ in $(seq 200); do
-			curl -s -o /dev/null "http://127.0.0.1:$port/" && return 0
-			sleep 0.05
-		done
-		echo "$name did not start:" >&2
-		cat "$tmp/$name.log" >&2
-		exit 1
+		answers "$name" "$port" "$tmp/$name.log"
 	}
 
 	up=127.0.0.1:$port
