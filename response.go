@@ -57,6 +57,12 @@ func unstored(name string) bool {
 	return false
 }
 
+// canonicalField is the canonical name of the field a header map's name
+// is sent as: a trailer set under http.TrailerPrefix is sent without it.
+func canonicalField(name string) string {
+	return textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(name, http.TrailerPrefix))
+}
+
 // storableHeader returns h without the headers that must not be stored
 // (Set-Cookie, hop-by-hop headers, Date, credentials, and headers named in
 // Connection). Names are compared in canonical form, so a handler that set
@@ -81,7 +87,7 @@ func storableHeader(h http.Header) http.Header {
 	out := make(http.Header, len(h))
 	var named []string // header names listed in Connection
 	for name, v := range h {
-		cn := textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(name, http.TrailerPrefix))
+		cn := canonicalField(name)
 		if cn == "Connection" {
 			for _, c := range v {
 				named = append(named, splitComma(c)...)
@@ -94,7 +100,7 @@ func storableHeader(h http.Header) http.Header {
 	for _, n := range named {
 		cn := textproto.CanonicalMIMEHeaderKey(n)
 		for name := range out {
-			if textproto.CanonicalMIMEHeaderKey(strings.TrimPrefix(name, http.TrailerPrefix)) == cn {
+			if canonicalField(name) == cn {
 				delete(out, name)
 			}
 		}
