@@ -187,3 +187,48 @@ func TestLoneCallAfterStaleDefault(t *testing.T) {
 		})
 	}
 }
+
+// TestLoneCallCancelledWhileWaiting cancels a lone Complete while it waits
+// for the record's row (sent, not yet applied; wrapped in BEGIN ... COMMIT
+// where the default is not READ COMMITTED). The error must say
+// context.Canceled, never success nor ErrLeaseLost: the server has the
+// statement (and its COMMIT) and may still apply it once the row is free,
+// so the outcome is unknown. idem then escalates the key, as here: the key
+// must end settled (completed with this answer, or in review), never left
+// pending by a transaction kept open on the connection.
+func TestLoneCallCancelledWhileWaiting(t *testing.T) {
+	t.Parallel()
+	for _, level := range []string{"read committed", "repeatable read"} {
+		t.Run(level, func(t *testing.T) {
+			t.Parallel()
+			pool := testPool(t, level)
+			s, schema := newStoreIn(t, pool, idempg.Config{DisableBatch: true, DisableNotify: true})
+			k := reserveKey(t, s, "waiting")
+			p := idemstore.CompleteParams{Key: k, Token: "tok-waiting", Response: &idemstore.Response{Status: 200}, Retention: time.Hour}
+			pid, release := shareLock(t, pool, schema, k)
+			cctx, cancel := context.WithCancel(t.Context())
+			done := make(chan error, 1)
+			go func() { done <- s.Complete(cctx, p) }()
+			waitBlockedBy(t, pool, pid)
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("Complete cancelled while waiting = %v, want context.Canceled", err)
+			}
+			release()
+			err := s.Escalate(t.Context(), idemstore.EscalateParams{Key: k, Token: "tok-waiting", Reason: "unknown"})
+			if err != nil && !errors.Is(err, idemstore.ErrLeaseLost) {
+				t.Fatalf("Escalate after the cancelled Complete: %v", err)
+			}
+			rec, gerr := s.Get(t.Context(), k)
+			if gerr != nil {
+				t.Fatal(gerr)
+			}
+			switch {
+			case rec.State == idemstore.StateCompleted && rec.Response != nil && rec.Response.Status == 200:
+			case rec.State == idemstore.StateNeedsReview && err == nil:
+			default:
+				t.Fatalf("after a cancelled Complete and an Escalate: record %s (Escalate: %v)", rec.State, err)
+			}
+		})
+	}
+}
