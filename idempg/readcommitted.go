@@ -75,6 +75,14 @@ func (s *Store) inReadCommitted(ctx context.Context, sql string, args []any, rea
 		if cerr := br.Close(); err == nil {
 			err = cerr
 		}
+		if updateConflict(err) != nil {
+			// A lone statement at READ COMMITTED is never refused for a
+			// serialization failure: the connection's default changed
+			// since it was asked (SET default_transaction_isolation by
+			// other code on the pool). Ask again next time. Nothing was
+			// changed, and the error says so (ErrRetryable).
+			delete(conn.Conn().PgConn().CustomData(), isolationKey)
+		}
 		return err
 	}
 	b.Queue(beginReadCommitted)
@@ -110,6 +118,16 @@ const isolationKey = "idempg.readCommittedByDefault"
 // SET default_transaction_isolation on it). If the question fails it
 // answers false, which is always correct, only dearer, and asks again next
 // time.
+//
+// PostgreSQL does not report changes of default_transaction_isolation to
+// the client, so a SET on a pooled connection after the answer was kept
+// goes unseen: code sharing the store's pool must not change the session's
+// default isolation (SET LOCAL, or BEGIN ISOLATION LEVEL, is fine). At
+// SERIALIZABLE the store notices by the serialization failure it then gets
+// (ErrRetryable) and asks again; at REPEATABLE READ it cannot, and a
+// waiter that subscribes while a settling statement waits for the record's
+// row may miss its wake-up, as before statements were run at READ
+// COMMITTED.
 func readCommittedByDefault(ctx context.Context, conn *pgxpool.Conn) bool {
 	data := conn.Conn().PgConn().CustomData()
 	if rc, ok := data[isolationKey].(bool); ok {
