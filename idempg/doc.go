@@ -88,7 +88,10 @@
 // Purge batch): on a connection whose default is not READ COMMITTED
 // (asked once per connection), BEGIN ISOLATION LEVEL READ COMMITTED, the
 // statement and COMMIT go in one round trip. Only CompleteTx runs at the
-// caller's level.
+// caller's level. The answer is kept with the connection, and PostgreSQL
+// does not report a later SET default_transaction_isolation: code that
+// shares the store's pool must not change its sessions' default isolation
+// (SET LOCAL or BEGIN ISOLATION LEVEL are fine).
 //
 // A batch completes a round's records in one statement. On a schema with
 // migration 006 that statement first asks, once, whether any key is
